@@ -1,0 +1,315 @@
+//! Simple chunks (type `r`): record sizes and concatenated record values, each
+//! possibly compressed, and the compression codecs Riegeli uses.
+//!
+//! Encoded data of a simple chunk:
+//!
+//! ```text
+//! compression byte | varint(len(sizes blob)) | sizes blob | values blob
+//! ```
+//!
+//! A blob is the raw bytes when uncompressed, else `varint(decompressed size)` followed
+//! by a zstd frame, a brotli stream or raw Snappy. Sizes decode to one varint per record.
+
+use std::io::Read;
+
+use super::options::Compression;
+use super::proto::{get_varint, put_varint};
+
+/// Compresses blobs for one writer; keeps the zstd context between chunks.
+pub struct Compressor {
+    compression: Compression,
+    zstd: Option<zstd::bulk::Compressor<'static>>,
+    scratch: Vec<u8>,
+}
+
+impl Compressor {
+    pub fn new(compression: Compression) -> std::io::Result<Self> {
+        let zstd = match compression {
+            Compression::Zstd { level, window_log } => {
+                let mut c = zstd::bulk::Compressor::new(level)?;
+                c.set_parameter(zstd::zstd_safe::CParameter::WindowLog(window_log))?;
+                Some(c)
+            }
+            _ => None,
+        };
+        Ok(Compressor {
+            compression,
+            zstd,
+            scratch: Vec::new(),
+        })
+    }
+
+    pub fn compression(&self) -> Compression {
+        self.compression
+    }
+
+    /// Appends the blob for `input` to `out`.
+    pub fn compress(&mut self, input: &[u8], out: &mut Vec<u8>) -> std::io::Result<()> {
+        if self.compression != Compression::Uncompressed {
+            put_varint(out, input.len() as u64);
+        }
+        match self.compression {
+            Compression::Uncompressed => out.extend_from_slice(input),
+            Compression::Zstd { .. } => {
+                let c = self
+                    .zstd
+                    .as_mut()
+                    .ok_or_else(|| std::io::Error::other("zstd context missing"))?;
+                self.scratch.clear();
+                self.scratch
+                    .reserve(zstd::zstd_safe::compress_bound(input.len()));
+                c.compress_to_buffer(input, &mut self.scratch)?;
+                out.extend_from_slice(&self.scratch);
+            }
+            Compression::Brotli { level, window_log } => {
+                let params = brotli::enc::BrotliEncoderParams {
+                    quality: level as i32,
+                    lgwin: window_log.unwrap_or(22) as i32,
+                    ..Default::default()
+                };
+                let mut reader = input;
+                brotli::BrotliCompress(&mut reader, out, &params)?;
+            }
+            Compression::Snappy { .. } => {
+                let start = out.len();
+                out.resize(start + snap::raw::max_compress_len(input.len()), 0);
+                let n = snap::raw::Encoder::new()
+                    .compress(input, &mut out[start..])
+                    .map_err(std::io::Error::other)?;
+                out.truncate(start + n);
+            }
+        }
+        Ok(())
+    }
+
+    /// Encodes a simple chunk's data from record sizes (varints) and values.
+    pub fn encode_simple(
+        &mut self,
+        sizes: &[u8],
+        values: &[u8],
+        scratch: &mut Vec<u8>,
+        out: &mut Vec<u8>,
+    ) -> std::io::Result<()> {
+        out.clear();
+        out.push(self.compression.type_byte());
+        scratch.clear();
+        self.compress(sizes, scratch)?;
+        put_varint(out, scratch.len() as u64);
+        out.extend_from_slice(scratch);
+        self.compress(values, out)
+    }
+}
+
+/// Reusable decompression state.
+#[derive(Default)]
+pub struct Decompressor {
+    zstd: Option<zstd::bulk::Decompressor<'static>>,
+}
+
+impl std::fmt::Debug for Decompressor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Decompressor").finish_non_exhaustive()
+    }
+}
+
+impl Decompressor {
+    /// Decompresses a (non-`0`) blob into `out` (cleared first). The blob's declared
+    /// size must be at most `limit`.
+    pub fn decompress(
+        &mut self,
+        compression: u8,
+        blob: &[u8],
+        limit: u64,
+        out: &mut Vec<u8>,
+    ) -> Result<(), String> {
+        let (size, n) = get_varint(blob).ok_or("bad decompressed-size prefix")?;
+        if size > limit {
+            return Err(format!(
+                "declared decompressed size {size} exceeds the expected {limit}"
+            ));
+        }
+        let size = usize::try_from(size).map_err(|_| "decompressed size too large")?;
+        let stream = &blob[n..];
+        out.clear();
+        out.try_reserve_exact(size)
+            .map_err(|_| format!("cannot allocate {size} bytes"))?;
+        match compression {
+            b'z' => {
+                if self.zstd.is_none() {
+                    self.zstd = Some(zstd::bulk::Decompressor::new().map_err(|e| e.to_string())?);
+                }
+                let d = self.zstd.as_mut().ok_or("zstd context missing")?;
+                let got = d
+                    .decompress_to_buffer(stream, out)
+                    .map_err(|e| format!("zstd: {e}"))?;
+                out.truncate(got);
+            }
+            b'b' => {
+                brotli::Decompressor::new(stream, 64 * 1024)
+                    .take(size as u64 + 1)
+                    .read_to_end(out)
+                    .map_err(|e| format!("brotli: {e}"))?;
+            }
+            b's' => {
+                let len = snap::raw::decompress_len(stream).map_err(|e| format!("snappy: {e}"))?;
+                if len != size {
+                    return Err(format!(
+                        "snappy stream holds {len} bytes, the prefix says {size}"
+                    ));
+                }
+                out.resize(size, 0);
+                snap::raw::Decoder::new()
+                    .decompress(stream, out)
+                    .map_err(|e| format!("snappy: {e}"))?;
+            }
+            other => return Err(format!("unknown compression type {other:#04x}")),
+        }
+        if out.len() != size {
+            return Err(format!(
+                "decompressed to {} bytes, the prefix says {size}",
+                out.len()
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The parts of a simple chunk's data.
+pub struct SimpleParts<'a> {
+    pub compression: u8,
+    pub sizes: &'a [u8],
+    pub values: &'a [u8],
+}
+
+pub fn split_simple(data: &[u8]) -> Result<SimpleParts<'_>, String> {
+    let (&compression, rest) = data.split_first().ok_or("empty simple chunk")?;
+    if !matches!(compression, 0 | b'b' | b'z' | b's') {
+        return Err(format!("unknown compression type {compression:#04x}"));
+    }
+    let (len, n) = get_varint(rest).ok_or("bad sizes length")?;
+    let end = usize::try_from(len)
+        .ok()
+        .and_then(|l| l.checked_add(n))
+        .filter(|&e| e <= rest.len())
+        .ok_or("sizes past the end of the chunk")?;
+    Ok(SimpleParts {
+        compression,
+        sizes: &rest[n..end],
+        values: &rest[end..],
+    })
+}
+
+/// Parses `num_records` varint sizes into record end offsets (`limits`), checking that
+/// they add up to `decoded_data_size` and fill the sizes buffer exactly.
+pub fn parse_sizes(
+    sizes: &[u8],
+    num_records: u64,
+    decoded_data_size: u64,
+    limits: &mut Vec<u64>,
+) -> Result<(), String> {
+    limits.clear();
+    if num_records > sizes.len() as u64 {
+        return Err(format!(
+            "{num_records} records but only {} bytes of sizes",
+            sizes.len()
+        ));
+    }
+    limits.reserve(num_records as usize);
+    let mut pos = 0usize;
+    let mut total: u64 = 0;
+    for _ in 0..num_records {
+        let (size, n) = get_varint(&sizes[pos..]).ok_or("bad record size")?;
+        pos += n;
+        total = total
+            .checked_add(size)
+            .filter(|&t| t <= decoded_data_size)
+            .ok_or("record sizes exceed the chunk's decoded size")?;
+        limits.push(total);
+    }
+    if pos != sizes.len() {
+        return Err("trailing bytes after the record sizes".into());
+    }
+    if total != decoded_data_size {
+        return Err(format!(
+            "record sizes add up to {total}, the chunk header says {decoded_data_size}"
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn all_compressions() -> Vec<Compression> {
+        vec![
+            Compression::Uncompressed,
+            Compression::Zstd {
+                level: 3,
+                window_log: 20,
+            },
+            Compression::Brotli {
+                level: 6,
+                window_log: None,
+            },
+            Compression::Snappy { level: 1 },
+        ]
+    }
+
+    #[test]
+    fn simple_chunks_round_trip_in_every_compression() {
+        let records: Vec<Vec<u8>> = vec![vec![], b"a".to_vec(), vec![7u8; 100_000]];
+        let mut sizes = Vec::new();
+        let mut values = Vec::new();
+        for r in &records {
+            put_varint(&mut sizes, r.len() as u64);
+            values.extend_from_slice(r);
+        }
+        for c in all_compressions() {
+            let mut comp = Compressor::new(c).unwrap();
+            let (mut scratch, mut data) = (Vec::new(), Vec::new());
+            comp.encode_simple(&sizes, &values, &mut scratch, &mut data)
+                .unwrap();
+            let parts = split_simple(&data).unwrap();
+            assert_eq!(parts.compression, c.type_byte());
+            let mut d = Decompressor::default();
+            let (s, v) = if parts.compression == 0 {
+                (parts.sizes.to_vec(), parts.values.to_vec())
+            } else {
+                let (mut s, mut v) = (Vec::new(), Vec::new());
+                d.decompress(parts.compression, parts.sizes, 100, &mut s)
+                    .unwrap();
+                d.decompress(parts.compression, parts.values, values.len() as u64, &mut v)
+                    .unwrap();
+                (s, v)
+            };
+            let mut limits = Vec::new();
+            parse_sizes(&s, 3, values.len() as u64, &mut limits).unwrap();
+            assert_eq!(limits, vec![0, 1, 100_001]);
+            assert_eq!(v, values, "{c:?}");
+        }
+    }
+
+    #[test]
+    fn lying_sizes_are_errors() {
+        let mut limits = Vec::new();
+        assert!(parse_sizes(&[1, 1], 2, 3, &mut limits).is_err());
+        assert!(parse_sizes(&[1, 1, 1], 2, 2, &mut limits).is_err());
+        assert!(parse_sizes(&[0x80], 1, 0, &mut limits).is_err());
+        assert!(parse_sizes(&[], 5, 0, &mut limits).is_err());
+        let mut d = Decompressor::default();
+        let mut out = Vec::new();
+        // A prefix claiming more than the chunk header allows.
+        assert!(d
+            .decompress(b'z', &[0xff, 0x01, 0, 0], 10, &mut out)
+            .is_err());
+        // Garbage after a plausible prefix.
+        for t in [b'z', b'b', b's'] {
+            assert!(
+                d.decompress(t, &[5, 1, 2, 3, 4, 5, 6], 10, &mut out)
+                    .is_err(),
+                "{t}"
+            );
+        }
+    }
+}
