@@ -56,8 +56,9 @@ pub fn round_up_to_possible_chunk_boundary(pos: u64) -> Option<u64> {
 
 /// The physical position `length` logical bytes after `chunk_begin`.
 pub fn add_with_overhead(chunk_begin: u64, length: u64) -> Option<u64> {
-    let overhead_blocks =
-        length.checked_add((chunk_begin + USABLE_BLOCK_SIZE - 1) % BLOCK_SIZE)? / USABLE_BLOCK_SIZE;
+    let overhead_blocks = length
+        .checked_add((chunk_begin % BLOCK_SIZE + USABLE_BLOCK_SIZE - 1) % BLOCK_SIZE)?
+        / USABLE_BLOCK_SIZE;
     chunk_begin
         .checked_add(length)?
         .checked_add(overhead_blocks.checked_mul(BLOCK_HEADER_SIZE)?)
