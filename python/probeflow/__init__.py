@@ -1,0 +1,57 @@
+"""probeflow: network-latency measurements to transformer training data.
+
+This package wraps probeflow's Rust ``reader`` crate:
+
+* :class:`ArrayRecordReader` / :class:`ArrayRecordWriter` — ArrayRecord files,
+  byte-compatible with Google's ``array_record``, memory-mapped for reading.
+* :func:`encode_row`, :func:`build_rows`, :func:`decode_row` — a *row* is one probe's
+  measurements as an Arrow IPC stream (``pyarrow.ipc.open_stream(row)`` reads it too).
+* :func:`rtt_encode`, :func:`rtt_decode_us` — the 2-byte RTT code.
+* :func:`partition`, :func:`src_id`, :func:`split_of`, :func:`canonical_addr` — where a
+  probe's rows go, exactly as the preprocessing job computes it.
+
+Errors are :mod:`probeflow.errors` classes, ``OSError`` and ``IndexError``.
+"""
+
+from __future__ import annotations
+
+from . import errors
+from ._native import (
+    DEFAULT_ARRAY_RECORD_OPTIONS,
+    DEFAULT_MAX_ROW_BYTES,
+    ArrayRecordReader,
+    ArrayRecordWriter,
+    build_rows,
+    canonical_addr,
+    decode_row,
+    encode_row,
+    partition,
+    rtt_decode_us,
+    rtt_encode,
+    split_of,
+    src_id,
+)
+from .errors import FormatError, InvalidInputError, OptionsError, ProbeflowError
+
+__all__ = [
+    "DEFAULT_ARRAY_RECORD_OPTIONS",
+    "DEFAULT_MAX_ROW_BYTES",
+    "ArrayRecordReader",
+    "ArrayRecordWriter",
+    "FormatError",
+    "InvalidInputError",
+    "OptionsError",
+    "ProbeflowError",
+    "build_rows",
+    "canonical_addr",
+    "decode_row",
+    "encode_row",
+    "errors",
+    "partition",
+    "rtt_decode_us",
+    "rtt_encode",
+    "split_of",
+    "src_id",
+]
+
+__version__ = "0.1.0"

@@ -1,0 +1,126 @@
+"""Type stubs for probeflow._native (the Rust extension)."""
+
+from collections.abc import Iterator, Sequence
+from os import PathLike
+from types import TracebackType
+from typing import TypedDict
+
+import numpy as np
+import numpy.typing as npt
+
+DEFAULT_MAX_ROW_BYTES: int
+DEFAULT_ARRAY_RECORD_OPTIONS: str
+
+class WriteSummary(TypedDict):
+    records: int
+    chunks: int
+    bytes: int
+
+class DecodedRow(TypedDict):
+    src_addr: str
+    src_id: int
+    ip_version: int
+    part: int
+    first_time: int
+    last_time: int
+    n_measurements: int
+    event_time: npt.NDArray[np.uint64]
+    dst_addr: list[str]
+    rtt_code: npt.NDArray[np.uint16]
+    failed: npt.NDArray[np.bool_]
+    rtt_ms: npt.NDArray[np.float64]
+
+class ArrayRecordReader:
+    """Memory-mapped, random-access reader of an ArrayRecord file.
+
+    Reads check chunk and block hashes; a damaged file raises
+    :class:`probeflow.errors.FormatError` naming the file and chunk.
+    """
+
+    def __init__(self, path: str | PathLike[str], *, verify_hashes: bool = True) -> None: ...
+    @property
+    def path(self) -> str: ...
+    @property
+    def writer_options(self) -> str | None:
+        """The option string the writer stored in the footer."""
+    @property
+    def group_size(self) -> int:
+        """Records per chunk (from the first footer entry)."""
+    @property
+    def num_chunks(self) -> int: ...
+    def __len__(self) -> int: ...
+    def __getitem__(self, index: int) -> bytes: ...
+    def read(self, indices: Sequence[int]) -> list[bytes]:
+        """Records at ``indices``, in that order (GIL released while reading)."""
+    def read_range(self, start: int, stop: int) -> list[bytes]:
+        """Records ``start`` up to ``stop`` (exclusive)."""
+    def __iter__(self) -> Iterator[bytes]: ...
+    def close(self) -> None:
+        """Release the file; later calls raise ``ValueError``."""
+    def __enter__(self) -> ArrayRecordReader: ...
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool: ...
+
+class ArrayRecordWriter:
+    """Writes an ArrayRecord file; ``options`` is ArrayRecord's own option string
+    (``group_size:N``, ``zstd[:L]``, ``brotli[:L]``, ``snappy``, ``uncompressed``,
+    ``window_log:N``, ``pad_to_block_boundary``)."""
+
+    def __init__(self, path: str | PathLike[str], options: str = "group_size:1,zstd:3") -> None: ...
+    @property
+    def path(self) -> str: ...
+    def write(self, record: bytes) -> None: ...
+    def close(self) -> WriteSummary:
+        """Write the footer and postscript. Without it the file is incomplete."""
+    def __enter__(self) -> ArrayRecordWriter: ...
+    def __exit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> bool: ...
+
+def encode_row(
+    src_addr: str,
+    event_time: Sequence[int],
+    dst_addr: Sequence[str],
+    rtt_ms: Sequence[float | None],
+    *,
+    part: int = 0,
+) -> bytes:
+    """One row from time-ordered measurements; ``None`` or a negative RTT is a failed ping."""
+
+def build_rows(
+    src_addr: str,
+    event_time: Sequence[int],
+    dst_addr: Sequence[str],
+    rtt_ms: Sequence[float | None],
+    *,
+    max_row_bytes: int = ...,
+) -> list[bytes]:
+    """Rows of at most ``max_row_bytes``, split at measurement boundaries (part 0, 1, …)."""
+
+def decode_row(record: bytes) -> DecodedRow:
+    """A row's facts and columns (``rtt_ms`` is NaN for failed pings)."""
+
+def rtt_encode(rtt_ms: float) -> int | None:
+    """The 2-byte RTT code (``None`` for negative = failed; NaN raises)."""
+
+def rtt_decode_us(code: int) -> int:
+    """Microseconds a code stands for: ``mantissa << exponent``."""
+
+def canonical_addr(addr: str) -> str:
+    """Canonical text of an address; IPv4-mapped IPv6 becomes IPv4."""
+
+def src_id(addr: str) -> int:
+    """``u64_le(blake3(canonical_addr(addr))[0:8])``."""
+
+def partition(addr: str, shards: int) -> int:
+    """``src_id(addr) % shards``: the shard a source's rows are written to."""
+
+def split_of(addr: str, seed: int, test_fraction: float) -> str:
+    """``"train"`` or ``"test"``, as the preprocessing job assigns it."""

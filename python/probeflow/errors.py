@@ -1,0 +1,35 @@
+"""Exceptions raised by probeflow.
+
+The Rust crates have one error enum each; the bindings map them onto this small
+hierarchy (and onto Python's own ``OSError`` family and ``IndexError``):
+
+* :class:`ProbeflowError` — base of everything probeflow raises itself.
+* :class:`FormatError` — a file or row is corrupt, truncated, not in the expected
+  format, or uses an unsupported feature. The message names the file and the chunk.
+* :class:`InvalidInputError` — a value cannot be used (bad address, NaN RTT,
+  measurements out of time order …). Also a ``ValueError``.
+* :class:`OptionsError` — an ArrayRecord option string is invalid. Also a ``ValueError``.
+
+I/O problems raise ``FileNotFoundError``, ``PermissionError`` or ``OSError``; an
+index out of range raises ``IndexError``.
+"""
+
+from __future__ import annotations
+
+__all__ = ["ProbeflowError", "FormatError", "InvalidInputError", "OptionsError"]
+
+
+class ProbeflowError(Exception):
+    """Base class of probeflow's own exceptions."""
+
+
+class FormatError(ProbeflowError):
+    """A corrupt, truncated or unsupported ArrayRecord file or row."""
+
+
+class InvalidInputError(ProbeflowError, ValueError):
+    """An input value probeflow cannot encode."""
+
+
+class OptionsError(ProbeflowError, ValueError):
+    """An invalid ArrayRecord writer option string."""
