@@ -14,8 +14,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use numpy::IntoPyArray;
 use pyo3::exceptions::{
-    PyFileNotFoundError, PyIndexError, PyOSError, PyPermissionError, PyRuntimeError,
-    PyValueError,
+    PyFileNotFoundError, PyIndexError, PyOSError, PyPermissionError, PyRuntimeError, PyValueError,
 };
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict, PyList, PyType};
@@ -65,13 +64,15 @@ fn lock<T>(m: &Mutex<T>) -> PyResult<MutexGuard<'_, T>> {
 struct PyArrayRecordReader {
     path: String,
     inner: Mutex<Option<Arc<ArrayRecordReader>>>,
+    /// Reused between calls so a compressed file keeps its decompression context.
+    buf: Mutex<RecordBuf>,
 }
 
 impl PyArrayRecordReader {
     fn reader(&self) -> PyResult<Arc<ArrayRecordReader>> {
-        lock(&self.inner)?
-            .clone()
-            .ok_or_else(|| PyValueError::new_err(format!("ArrayRecordReader({:?}) is closed", self.path)))
+        lock(&self.inner)?.clone().ok_or_else(|| {
+            PyValueError::new_err(format!("ArrayRecordReader({:?}) is closed", self.path))
+        })
     }
 
     fn index(&self, reader: &ArrayRecordReader, index: i64) -> PyResult<u64> {
@@ -92,11 +93,14 @@ impl PyArrayRecordReader {
     #[new]
     #[pyo3(signature = (path, *, verify_hashes = true))]
     fn new(py: Python<'_>, path: PathBuf, verify_hashes: bool) -> PyResult<Self> {
-        let mut reader = py.detach(|| ArrayRecordReader::open(&path)).map_err(py_err)?;
+        let mut reader = py
+            .detach(|| ArrayRecordReader::open(&path))
+            .map_err(py_err)?;
         reader.set_verify_hashes(verify_hashes);
         Ok(PyArrayRecordReader {
             path: path.display().to_string(),
             inner: Mutex::new(Some(Arc::new(reader))),
+            buf: Mutex::new(RecordBuf::new()),
         })
     }
 
@@ -127,43 +131,37 @@ impl PyArrayRecordReader {
     fn __getitem__<'py>(&self, py: Python<'py>, index: i64) -> PyResult<Bound<'py, PyBytes>> {
         let reader = self.reader()?;
         let i = self.index(&reader, index)?;
-        let mut buf = RecordBuf::new();
-        let record = py.detach(|| reader.read(i, &mut buf)).map_err(py_err)?;
-        Ok(PyBytes::new(py, record))
+        let mut buf = lock(&self.buf)?;
+        read_bytes(py, &reader, i, &mut buf)
     }
 
-    /// Reads the records at `indices` (in that order), with the GIL released.
+    /// Reads the records at `indices` (in that order), with the GIL released while
+    /// each record is read.
     fn read<'py>(&self, py: Python<'py>, indices: Vec<i64>) -> PyResult<Bound<'py, PyList>> {
         let reader = self.reader()?;
         let indices = indices
             .into_iter()
             .map(|i| self.index(&reader, i))
             .collect::<PyResult<Vec<u64>>>()?;
-        let (data, ends) = py
-            .detach(|| {
-                let mut buf = RecordBuf::new();
-                let mut data = Vec::new();
-                let mut ends = Vec::with_capacity(indices.len());
-                for &i in &indices {
-                    data.extend_from_slice(reader.read(i, &mut buf)?);
-                    ends.push(data.len());
-                }
-                Ok::<_, Error>((data, ends))
-            })
-            .map_err(py_err)?;
-        let mut start = 0;
-        let items = ends.iter().map(|&end| {
-            let b = PyBytes::new(py, &data[start..end]);
-            start = end;
-            b
-        });
+        let mut buf = lock(&self.buf)?;
+        let items = indices
+            .iter()
+            .map(|&i| read_bytes(py, &reader, i, &mut buf))
+            .collect::<PyResult<Vec<_>>>()?;
         PyList::new(py, items)
     }
 
     /// Reads records `start..stop`.
-    fn read_range<'py>(&self, py: Python<'py>, start: u64, stop: u64) -> PyResult<Bound<'py, PyList>> {
+    fn read_range<'py>(
+        &self,
+        py: Python<'py>,
+        start: u64,
+        stop: u64,
+    ) -> PyResult<Bound<'py, PyList>> {
         let reader = self.reader()?;
-        let records = py.detach(|| reader.read_range(start..stop)).map_err(py_err)?;
+        let records = py
+            .detach(|| reader.read_range(start..stop))
+            .map_err(py_err)?;
         PyList::new(py, records.iter().map(|r| PyBytes::new(py, r)))
     }
 
@@ -203,6 +201,17 @@ impl PyArrayRecordReader {
     }
 }
 
+/// Reads record `i` with the GIL released and copies it into a new `bytes`.
+fn read_bytes<'py>(
+    py: Python<'py>,
+    reader: &ArrayRecordReader,
+    i: u64,
+    buf: &mut RecordBuf,
+) -> PyResult<Bound<'py, PyBytes>> {
+    let record = py.detach(|| reader.read(i, buf)).map_err(py_err)?;
+    Ok(PyBytes::new(py, record))
+}
+
 /// Iterator over the records of a reader, decoding each chunk once.
 #[pyclass(name = "_RecordIterator", module = "probeflow._native", frozen)]
 struct PyRecordIterator {
@@ -224,9 +233,7 @@ impl PyRecordIterator {
         }
         let i = *next;
         *next += 1;
-        let reader = &self.reader;
-        let record = py.detach(|| reader.read(i, buf)).map_err(py_err)?;
-        Ok(Some(PyBytes::new(py, record)))
+        read_bytes(py, &self.reader, i, buf).map(Some)
     }
 }
 
@@ -270,9 +277,9 @@ impl PyArrayRecordWriter {
     /// Appends one record (bytes).
     fn write(&self, py: Python<'_>, record: &[u8]) -> PyResult<()> {
         let mut guard = lock(&self.inner)?;
-        let writer = guard
-            .as_mut()
-            .ok_or_else(|| PyValueError::new_err(format!("ArrayRecordWriter({:?}) is closed", self.path)))?;
+        let writer = guard.as_mut().ok_or_else(|| {
+            PyValueError::new_err(format!("ArrayRecordWriter({:?}) is closed", self.path))
+        })?;
         if record.len() < 1 << 16 {
             writer.write(record).map_err(py_err)
         } else {
@@ -290,7 +297,9 @@ impl PyArrayRecordWriter {
         }
         match summary.as_ref() {
             Some(s) => summary_dict(py, s),
-            None => Err(PyValueError::new_err("the writer failed before it was closed")),
+            None => Err(PyValueError::new_err(
+                "the writer failed before it was closed",
+            )),
         }
     }
 
@@ -361,7 +370,9 @@ fn encode_row<'py>(
 ) -> PyResult<Bound<'py, PyBytes>> {
     let src = parse_addr(src_addr)?;
     let ms = measurements(event_time, dst_addr, rtt_ms)?;
-    let row = py.detach(|| row::encode_row(src, part, &ms)).map_err(py_err)?;
+    let row = py
+        .detach(|| row::encode_row(src, part, &ms))
+        .map_err(py_err)?;
     Ok(PyBytes::new(py, &row.bytes))
 }
 

@@ -124,7 +124,7 @@ fn empty_single_and_many_records() {
 #[test]
 fn eight_mib_records_cross_many_blocks() {
     let big: Vec<u8> = (0..8usize << 20)
-        .map(|i| (i * 2654435761usize >> 13) as u8)
+        .map(|i| ((i * 2654435761usize) >> 13) as u8)
         .collect();
     let recs = vec![b"a".to_vec(), big.clone(), Vec::new(), big];
     for options in [

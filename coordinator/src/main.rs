@@ -1,0 +1,14 @@
+//! `coordinator`: runs the preprocessing job. Not implemented yet; exits with status 2.
+
+fn main() {
+    if std::env::args().skip(1).any(|a| a == "--help" || a == "-h") {
+        println!(
+            "coordinator — runs the probeflow preprocessing job (`coordinator run jobs/x.toml`).\n\n\
+             Not implemented yet: the preprocessing job comes with a later release.\n\
+             Today probeflow provides the shard format (probeflow-reader) and the Python package."
+        );
+        return;
+    }
+    eprintln!("coordinator: the preprocessing job is not implemented yet (see README, \"Status\")");
+    std::process::exit(2);
+}
