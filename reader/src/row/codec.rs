@@ -574,6 +574,27 @@ mod tests {
     }
 
     #[test]
+    fn random_bytes_are_errors() {
+        let mut rng = 0x2545_f491_4f6c_dd1du64;
+        for i in 0..5000usize {
+            let len = i % 700;
+            let bytes: Vec<u8> = (0..len)
+                .map(|_| {
+                    rng ^= rng << 13;
+                    rng ^= rng >> 7;
+                    rng ^= rng << 17;
+                    rng as u8
+                })
+                .collect();
+            assert!(decode_row(&bytes).is_err());
+            // With a plausible IPC prefix the parser gets further in.
+            let mut prefixed = vec![0xff, 0xff, 0xff, 0xff, (len / 2) as u8, 0, 0, 0];
+            prefixed.extend_from_slice(&bytes);
+            assert!(decode_row(&prefixed).is_err());
+        }
+    }
+
+    #[test]
     fn damaged_rows_are_errors() {
         let src: IpAddr = "192.0.2.7".parse().unwrap();
         let ms: Vec<_> = (0..50)
