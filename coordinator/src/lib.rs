@@ -1,7 +1,22 @@
-//! probeflow's coordinator: the job spec, planning, task leases and retries, the
-//! journal, the manifest, local and cluster modes (see ARCHITECTURE.md).
+//! probeflow's coordinator: the job file, planning, the coordinator actor (task leases,
+//! retries), the journal and manifest (resume), progress, and local mode.
 //!
-//! Not implemented yet: this crate exists so the workspace has its final shape
-//! (`coordinator → worker → reader`).
+//! * [`spec`]: the job file (`[input]`, `[output]`, `[split]`, `[run]`), validated.
+//! * [`plan`]: input listing and Parquet footers → map tasks; map outputs → reduce tasks.
+//! * [`job`]: the coordinator actor and [`job::run_job`] (local mode).
+//! * [`journal`]: the per-task journal under `<output>/_job/` and `manifest.json`.
+//! * [`synthetic`]: RIPE-Atlas-like demo input.
+//! * [`inspect`], [`status`]: human views of shards and of a job's state.
 
+pub mod error;
+pub mod inspect;
+pub mod job;
+pub mod journal;
+pub mod plan;
+pub mod progress;
+pub mod spec;
+pub mod status;
+pub mod synthetic;
+
+pub use error::{JobError, Result};
 pub use probeflow_worker as worker;

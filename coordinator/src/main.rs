@@ -1,14 +1,137 @@
-//! `coordinator`: runs the preprocessing job. Not implemented yet; exits with status 2.
+//! `coordinator`: runs the probeflow preprocessing job and inspects its output.
+//!
+//! Exit codes: 0 success (or already complete), 1 the job failed, 2 bad usage or job file.
 
-fn main() {
-    if std::env::args().skip(1).any(|a| a == "--help" || a == "-h") {
-        println!(
-            "coordinator — runs the probeflow preprocessing job (`coordinator run jobs/x.toml`).\n\n\
-             Not implemented yet: the preprocessing job comes with a later release.\n\
-             Today probeflow provides the shard format (probeflow-reader) and the Python package."
-        );
-        return;
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+use probeflow_coordinator::job::{run_job, RunOutcome};
+use probeflow_coordinator::spec::JobSpec;
+use probeflow_coordinator::{inspect, status, synthetic, JobError};
+use probeflow_worker::store::StoreUrl;
+
+#[derive(Parser)]
+#[command(
+    name = "coordinator",
+    version,
+    about = "probeflow: ping measurements (Parquet) → per-probe rows in ArrayRecord shards"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run (or resume) the job described by a job file.
+    Run {
+        /// The job file, e.g. jobs/local.toml.
+        job: PathBuf,
+    },
+    /// Print the state of a running or finished job.
+    Status {
+        /// The job's [output] url.
+        output: String,
+    },
+    /// Print a shard's facts and one row's first measurements.
+    Inspect {
+        /// An .array_record shard file.
+        shard: PathBuf,
+        /// Which row (default 0).
+        #[arg(long)]
+        row: Option<u64>,
+        /// How many measurements to show.
+        #[arg(long, default_value_t = 10)]
+        limit: usize,
+    },
+    /// Write RIPE-Atlas-like demo Parquet files.
+    Generate {
+        /// Number of measurement rows.
+        #[arg(long)]
+        rows: u64,
+        /// Output directory (local path or s3:// URL).
+        #[arg(long)]
+        out: String,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+    },
+}
+
+fn exit_code(e: &JobError) -> ExitCode {
+    match e {
+        JobError::Spec { .. } | JobError::Conflict(_) => ExitCode::from(2),
+        _ => ExitCode::from(1),
     }
-    eprintln!("coordinator: the preprocessing job is not implemented yet (see README, \"Status\")");
-    std::process::exit(2);
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let cli = Cli::parse();
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(r) => r,
+        Err(e) => {
+            eprintln!("coordinator: cannot start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    let result: Result<(), JobError> = runtime.block_on(async {
+        match cli.command {
+            Command::Run { job } => {
+                let spec = JobSpec::load(&job)?;
+                match run_job(&spec).await? {
+                    RunOutcome::AlreadyComplete(t) => {
+                        println!(
+                            "{}: already complete ({} rows from {} input rows); nothing to do",
+                            spec.output.url, t.rows, t.input_rows
+                        );
+                    }
+                    RunOutcome::Completed { totals: t, tasks_run, tasks_resumed } => {
+                        println!(
+                            "{}: done. {} input rows → {} kept, {} rejected; {} rows from {} sources, {:.1} MB \
+                             ({tasks_run} tasks run, {tasks_resumed} resumed from the journal)",
+                            spec.output.url,
+                            t.input_rows,
+                            t.kept_measurements,
+                            t.rejected_rows,
+                            t.rows,
+                            t.sources,
+                            t.bytes as f64 / 1e6
+                        );
+                    }
+                }
+                Ok(())
+            }
+            Command::Status { output } => {
+                print!("{}", status::status(&output).await?);
+                Ok(())
+            }
+            Command::Inspect { shard, row, limit } => {
+                print!("{}", inspect::inspect(&shard, row, limit)?);
+                Ok(())
+            }
+            Command::Generate { rows, out, seed } => {
+                let dir = StoreUrl::parse(&out)?;
+                let files = synthetic::generate(rows, seed, &dir).await?;
+                println!("wrote {rows} rows in {} files under {}", files.len(), dir.url);
+                Ok(())
+            }
+        }
+    });
+    match result {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("coordinator: error: {e}");
+            exit_code(&e)
+        }
+    }
 }

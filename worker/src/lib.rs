@@ -1,8 +1,35 @@
-//! probeflow's worker: the map and reduce task bodies of the preprocessing job and
-//! the worker actor that runs them (see ARCHITECTURE.md, "The job, step by step").
+//! probeflow's worker: the task bodies of the preprocessing job and the worker actor.
 //!
-//! Not implemented yet: this crate exists so the workspace has its final shape
-//! (`coordinator → worker → reader`). The shard format it will write lives in
-//! `probeflow_reader::array_record` and `probeflow_reader::row`.
+//! * [`protocol`]: tasks, results and the messages between coordinator and workers.
+//! * [`map`]: scan a split of an input Parquet file → [`validate`] every row →
+//!   partition by source → one [`shuffle`] file (+ rejects).
+//! * [`reduce`]: gather a partition → DataFusion sort (memory-bounded, spilling) →
+//!   rows per source (`RowBuilder`) → `train`/`test` ArrayRecord shards.
+//! * [`store`]: object-store locations (local, `file://`, `s3://`).
+//! * [`actor`]: the worker actor that pulls tasks from the coordinator and runs them.
 
+pub mod actor;
+pub mod error;
+pub mod map;
+pub mod parquet_source;
+pub mod protocol;
+pub mod reduce;
+pub mod shuffle;
+pub mod store;
+pub mod validate;
+
+pub use error::{Result, WorkerError};
 pub use probeflow_reader as reader;
+pub use reduce::WorkerConfig;
+
+use protocol::{Assignment, TaskOutput, TaskSpec};
+
+/// Runs one leased task.
+pub async fn run_task(assignment: &Assignment, config: &WorkerConfig) -> Result<TaskOutput> {
+    match &assignment.task {
+        TaskSpec::Map(m) => map::run_map(m, &assignment.job).await.map(TaskOutput::Map),
+        TaskSpec::Reduce(r) => reduce::run_reduce(r, &assignment.job, config, assignment.attempt)
+            .await
+            .map(TaskOutput::Reduce),
+    }
+}

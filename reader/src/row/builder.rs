@@ -9,6 +9,7 @@
 //! a pure function of the input, never splitting a measurement.
 
 use std::net::IpAddr;
+use std::sync::OnceLock;
 
 use super::addr::ip_version;
 use super::codec::{encode_columns, Columns, Measurement, Row, RowMeta};
@@ -21,6 +22,31 @@ pub const DEFAULT_MAX_ROW_BYTES: usize = 8 << 20;
 /// Four body buffers can be non-empty (time, address, RTT, RTT validity); each is
 /// padded to 64 bytes.
 const ALIGNMENT_SLACK: usize = 4 * 63;
+
+/// The encoded size of an empty row whose metadata values are all at their longest
+/// (the longest address text of the family, 20-digit numbers): computed once per family.
+fn fixed_overhead(width: usize) -> Result<usize> {
+    static OVERHEAD: [OnceLock<usize>; 2] = [OnceLock::new(), OnceLock::new()];
+    let slot = &OVERHEAD[usize::from(width == 16)];
+    if let Some(v) = slot.get() {
+        return Ok(*v);
+    }
+    let longest_addr = if width == 4 {
+        IpAddr::from([255u8, 255, 255, 255])
+    } else {
+        IpAddr::from([0xffffu16; 8])
+    };
+    let longest = RowMeta {
+        src_addr: longest_addr,
+        src_id: u64::MAX,
+        part: u32::MAX,
+        first_time: u64::MAX,
+        last_time: u64::MAX,
+        n_measurements: u64::MAX,
+    };
+    let v = encode_columns(&longest, &Columns::default())?.len();
+    Ok(*slot.get_or_init(|| v))
+}
 
 /// Cuts one source's measurements into rows of at most `max_row_bytes`.
 #[derive(Debug)]
@@ -40,15 +66,7 @@ impl RowBuilder {
     /// A builder for `src_addr` (canonical form, see [`super::addr`]).
     pub fn new(src_addr: IpAddr, max_row_bytes: usize) -> Result<Self> {
         let width = if ip_version(&src_addr) == 4 { 4 } else { 16 };
-        let longest = RowMeta {
-            src_addr,
-            src_id: u64::MAX,
-            part: u32::MAX,
-            first_time: u64::MAX,
-            last_time: u64::MAX,
-            n_measurements: u64::MAX,
-        };
-        let overhead = encode_columns(&longest, &Columns::default())?.len();
+        let overhead = fixed_overhead(width)?;
         let bound = |n: usize| overhead + n * (10 + width) + n.div_ceil(8) + ALIGNMENT_SLACK;
         let avail = max_row_bytes.saturating_sub(overhead + ALIGNMENT_SLACK);
         let mut capacity = avail * 8 / (8 * (10 + width) + 1);

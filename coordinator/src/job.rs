@@ -1,0 +1,550 @@
+//! Running a job: the coordinator actor (task queue, leases, retries, journal) and the
+//! local-mode driver that plans or resumes the job and spawns worker actors in-process.
+//!
+//! ```text
+//! run_job ─ plan or resume ─► CoordinatorActor ◄─ RequestTask/Heartbeat/Finished ─ WorkerActor × N
+//!                                  │ journal entry after every task
+//!                                  └─ all maps done → reduce tasks; all reduces done → manifest, _SUCCESS
+//! ```
+//!
+//! A task is leased to one worker with a deadline; heartbeats extend it; an expired
+//! lease puts the task back in the queue. Results are fenced by `(task, attempt)`: only
+//! the attempt that holds the lease is accepted, so a late duplicate changes nothing
+//! (and every attempt writes the same bytes anyway).
+
+use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::time::{Duration, Instant};
+
+use probeflow_worker::actor::{CoordinatorMsg, TaskReply, WorkerActor, WorkerArgs};
+use probeflow_worker::protocol::{
+    Assignment, JobContext, MapOutput, ReduceOutput, TaskId, TaskOutput, TaskSpec,
+};
+use probeflow_worker::store::StoreUrl;
+use probeflow_worker::WorkerConfig;
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+use tokio::sync::oneshot;
+
+use crate::error::{JobError, Result};
+use crate::journal::{self, InputFile, JobRecord, Journal, Manifest, TaskRecord, Totals};
+use crate::plan;
+use crate::progress::Progress;
+use crate::spec::{JobSpec, Mode};
+
+/// What a run did.
+#[derive(Debug, Clone, PartialEq)]
+pub enum RunOutcome {
+    /// The output was already complete; nothing ran.
+    AlreadyComplete(Totals),
+    /// The job ran (or resumed) to completion.
+    Completed {
+        totals: Totals,
+        tasks_run: u64,
+        tasks_resumed: u64,
+    },
+}
+
+struct Lease {
+    worker: String,
+    attempt: u32,
+    deadline: Instant,
+    spec: TaskSpec,
+}
+
+enum Phase {
+    Map,
+    Reduce,
+    Finished,
+}
+
+pub struct CoordinatorState {
+    job: JobContext,
+    output: StoreUrl,
+    record: JobRecord,
+    max_attempts: u32,
+    lease: Duration,
+    pending: VecDeque<TaskSpec>,
+    leases: HashMap<TaskId, Lease>,
+    attempts: HashMap<TaskId, u32>,
+    maps: BTreeMap<usize, MapOutput>,
+    reduces: BTreeMap<u32, ReduceOutput>,
+    phase: Phase,
+    done: Option<oneshot::Sender<Result<u64>>>,
+    tasks_run: u64,
+    progress: Progress,
+}
+
+pub struct CoordinatorActor;
+
+impl CoordinatorState {
+    fn finish(&mut self, result: Result<u64>) {
+        self.phase = Phase::Finished;
+        self.pending.clear();
+        self.leases.clear();
+        if let Some(tx) = self.done.take() {
+            let _ = tx.send(result);
+        }
+    }
+
+    fn start_reduces(&mut self) {
+        let maps: Vec<(usize, &MapOutput)> = self.maps.iter().map(|(i, m)| (*i, m)).collect();
+        for task in plan::plan_reduces(self.job.shards, &maps) {
+            if !self.reduces.contains_key(&task.partition) {
+                self.pending.push_back(TaskSpec::Reduce(task));
+            }
+        }
+        self.phase = Phase::Reduce;
+    }
+
+    async fn accept(&mut self, task: TaskId, attempt: u32, output: TaskOutput) -> Result<()> {
+        match (task, output) {
+            (TaskId::Map(i), TaskOutput::Map(m)) => {
+                journal::put_json(
+                    &self.output,
+                    &journal::map_path(i),
+                    &TaskRecord {
+                        attempt,
+                        output: &m,
+                    },
+                )
+                .await?;
+                self.progress.map_done(m.input_rows);
+                self.maps.insert(i, m);
+                if self.maps.len() == self.record.maps.len() {
+                    self.start_reduces();
+                }
+            }
+            (TaskId::Reduce(p), TaskOutput::Reduce(r)) => {
+                journal::put_json(
+                    &self.output,
+                    &journal::reduce_path(p),
+                    &TaskRecord {
+                        attempt,
+                        output: &r,
+                    },
+                )
+                .await?;
+                self.progress
+                    .reduce_done(r.shards.iter().map(|s| s.bytes).sum());
+                self.reduces.insert(p, r);
+                if self.reduces.len() == self.job.shards as usize {
+                    let tasks_run = self.tasks_run;
+                    let result = finalize(
+                        &self.output,
+                        &self.record,
+                        &self.job,
+                        &self.maps,
+                        &self.reduces,
+                    )
+                    .await
+                    .map(|_| tasks_run);
+                    self.progress.finish();
+                    self.finish(result);
+                }
+            }
+            (t, _) => return Err(JobError::Runtime(format!("{t}: result of the wrong kind"))),
+        }
+        Ok(())
+    }
+}
+
+impl Actor for CoordinatorActor {
+    type Msg = CoordinatorMsg;
+    type State = CoordinatorState;
+    type Arguments = CoordinatorState;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        state: CoordinatorState,
+    ) -> std::result::Result<CoordinatorState, ActorProcessingErr> {
+        myself.send_after(Duration::from_millis(500), || CoordinatorMsg::Tick);
+        Ok(state)
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        msg: CoordinatorMsg,
+        s: &mut CoordinatorState,
+    ) -> std::result::Result<(), ActorProcessingErr> {
+        match msg {
+            CoordinatorMsg::RequestTask { worker, reply } => {
+                let answer = match s.phase {
+                    Phase::Finished => TaskReply::Done,
+                    _ => match s.pending.pop_front() {
+                        None => TaskReply::Wait,
+                        Some(spec) => {
+                            let id = spec.id();
+                            let attempt = s.attempts.get(&id).copied().unwrap_or(0) + 1;
+                            s.attempts.insert(id, attempt);
+                            s.tasks_run += 1;
+                            s.leases.insert(
+                                id,
+                                Lease {
+                                    worker: worker.clone(),
+                                    attempt,
+                                    deadline: Instant::now() + s.lease,
+                                    spec: spec.clone(),
+                                },
+                            );
+                            tracing::debug!(%worker, task = %id, attempt, "leased");
+                            TaskReply::Task(Box::new(Assignment {
+                                task: spec,
+                                attempt,
+                                job: s.job.clone(),
+                            }))
+                        }
+                    },
+                };
+                let _ = reply.send(answer);
+            }
+            CoordinatorMsg::Heartbeat {
+                worker,
+                task,
+                attempt,
+            } => {
+                if let Some(lease) = s.leases.get_mut(&task) {
+                    if lease.attempt == attempt && lease.worker == worker {
+                        lease.deadline = Instant::now() + s.lease;
+                    }
+                }
+            }
+            CoordinatorMsg::Finished {
+                worker,
+                task,
+                attempt,
+                result,
+            } => {
+                let holds = s
+                    .leases
+                    .get(&task)
+                    .is_some_and(|l| l.attempt == attempt && l.worker == worker);
+                if !holds {
+                    tracing::info!(%worker, %task, attempt, "late or duplicate result refused");
+                    return Ok(());
+                }
+                let lease = s.leases.remove(&task);
+                match result {
+                    Ok(output) => {
+                        if let Err(e) = s.accept(task, attempt, output).await {
+                            s.finish(Err(e));
+                        }
+                    }
+                    Err(error) => {
+                        tracing::warn!(%worker, %task, attempt, %error, "task failed");
+                        if attempt >= s.max_attempts {
+                            s.finish(Err(JobError::TaskFailed {
+                                task: task.to_string(),
+                                attempts: attempt,
+                                error,
+                            }));
+                        } else if let Some(lease) = lease {
+                            s.pending.push_front(lease.spec);
+                        }
+                    }
+                }
+            }
+            CoordinatorMsg::Tick => {
+                let now = Instant::now();
+                let expired: Vec<TaskId> = s
+                    .leases
+                    .iter()
+                    .filter(|(_, l)| l.deadline < now)
+                    .map(|(id, _)| *id)
+                    .collect();
+                for id in expired {
+                    if let Some(lease) = s.leases.remove(&id) {
+                        tracing::warn!(worker = %lease.worker, task = %id, attempt = lease.attempt, "lease expired; re-queued");
+                        if lease.attempt >= s.max_attempts {
+                            s.finish(Err(JobError::TaskFailed {
+                                task: id.to_string(),
+                                attempts: lease.attempt,
+                                error: "lease expired (worker silent)".into(),
+                            }));
+                            break;
+                        }
+                        s.pending.push_front(lease.spec);
+                    }
+                }
+                s.progress.tick();
+                if !matches!(s.phase, Phase::Finished) {
+                    myself.send_after(Duration::from_millis(500), || CoordinatorMsg::Tick);
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Writes the manifest and `_SUCCESS`, and removes the shuffle files.
+async fn finalize(
+    output: &StoreUrl,
+    record: &JobRecord,
+    job: &JobContext,
+    maps: &BTreeMap<usize, MapOutput>,
+    reduces: &BTreeMap<u32, ReduceOutput>,
+) -> Result<Totals> {
+    let mut totals = Totals::default();
+    let mut rejects = Vec::new();
+    for m in maps.values() {
+        totals.input_rows += m.input_rows;
+        totals.kept_measurements += m.kept_rows;
+        for (reason, n) in &m.rejected {
+            totals.rejected_rows += n;
+            *totals.rejected_by_reason.entry(reason.clone()).or_default() += n;
+        }
+        rejects.extend(m.rejects_file.clone());
+    }
+    let mut shards = Vec::new();
+    let mut written_measurements = 0;
+    for r in reduces.values() {
+        for s in &r.shards {
+            totals.rows += s.rows;
+            totals.sources += s.sources;
+            totals.bytes += s.bytes;
+            written_measurements += s.measurements;
+            shards.push(s.clone());
+        }
+    }
+    if totals.input_rows != totals.kept_measurements + totals.rejected_rows {
+        return Err(JobError::Runtime(format!(
+            "inconsistent counts: {} input rows but {} kept + {} rejected",
+            totals.input_rows, totals.kept_measurements, totals.rejected_rows
+        )));
+    }
+    if written_measurements != totals.kept_measurements {
+        return Err(JobError::Runtime(format!(
+            "data loss check failed: {} measurements kept by maps but {} written to shards",
+            totals.kept_measurements, written_measurements
+        )));
+    }
+    shards.sort_by(|a, b| (a.split.as_str(), a.partition).cmp(&(b.split.as_str(), b.partition)));
+    let manifest = Manifest {
+        manifest_version: journal::MANIFEST_VERSION,
+        job_fingerprint: record.fingerprint.clone(),
+        row_format_version: probeflow_reader::row::codec::ROW_FORMAT_VERSION.to_string(),
+        tokenizer_version: journal::TOKENIZER_VERSION.to_string(),
+        partition_function: journal::PARTITION_FUNCTION.to_string(),
+        split_function: journal::SPLIT_FUNCTION.to_string(),
+        shards_per_split: job.shards,
+        split_seed: job.split_seed,
+        test_fraction: job.test_fraction,
+        max_row_bytes: job.max_row_bytes,
+        array_record_options: job.array_record_options.clone(),
+        inputs: record.inputs.clone(),
+        shards,
+        rejects,
+        totals: totals.clone(),
+    };
+    journal::put_json(output, "manifest.json", &manifest).await?;
+    output.put(&output.child("_SUCCESS"), Vec::new()).await?;
+    output.delete_prefix("_job/shuffle").await?;
+    Ok(totals)
+}
+
+/// Reads a finished job's manifest.
+pub async fn read_manifest(output: &StoreUrl) -> Result<Option<Manifest>> {
+    match output.get_opt(&output.child("manifest.json")).await? {
+        None => Ok(None),
+        Some(bytes) => serde_json::from_slice(&bytes)
+            .map(Some)
+            .map_err(|e| JobError::Journal {
+                path: output.display(&output.child("manifest.json")),
+                what: e.to_string(),
+            }),
+    }
+}
+
+/// Plans (or resumes) and runs a job in local mode.
+pub async fn run_job(spec: &JobSpec) -> Result<RunOutcome> {
+    if spec.run.mode == Mode::Cluster {
+        return Err(JobError::Runtime(
+            "[run] mode = \"cluster\" is not implemented yet; use mode = \"local\"".into(),
+        ));
+    }
+    let output = StoreUrl::parse(&spec.output.url)?;
+    let fingerprint = spec.fingerprint();
+
+    if output.exists(&output.child("_SUCCESS")).await? {
+        return match read_manifest(&output).await? {
+            Some(m) if m.job_fingerprint == fingerprint => {
+                Ok(RunOutcome::AlreadyComplete(m.totals))
+            }
+            _ => Err(JobError::Conflict(format!(
+                "{} already holds the output of a different job (fingerprint mismatch); \
+                 choose another [output] url or remove it",
+                output.url
+            ))),
+        };
+    }
+
+    let journal = Journal::load(&output).await?;
+    let record = match journal.job {
+        Some(job) if job.fingerprint != fingerprint => {
+            return Err(JobError::Conflict(format!(
+                "{} holds an unfinished run of a different job file (fingerprint {} vs {}); \
+                 resume it with its own job file, or choose another [output] url",
+                output.url, job.fingerprint, fingerprint
+            )))
+        }
+        Some(job) => {
+            tracing::info!(
+                maps_done = journal.maps.len(),
+                reduces_done = journal.reduces.len(),
+                "resuming from the journal"
+            );
+            job
+        }
+        None => {
+            let url = match (&spec.input.url, &spec.input.synthetic) {
+                (Some(url), _) => url.clone(),
+                (None, Some(s)) => {
+                    let dir = StoreUrl::parse(&format!(
+                        "{}/_job/input",
+                        output.url.trim_end_matches('/')
+                    ))?;
+                    tracing::info!(rows = s.rows, seed = s.seed, dir = %dir.url, "generating demo input");
+                    crate::synthetic::ensure(s.rows, s.seed, &dir).await?;
+                    format!("{}/*.parquet", dir.url)
+                }
+                (None, None) => return Err(JobError::Runtime("no input".into())),
+            };
+            let (inputs, maps) = plan::plan_maps(&url, spec.rows_per_map_task()).await?;
+            let record = JobRecord {
+                version: journal::JOURNAL_VERSION,
+                fingerprint: fingerprint.clone(),
+                spec: serde_json::to_value(spec).map_err(|e| JobError::Runtime(e.to_string()))?,
+                inputs,
+                maps,
+                shards: spec.output.shards,
+            };
+            journal::put_json(&output, journal::job_path(), &record).await?;
+            record
+        }
+    };
+    check_inputs_unchanged(&record.inputs).await?;
+
+    let job = spec.job_context();
+    let resumed = (journal.maps.len() + journal.reduces.len()) as u64;
+    let total_rows: u64 = record.inputs.iter().map(|f| f.rows).sum();
+    let progress = Progress::new(record.maps.len() as u64, u64::from(job.shards), total_rows);
+    progress.resume(
+        journal.maps.values().map(|m| m.output.input_rows).sum(),
+        journal.maps.len() as u64,
+        journal.reduces.len() as u64,
+    );
+    let mut state = CoordinatorState {
+        job: job.clone(),
+        output: output.clone(),
+        max_attempts: spec.run.max_attempts,
+        lease: Duration::from_secs(spec.run.lease_seconds),
+        pending: VecDeque::new(),
+        leases: HashMap::new(),
+        attempts: HashMap::new(),
+        maps: journal
+            .maps
+            .into_iter()
+            .map(|(i, r)| (i, r.output))
+            .collect(),
+        reduces: journal
+            .reduces
+            .into_iter()
+            .map(|(p, r)| (p, r.output))
+            .collect(),
+        phase: Phase::Map,
+        done: None,
+        tasks_run: 0,
+        progress,
+        record: record.clone(),
+    };
+    for m in &record.maps {
+        if !state.maps.contains_key(&m.index) {
+            state.pending.push_back(TaskSpec::Map(m.clone()));
+        }
+    }
+    if state.maps.len() == record.maps.len() {
+        state.start_reduces();
+    }
+    let (tx, rx) = oneshot::channel();
+    state.done = Some(tx);
+    let nothing_left = state.pending.is_empty() && state.reduces.len() == job.shards as usize;
+    if nothing_left {
+        // Crashed after the last reduce but before the manifest.
+        let totals = finalize(&output, &record, &job, &state.maps, &state.reduces).await?;
+        return Ok(RunOutcome::Completed {
+            totals,
+            tasks_run: 0,
+            tasks_resumed: resumed,
+        });
+    }
+
+    let (coordinator, coordinator_handle) = Actor::spawn(None, CoordinatorActor, state)
+        .await
+        .map_err(|e| JobError::Runtime(format!("cannot start the coordinator actor: {e}")))?;
+    let memory = spec.memory_bytes() as usize;
+    let mut handles = Vec::new();
+    let mut workers = Vec::new();
+    for w in 0..spec.run.workers {
+        let args = WorkerArgs {
+            name: format!("local-worker-{w}"),
+            coordinator: coordinator.clone(),
+            config: WorkerConfig {
+                scratch: spec.run.scratch.join(format!("worker-{w}")),
+                memory_bytes: memory,
+            },
+            heartbeat: Duration::from_secs(spec.run.lease_seconds.div_ceil(4).max(1)),
+            request_timeout: Duration::from_secs(60),
+        };
+        let (worker, h) = Actor::spawn(None, WorkerActor, args)
+            .await
+            .map_err(|e| JobError::Runtime(format!("cannot start a worker actor: {e}")))?;
+        workers.push(worker);
+        handles.push(h);
+    }
+    let result = rx
+        .await
+        .map_err(|_| JobError::Runtime("the coordinator actor stopped unexpectedly".into()));
+    if !matches!(result, Ok(Ok(_))) {
+        // Failed: stop the workers now rather than letting running tasks finish.
+        for w in &workers {
+            w.stop(None);
+        }
+    }
+    // On success every worker stops when it is told there is nothing left.
+    for h in handles {
+        let _ = h.await;
+    }
+    coordinator.stop(None);
+    let _ = coordinator_handle.await;
+    let result = result?;
+    let tasks_run = result?;
+    let totals = read_manifest(&output)
+        .await?
+        .map(|m| m.totals)
+        .unwrap_or_default();
+    Ok(RunOutcome::Completed {
+        totals,
+        tasks_run,
+        tasks_resumed: resumed,
+    })
+}
+
+/// Refuses to resume if an input file changed since it was planned.
+async fn check_inputs_unchanged(inputs: &[InputFile]) -> Result<()> {
+    for f in inputs {
+        let loc = StoreUrl::parse(&f.url)?;
+        let meta = object_store::ObjectStoreExt::head(loc.store.as_ref(), &loc.root)
+            .await
+            .map_err(|e| probeflow_worker::WorkerError::Store {
+                location: f.url.clone(),
+                source: e,
+            })?;
+        if meta.size != f.size || meta.e_tag != f.etag {
+            return Err(JobError::Conflict(format!(
+                "{} changed since the job was planned (size/etag); start a new output",
+                f.url
+            )));
+        }
+    }
+    Ok(())
+}

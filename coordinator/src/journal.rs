@@ -1,0 +1,147 @@
+//! The job's journal and manifest: what makes a job resumable and its output usable.
+//!
+//! The journal lives under `<output>/_job/journal/` as one object per event, written
+//! with atomic puts (object stores cannot append):
+//!
+//! * `job.json` — the job's fingerprint, its input files and its plan (map tasks);
+//! * `map-NNNNN.json`, `reduce-NNNNN.json` — a finished task's winning attempt and result.
+//!
+//! A restarted coordinator reads it back ([`Journal::load`]) and redoes only what is
+//! missing. When every reduce is done the coordinator writes `manifest.json`, then
+//! `_SUCCESS`.
+
+use std::collections::BTreeMap;
+
+use probeflow_worker::protocol::{MapOutput, MapTask, ReduceOutput, ShardInfo};
+use probeflow_worker::store::StoreUrl;
+use serde::{de::DeserializeOwned, Deserialize, Serialize};
+
+use crate::error::{JobError, Result};
+
+pub const JOURNAL_VERSION: u32 = 1;
+pub const MANIFEST_VERSION: u32 = 1;
+/// The tokenizer (vocabulary of 267) the rows are made for.
+pub const TOKENIZER_VERSION: &str = "1";
+
+/// One input file as planned.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InputFile {
+    pub url: String,
+    pub size: u64,
+    pub etag: Option<String>,
+    pub last_modified: String,
+    pub rows: u64,
+}
+
+/// `job.json`: written once, when the job is planned.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobRecord {
+    pub version: u32,
+    pub fingerprint: String,
+    pub spec: serde_json::Value,
+    pub inputs: Vec<InputFile>,
+    pub maps: Vec<MapTask>,
+    pub shards: u32,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskRecord<T> {
+    pub attempt: u32,
+    pub output: T,
+}
+
+/// Everything the journal holds.
+#[derive(Debug, Default)]
+pub struct Journal {
+    pub job: Option<JobRecord>,
+    pub maps: BTreeMap<usize, TaskRecord<MapOutput>>,
+    pub reduces: BTreeMap<u32, TaskRecord<ReduceOutput>>,
+}
+
+pub fn job_path() -> &'static str {
+    "_job/journal/job.json"
+}
+
+pub fn map_path(index: usize) -> String {
+    format!("_job/journal/map-{index:05}.json")
+}
+
+pub fn reduce_path(partition: u32) -> String {
+    format!("_job/journal/reduce-{partition:05}.json")
+}
+
+fn decode<T: DeserializeOwned>(out: &StoreUrl, rel: &str, bytes: &[u8]) -> Result<T> {
+    serde_json::from_slice(bytes).map_err(|e| JobError::Journal {
+        path: out.display(&out.child(rel)),
+        what: e.to_string(),
+    })
+}
+
+pub async fn put_json<T: Serialize>(out: &StoreUrl, rel: &str, value: &T) -> Result<()> {
+    let bytes = serde_json::to_vec_pretty(value).map_err(|e| JobError::Runtime(e.to_string()))?;
+    out.put(&out.child(rel), bytes).await?;
+    Ok(())
+}
+
+impl Journal {
+    pub async fn load(out: &StoreUrl) -> Result<Journal> {
+        let mut j = Journal::default();
+        if let Some(bytes) = out.get_opt(&out.child(job_path())).await? {
+            j.job = Some(decode(out, job_path(), &bytes)?);
+        }
+        for meta in out.list("_job/journal").await? {
+            let name = meta.location.filename().unwrap_or_default().to_string();
+            let rel = format!("_job/journal/{name}");
+            let number = |prefix: &str| {
+                name.strip_prefix(prefix)
+                    .and_then(|r| r.strip_suffix(".json"))
+                    .and_then(|n| n.parse::<u64>().ok())
+            };
+            if let Some(i) = number("map-") {
+                let bytes = out.get_opt(&meta.location).await?.unwrap_or_default();
+                j.maps.insert(i as usize, decode(out, &rel, &bytes)?);
+            } else if let Some(p) = number("reduce-") {
+                let bytes = out.get_opt(&meta.location).await?.unwrap_or_default();
+                j.reduces.insert(p as u32, decode(out, &rel, &bytes)?);
+            }
+        }
+        Ok(j)
+    }
+}
+
+/// Row counts over the whole job.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Totals {
+    pub input_rows: u64,
+    pub kept_measurements: u64,
+    pub rejected_rows: u64,
+    pub rejected_by_reason: BTreeMap<String, u64>,
+    pub rows: u64,
+    pub sources: u64,
+    pub bytes: u64,
+}
+
+/// `manifest.json`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Manifest {
+    pub manifest_version: u32,
+    pub job_fingerprint: String,
+    pub row_format_version: String,
+    pub tokenizer_version: String,
+    pub partition_function: String,
+    pub split_function: String,
+    pub shards_per_split: u32,
+    pub split_seed: u64,
+    pub test_fraction: f64,
+    pub max_row_bytes: usize,
+    pub array_record_options: String,
+    pub inputs: Vec<InputFile>,
+    pub shards: Vec<ShardInfo>,
+    pub rejects: Vec<String>,
+    pub totals: Totals,
+}
+
+pub const PARTITION_FUNCTION: &str =
+    "u64_le(blake3(canonical src_addr text)[0..8]) % shards_per_split";
+pub const SPLIT_FUNCTION: &str =
+    "test if u64_le(blake3(u64_le(split_seed) || canonical src_addr text)[0..8]) % 1000000 < test_fraction * 1000000, else train";

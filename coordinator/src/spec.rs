@@ -1,0 +1,364 @@
+//! The job file (TOML): what to read, what to write, how to split, how to run.
+//!
+//! Unknown keys are errors (with line and column). Relative local paths are relative
+//! to the current directory. The *fingerprint* hashes everything that determines the
+//! output bytes (input, output layout, split), not how the job runs (`[run]`), so a job
+//! can resume with a different number of workers.
+
+use std::path::{Path, PathBuf};
+
+use probeflow_reader::array_record::WriterOptions;
+use probeflow_worker::protocol::{InputColumns, JobContext};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{JobError, Result};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JobSpec {
+    pub input: InputSpec,
+    pub output: OutputSpec,
+    #[serde(default)]
+    pub split: SplitSpec,
+    #[serde(default)]
+    pub run: RunSpec,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InputSpec {
+    /// Local path or glob, `file://`, or `s3://bucket/prefix/*.parquet`.
+    pub url: Option<String>,
+    /// Instead of `url`: generate demo data first (into `<output>/_job/input/`).
+    pub synthetic: Option<SyntheticSpec>,
+    #[serde(default)]
+    pub columns: InputColumns,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SyntheticSpec {
+    pub rows: u64,
+    #[serde(default = "one")]
+    pub seed: u64,
+}
+
+fn one() -> u64 {
+    1
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OutputSpec {
+    pub url: String,
+    #[serde(default = "default_shards")]
+    pub shards: u32,
+    #[serde(default = "default_max_row_bytes")]
+    pub max_row_bytes: usize,
+    #[serde(default = "default_options")]
+    pub array_record_options: String,
+}
+
+fn default_shards() -> u32 {
+    64
+}
+fn default_max_row_bytes() -> usize {
+    probeflow_reader::row::DEFAULT_MAX_ROW_BYTES
+}
+fn default_options() -> String {
+    "group_size:1,zstd:3".into()
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SplitSpec {
+    #[serde(default = "default_fraction")]
+    pub test_fraction: f64,
+    #[serde(default = "default_split_seed")]
+    pub seed: u64,
+}
+
+fn default_fraction() -> f64 {
+    0.1
+}
+fn default_split_seed() -> u64 {
+    17
+}
+
+impl Default for SplitSpec {
+    fn default() -> Self {
+        SplitSpec {
+            test_fraction: default_fraction(),
+            seed: default_split_seed(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Mode {
+    Local,
+    Cluster,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RunSpec {
+    #[serde(default = "default_mode")]
+    pub mode: Mode,
+    #[serde(default = "default_workers")]
+    pub workers: usize,
+    #[serde(default = "default_memory")]
+    pub memory_per_worker: String,
+    #[serde(default = "default_scratch")]
+    pub scratch: PathBuf,
+    /// Attempts per task before the job fails.
+    #[serde(default = "default_attempts")]
+    pub max_attempts: u32,
+    /// A task's lease; heartbeats renew it every quarter.
+    #[serde(default = "default_lease")]
+    pub lease_seconds: u64,
+    /// Rows per map task (default: from `memory_per_worker`).
+    pub rows_per_map_task: Option<u64>,
+}
+
+fn default_mode() -> Mode {
+    Mode::Local
+}
+fn default_workers() -> usize {
+    2
+}
+fn default_memory() -> String {
+    "2GiB".into()
+}
+fn default_scratch() -> PathBuf {
+    std::env::temp_dir().join("probeflow")
+}
+fn default_attempts() -> u32 {
+    3
+}
+fn default_lease() -> u64 {
+    60
+}
+
+impl Default for RunSpec {
+    fn default() -> Self {
+        RunSpec {
+            mode: default_mode(),
+            workers: default_workers(),
+            memory_per_worker: default_memory(),
+            scratch: default_scratch(),
+            max_attempts: default_attempts(),
+            lease_seconds: default_lease(),
+            rows_per_map_task: None,
+        }
+    }
+}
+
+/// Parses `2GiB`, `512MiB`, `1.5GB`, `100000` (bytes).
+pub fn parse_bytes(text: &str) -> Option<u64> {
+    let t = text.trim();
+    let split = t
+        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
+        .unwrap_or(t.len());
+    let (num, unit) = t.split_at(split);
+    let n: f64 = num.parse().ok()?;
+    let mult: f64 = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 1.0,
+        "k" | "kb" => 1e3,
+        "m" | "mb" => 1e6,
+        "g" | "gb" => 1e9,
+        "t" | "tb" => 1e12,
+        "kib" => 1024.0,
+        "mib" => 1024.0 * 1024.0,
+        "gib" => 1024.0 * 1024.0 * 1024.0,
+        "tib" => 1024f64.powi(4),
+        _ => return None,
+    };
+    let v = n * mult;
+    (v.is_finite() && v >= 0.0).then_some(v as u64)
+}
+
+impl JobSpec {
+    /// Reads and validates a job file.
+    pub fn load(path: &Path) -> Result<JobSpec> {
+        let file = path.display().to_string();
+        let text = std::fs::read_to_string(path).map_err(|e| JobError::Spec {
+            file: file.clone(),
+            what: e.to_string(),
+        })?;
+        Self::parse(&text, &file)
+    }
+
+    pub fn parse(text: &str, file: &str) -> Result<JobSpec> {
+        let spec: JobSpec = toml::from_str(text).map_err(|e| JobError::Spec {
+            file: file.to_string(),
+            what: e.to_string().trim_end().to_string(),
+        })?;
+        spec.validate().map_err(|what| JobError::Spec {
+            file: file.to_string(),
+            what,
+        })?;
+        Ok(spec)
+    }
+
+    fn validate(&self) -> std::result::Result<(), String> {
+        match (&self.input.url, &self.input.synthetic) {
+            (Some(_), Some(_)) => {
+                return Err("[input]: give either url or synthetic, not both".into())
+            }
+            (None, None) => {
+                return Err("[input]: url (or synthetic = { rows = N }) is required".into())
+            }
+            (_, Some(s)) if s.rows == 0 => {
+                return Err("[input] synthetic.rows must be at least 1".into())
+            }
+            _ => {}
+        }
+        if self.output.url.is_empty() {
+            return Err("[output] url is empty".into());
+        }
+        if !(1..=99_999).contains(&self.output.shards) {
+            return Err(format!(
+                "[output] shards must be 1..=99999, got {}",
+                self.output.shards
+            ));
+        }
+        if self.output.max_row_bytes < 4096 {
+            return Err(format!(
+                "[output] max_row_bytes must be at least 4096, got {}",
+                self.output.max_row_bytes
+            ));
+        }
+        self.output
+            .array_record_options
+            .parse::<WriterOptions>()
+            .map_err(|e| format!("[output] array_record_options: {e}"))?;
+        if !(0.0..=1.0).contains(&self.split.test_fraction) {
+            return Err(format!(
+                "[split] test_fraction must be between 0 and 1, got {}",
+                self.split.test_fraction
+            ));
+        }
+        if self.run.workers == 0 {
+            return Err("[run] workers must be at least 1".into());
+        }
+        if self.run.max_attempts == 0 {
+            return Err("[run] max_attempts must be at least 1".into());
+        }
+        if self.run.lease_seconds == 0 {
+            return Err("[run] lease_seconds must be at least 1".into());
+        }
+        match parse_bytes(&self.run.memory_per_worker) {
+            Some(b) if b >= 64 << 20 => {}
+            Some(_) => return Err("[run] memory_per_worker must be at least 64MiB".into()),
+            None => {
+                return Err(format!(
+                    "[run] memory_per_worker {:?} is not a size like \"2GiB\"",
+                    self.run.memory_per_worker
+                ))
+            }
+        }
+        Ok(())
+    }
+
+    pub fn memory_bytes(&self) -> u64 {
+        parse_bytes(&self.run.memory_per_worker).unwrap_or(2 << 30)
+    }
+
+    /// Rows per map task: a tenth of a worker's memory at ~100 bytes a row, 100k–4M.
+    pub fn rows_per_map_task(&self) -> u64 {
+        self.run
+            .rows_per_map_task
+            .unwrap_or_else(|| (self.memory_bytes() / 1000).clamp(100_000, 4_000_000))
+            .max(1)
+    }
+
+    /// blake3 of what determines the output bytes.
+    pub fn fingerprint(&self) -> String {
+        let canonical = serde_json::json!({
+            "input": self.input,
+            "output": self.output,
+            "split": self.split,
+            "row_format": probeflow_reader::row::codec::ROW_FORMAT_VERSION,
+        });
+        blake3::hash(canonical.to_string().as_bytes())
+            .to_hex()
+            .to_string()
+    }
+
+    pub fn job_context(&self) -> JobContext {
+        JobContext {
+            output: self.output.url.clone(),
+            shards: self.output.shards,
+            max_row_bytes: self.output.max_row_bytes,
+            array_record_options: self.output.array_record_options.clone(),
+            split_seed: self.split.seed,
+            test_fraction: self.split.test_fraction,
+            columns: self.input.columns.clone(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const FULL: &str = r#"
+[input]
+url = "data/measurements/*.parquet"
+[output]
+url = "out/probe_rows"
+shards = 64
+max_row_bytes = 8388608
+array_record_options = "group_size:1,zstd:3"
+[split]
+test_fraction = 0.1
+seed = 17
+[run]
+mode = "local"
+workers = 2
+memory_per_worker = "2GiB"
+scratch = "/tmp/probeflow"
+"#;
+
+    #[test]
+    fn the_documented_example_parses() {
+        let spec = JobSpec::parse(FULL, "x.toml").unwrap();
+        assert_eq!(spec.output.shards, 64);
+        assert_eq!(spec.memory_bytes(), 2 << 30);
+        assert_eq!(spec.input.columns, InputColumns::default());
+    }
+
+    #[test]
+    fn unknown_keys_are_errors_with_positions() {
+        let bad = FULL.replace("shards = 64", "shards = 64\nshard_count = 3");
+        let err = JobSpec::parse(&bad, "x.toml").unwrap_err().to_string();
+        assert!(err.contains("shard_count") && err.contains("line"), "{err}");
+        let err = JobSpec::parse(
+            "[input]\nurl='a'\n[output]\nurl='b'\n[run]\nworkers=0\n",
+            "y.toml",
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(err.contains("y.toml") && err.contains("workers"), "{err}");
+    }
+
+    #[test]
+    fn fingerprint_ignores_how_the_job_runs() {
+        let a = JobSpec::parse(FULL, "x").unwrap();
+        let b = JobSpec::parse(&FULL.replace("workers = 2", "workers = 4"), "x").unwrap();
+        let c = JobSpec::parse(&FULL.replace("seed = 17", "seed = 18"), "x").unwrap();
+        assert_eq!(a.fingerprint(), b.fingerprint());
+        assert_ne!(a.fingerprint(), c.fingerprint());
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_bytes("2GiB"), Some(2 << 30));
+        assert_eq!(parse_bytes("512MiB"), Some(512 << 20));
+        assert_eq!(parse_bytes("1.5GB"), Some(1_500_000_000));
+        assert_eq!(parse_bytes("1000"), Some(1000));
+        assert_eq!(parse_bytes("lots"), None);
+    }
+}

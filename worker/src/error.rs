@@ -1,0 +1,61 @@
+//! The worker crate's error type.
+
+/// Result alias for the worker crate.
+pub type Result<T, E = WorkerError> = std::result::Result<T, E>;
+
+/// Errors of map and reduce tasks and of the object-store layer.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerError {
+    /// A URL or path that cannot be used as an object-store location.
+    #[error("bad location {url:?}: {what}")]
+    Url { url: String, what: String },
+
+    /// Reading or writing an object failed.
+    #[error("{location}: {source}")]
+    Store {
+        location: String,
+        #[source]
+        source: object_store::Error,
+    },
+
+    /// An input Parquet file that cannot be read (corrupt, truncated, not Parquet).
+    #[error("{file}: cannot read Parquet: {what}")]
+    Parquet { file: String, what: String },
+
+    /// The input lacks a configured column or has it in an unusable type.
+    #[error("{file}: {what}")]
+    Schema { file: String, what: String },
+
+    /// An intermediate (shuffle) file that does not decode.
+    #[error("{file}: corrupt shuffle data: {what}")]
+    Shuffle { file: String, what: String },
+
+    /// A local scratch-file problem.
+    #[error("{path}: {source}")]
+    Scratch {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// The shard format layer.
+    #[error(transparent)]
+    Format(#[from] probeflow_reader::Error),
+
+    /// DataFusion (sorting).
+    #[error("sort: {0}")]
+    DataFusion(#[from] datafusion::error::DataFusionError),
+
+    /// Arrow (encoding intermediate data).
+    #[error("arrow: {0}")]
+    Arrow(#[from] arrow::error::ArrowError),
+}
+
+impl WorkerError {
+    pub(crate) fn store(location: impl std::fmt::Display, source: object_store::Error) -> Self {
+        WorkerError::Store {
+            location: location.to_string(),
+            source,
+        }
+    }
+}

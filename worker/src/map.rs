@@ -1,0 +1,162 @@
+//! The map task: scan a split of an input file, validate and normalise every row,
+//! partition the valid rows by `partition(src_addr)`, and write one shuffle file (plus a
+//! Parquet file of rejected rows with their reasons).
+//!
+//! The split is a range of the file's row groups, read with a column projection by the
+//! arrow-rs async Parquet reader over `object_store` (range reads: only the projected
+//! column chunks of those row groups are fetched). Memory is bounded by the split size,
+//! which the planner chooses from `memory_per_worker`.
+
+use std::collections::BTreeMap;
+
+use futures::StreamExt;
+use parquet::arrow::{ArrowWriter, ProjectionMask};
+
+use crate::error::{Result, WorkerError};
+use crate::protocol::{JobContext, MapOutput, MapTask, ShuffleSegment};
+use crate::shuffle;
+use crate::store::StoreUrl;
+use crate::validate::{rejects_batch, Normalized, Validator};
+
+/// The shuffle file of map task `index`, relative to the output root.
+pub fn shuffle_path(index: usize) -> String {
+    format!("_job/shuffle/map-{index:05}.arrow")
+}
+
+/// The rejects file of map task `index`, relative to the output root.
+pub fn rejects_path(index: usize) -> String {
+    format!("rejects/part-{index:05}.parquet")
+}
+
+pub async fn run_map(task: &MapTask, job: &JobContext) -> Result<MapOutput> {
+    let output = StoreUrl::parse(&job.output)?;
+    let builder = crate::parquet_source::open(&task.file, task.file_size).await?;
+    let schema = builder.parquet_schema();
+    let wanted = [
+        &job.columns.src_addr,
+        &job.columns.dst_addr,
+        &job.columns.event_time,
+        &job.columns.rtt,
+        &job.columns.ip_version,
+    ];
+    let arrow_schema = builder.schema().clone();
+    let mut roots = Vec::new();
+    for name in wanted {
+        let i = arrow_schema
+            .index_of(name)
+            .map_err(|_| WorkerError::Schema {
+                file: task.file.clone(),
+                what: format!(
+                    "no column {name:?} (columns: {:?})",
+                    arrow_schema
+                        .fields()
+                        .iter()
+                        .map(|f| f.name())
+                        .collect::<Vec<_>>()
+                ),
+            })?;
+        roots.push(i);
+    }
+    let mask = ProjectionMask::roots(schema, roots);
+    let parquet_err = |e: parquet::errors::ParquetError| WorkerError::Parquet {
+        file: task.file.clone(),
+        what: e.to_string(),
+    };
+    let mut stream = builder
+        .with_projection(mask)
+        .with_row_groups(task.row_groups.clone().collect())
+        .with_batch_size(65_536)
+        .build()
+        .map_err(parquet_err)?;
+
+    let mut validator = Validator::new(task.file.clone(), job.columns.clone(), job.shards);
+    let mut by_partition: Vec<Vec<Normalized>> = vec![Vec::new(); job.shards as usize];
+    let mut valid = Vec::new();
+    let mut rejected: BTreeMap<String, u64> = BTreeMap::new();
+    let mut rejects_writer: Option<ArrowWriter<Vec<u8>>> = None;
+    let mut input_rows = 0u64;
+    while let Some(batch) = stream.next().await {
+        let batch = batch.map_err(parquet_err)?;
+        input_rows += batch.num_rows() as u64;
+        valid.clear();
+        let rejects = validator.validate(&batch, &mut valid)?;
+        for n in &valid {
+            by_partition[n.partition as usize].push(*n);
+        }
+        if !rejects.is_empty() {
+            for (_, reason) in &rejects {
+                *rejected.entry(reason.as_str().to_string()).or_default() += 1;
+            }
+            let rb = rejects_batch(&batch, &rejects)?;
+            if rejects_writer.is_none() {
+                rejects_writer =
+                    Some(ArrowWriter::try_new(Vec::new(), rb.schema(), None).map_err(parquet_err)?);
+            }
+            if let Some(w) = rejects_writer.as_mut() {
+                w.write(&rb).map_err(parquet_err)?;
+            }
+        }
+    }
+    if input_rows != task.rows {
+        return Err(WorkerError::Parquet {
+            file: task.file.clone(),
+            what: format!(
+                "row groups {:?} hold {input_rows} rows, the footer said {}",
+                task.row_groups, task.rows
+            ),
+        });
+    }
+
+    // Partitions in order, each a self-contained IPC stream.
+    let mut file = Vec::new();
+    let mut segments = BTreeMap::new();
+    let mut kept_rows = 0u64;
+    for (p, rows) in by_partition.iter().enumerate() {
+        if rows.is_empty() {
+            continue;
+        }
+        let bytes = shuffle::encode_segment(rows)?;
+        segments.insert(
+            p as u32,
+            ShuffleSegment {
+                offset: file.len() as u64,
+                len: bytes.len() as u64,
+                rows: rows.len() as u64,
+            },
+        );
+        kept_rows += rows.len() as u64;
+        file.extend_from_slice(&bytes);
+    }
+    drop(by_partition);
+    let shuffle_file = shuffle_path(task.index);
+    output.put(&output.child(&shuffle_file), file).await?;
+
+    let rejects_file = match rejects_writer {
+        Some(w) => {
+            let bytes = w.into_inner().map_err(parquet_err)?;
+            let rel = rejects_path(task.index);
+            output.put(&output.child(&rel), bytes).await?;
+            Some(rel)
+        }
+        None => None,
+    };
+    Ok(MapOutput {
+        shuffle_file,
+        segments,
+        input_rows,
+        kept_rows,
+        rejected,
+        rejects_file,
+    })
+}
+
+/// Row groups and their row counts, from an input file's footer.
+pub async fn row_groups(url: &str, size: u64) -> Result<Vec<u64>> {
+    let builder = crate::parquet_source::open(url, size).await?;
+    Ok(builder
+        .metadata()
+        .row_groups()
+        .iter()
+        .map(|rg| rg.num_rows().max(0) as u64)
+        .collect())
+}

@@ -1,0 +1,161 @@
+//! The job's task and report messages, shared by the coordinator and the workers.
+//!
+//! Tasks carry only metadata and URIs, never bulk data: a map task names an input file
+//! and a range of its row groups; a reduce task names a partition and the byte ranges
+//! of that partition in every map output. Results carry counts, paths and checksums.
+//! Every message is a serde type (JSON in the journal; bincode over the wire later).
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+/// Column names in the input Parquet files.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct InputColumns {
+    pub src_addr: String,
+    pub dst_addr: String,
+    pub event_time: String,
+    pub rtt: String,
+    pub ip_version: String,
+}
+
+impl Default for InputColumns {
+    fn default() -> Self {
+        InputColumns {
+            src_addr: "src_addr".into(),
+            dst_addr: "dst_addr".into(),
+            event_time: "event_time".into(),
+            rtt: "rtt".into(),
+            ip_version: "ip_version".into(),
+        }
+    }
+}
+
+/// What every task of a job needs to know, fixed for the whole job.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobContext {
+    /// Output root URL.
+    pub output: String,
+    pub shards: u32,
+    pub max_row_bytes: usize,
+    pub array_record_options: String,
+    pub split_seed: u64,
+    pub test_fraction: f64,
+    pub columns: InputColumns,
+}
+
+/// Scan `row_groups` of one input file, validate, partition, write one shuffle file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MapTask {
+    pub index: usize,
+    /// Input file URL.
+    pub file: String,
+    pub file_size: u64,
+    pub row_groups: std::ops::Range<usize>,
+    /// Rows in those row groups (from the footer; checked against what is read).
+    pub rows: u64,
+}
+
+/// One partition's bytes in one map output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShuffleSegment {
+    pub offset: u64,
+    pub len: u64,
+    pub rows: u64,
+}
+
+/// A map task's result.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MapOutput {
+    /// Shuffle file path, relative to the output root.
+    pub shuffle_file: String,
+    /// Partition → its byte range in the shuffle file (only non-empty partitions).
+    pub segments: BTreeMap<u32, ShuffleSegment>,
+    pub input_rows: u64,
+    pub kept_rows: u64,
+    /// Reject reason → rows.
+    pub rejected: BTreeMap<String, u64>,
+    /// Rejects file (relative to the output root), if any row was rejected.
+    pub rejects_file: Option<String>,
+}
+
+/// Sort partition `partition` from all map outputs and write its shards.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReduceTask {
+    pub partition: u32,
+    /// (shuffle file relative to the output root, segment) for every map output that has rows.
+    pub inputs: Vec<(String, ShuffleSegment)>,
+}
+
+/// One written shard.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShardInfo {
+    pub split: String,
+    pub partition: u32,
+    /// Path relative to the output root.
+    pub path: String,
+    pub rows: u64,
+    pub sources: u64,
+    pub measurements: u64,
+    pub bytes: u64,
+    pub blake3: String,
+}
+
+/// A reduce task's result: the train and test shards of one partition.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReduceOutput {
+    pub shards: Vec<ShardInfo>,
+}
+
+/// A unit of work.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TaskSpec {
+    Map(MapTask),
+    Reduce(ReduceTask),
+}
+
+impl TaskSpec {
+    pub fn id(&self) -> TaskId {
+        match self {
+            TaskSpec::Map(m) => TaskId::Map(m.index),
+            TaskSpec::Reduce(r) => TaskId::Reduce(r.partition),
+        }
+    }
+}
+
+/// A task's identity.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+pub enum TaskId {
+    Map(usize),
+    Reduce(u32),
+}
+
+impl std::fmt::Display for TaskId {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            TaskId::Map(i) => write!(f, "map-{i:05}"),
+            TaskId::Reduce(p) => write!(f, "reduce-{p:05}"),
+        }
+    }
+}
+
+/// A task leased to a worker: fenced by `attempt`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Assignment {
+    pub task: TaskSpec,
+    pub attempt: u32,
+    pub job: JobContext,
+}
+
+/// What a finished task reports.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub enum TaskOutput {
+    Map(MapOutput),
+    Reduce(ReduceOutput),
+}
+
+/// The shard file name of a partition.
+pub fn shard_path(split: &str, partition: u32, shards: u32) -> String {
+    format!("{split}/shard-{partition:05}-of-{shards:05}.array_record")
+}

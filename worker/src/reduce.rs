@@ -1,0 +1,308 @@
+//! The reduce task: gather one partition from every map output, sort it with DataFusion
+//! under a memory limit, and stream the sorted measurements, grouped by source, through
+//! `RowBuilder` into the partition's `train` and `test` ArrayRecord shards.
+//!
+//! ```text
+//! range reads of segment p ─► SegmentStream ─► SortExec (FairSpillPool, spills to scratch)
+//!   ─► rows in (src, event_time, dst, rtt) order ─► RowBuilder per source ─► split ─► shard
+//! ```
+//!
+//! Grouping streams over sorted data (no aggregate functions). The sort key includes
+//! every column, so the order, and with it every byte of the shards, is a pure function
+//! of the input. Shards are written to local scratch, then uploaded (multipart) while
+//! their blake3 is computed.
+
+use std::io::Read;
+use std::net::IpAddr;
+use std::path::{Path as FsPath, PathBuf};
+use std::sync::Arc;
+
+use arrow::array::{Array, AsArray};
+use arrow::compute::SortOptions;
+use arrow::datatypes::{SchemaRef, UInt16Type, UInt64Type};
+use datafusion::execution::memory_pool::FairSpillPool;
+use datafusion::execution::runtime_env::RuntimeEnvBuilder;
+use datafusion::execution::TaskContext;
+use datafusion::physical_expr::{LexOrdering, PhysicalSortExpr};
+use datafusion::physical_plan::expressions::col;
+use datafusion::physical_plan::sorts::sort::SortExec;
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::streaming::{PartitionStream, StreamingTableExec};
+use datafusion::physical_plan::{ExecutionPlan, SendableRecordBatchStream};
+use datafusion::prelude::{SessionConfig, SessionContext};
+use futures::{StreamExt, TryStreamExt};
+use object_store::{ObjectStoreExt, WriteMultipart};
+use probeflow_reader::array_record::{ArrayRecordWriter, WriterOptions};
+use probeflow_reader::row::{
+    addr::addr_from_bytes, Measurement, RowBuilder, RttCode, Split, SplitRule,
+};
+
+use crate::error::{Result, WorkerError};
+use crate::protocol::{
+    shard_path, JobContext, ReduceOutput, ReduceTask, ShardInfo, ShuffleSegment,
+};
+use crate::shuffle;
+use crate::store::StoreUrl;
+
+/// Where and with how much memory a worker runs its tasks.
+#[derive(Debug, Clone)]
+pub struct WorkerConfig {
+    pub scratch: PathBuf,
+    pub memory_bytes: usize,
+}
+
+/// Feeds the partition's segments, fetched one by one, into the sort.
+#[derive(Debug)]
+struct SegmentStream {
+    output: StoreUrl,
+    inputs: Vec<(String, ShuffleSegment)>,
+}
+
+impl PartitionStream for SegmentStream {
+    fn schema(&self) -> &SchemaRef {
+        &shuffle::SCHEMA
+    }
+
+    fn execute(&self, _ctx: Arc<TaskContext>) -> SendableRecordBatchStream {
+        let output = self.output.clone();
+        let batches = futures::stream::iter(self.inputs.clone())
+            .then(move |(file, seg)| {
+                let output = output.clone();
+                async move {
+                    let path = output.child(&file);
+                    let bytes = output
+                        .get_range(&path, seg.offset..seg.offset + seg.len)
+                        .await?;
+                    let batches = shuffle::decode_segment(&output.display(&path), bytes)?;
+                    Ok::<_, WorkerError>(futures::stream::iter(batches.into_iter().map(Ok)))
+                }
+            })
+            .try_flatten()
+            .map_err(|e: WorkerError| datafusion::error::DataFusionError::External(Box::new(e)));
+        Box::pin(RecordBatchStreamAdapter::new(
+            shuffle::SCHEMA.clone(),
+            batches,
+        ))
+    }
+}
+
+struct ShardFile {
+    split: Split,
+    local: PathBuf,
+    writer: ArrayRecordWriter<std::io::BufWriter<std::fs::File>>,
+    rows: u64,
+    sources: u64,
+    measurements: u64,
+}
+
+/// The builder of the source being grouped, and where its rows go.
+struct Group {
+    src: Vec<u8>,
+    builder: RowBuilder,
+    split: Split,
+}
+
+pub async fn run_reduce(
+    task: &ReduceTask,
+    job: &JobContext,
+    config: &WorkerConfig,
+    attempt: u32,
+) -> Result<ReduceOutput> {
+    let output = StoreUrl::parse(&job.output)?;
+    let scratch = config
+        .scratch
+        .join(format!("reduce-{:05}-a{attempt}", task.partition));
+    std::fs::create_dir_all(&scratch).map_err(|e| WorkerError::Scratch {
+        path: scratch.display().to_string(),
+        source: e,
+    })?;
+    let result = reduce_into(task, job, config, &scratch, &output).await;
+    let _ = std::fs::remove_dir_all(&scratch);
+    result
+}
+
+async fn reduce_into(
+    task: &ReduceTask,
+    job: &JobContext,
+    config: &WorkerConfig,
+    scratch: &FsPath,
+    output: &StoreUrl,
+) -> Result<ReduceOutput> {
+    let options: WriterOptions = job.array_record_options.parse()?;
+    let rule = SplitRule::new(job.split_seed, job.test_fraction)?;
+    let mut shards = Vec::new();
+    for split in [Split::Train, Split::Test] {
+        let local = scratch.join(format!("{split}.array_record"));
+        let writer = ArrayRecordWriter::create(&local, options.clone())?;
+        shards.push(ShardFile {
+            split,
+            local,
+            writer,
+            rows: 0,
+            sources: 0,
+            measurements: 0,
+        });
+    }
+
+    let spill = scratch.join("spill");
+    std::fs::create_dir_all(&spill).map_err(|e| WorkerError::Scratch {
+        path: spill.display().to_string(),
+        source: e,
+    })?;
+    let runtime = RuntimeEnvBuilder::new()
+        .with_memory_pool(Arc::new(FairSpillPool::new(config.memory_bytes)))
+        .with_temp_file_path(&spill)
+        .build_arc()?;
+    let ctx = SessionContext::new_with_config_rt(
+        SessionConfig::new()
+            .with_target_partitions(1)
+            .with_batch_size(8192),
+        runtime,
+    );
+    let source = StreamingTableExec::try_new(
+        shuffle::SCHEMA.clone(),
+        vec![Arc::new(SegmentStream {
+            output: output.clone(),
+            inputs: task.inputs.clone(),
+        })],
+        None,
+        Vec::<LexOrdering>::new(),
+        false,
+        None,
+    )?;
+    let schema = shuffle::SCHEMA.clone();
+    let asc = SortOptions {
+        descending: false,
+        nulls_first: true,
+    };
+    let keys = ["src", "event_time", "dst", "rtt"]
+        .iter()
+        .map(|name| {
+            Ok(PhysicalSortExpr {
+                expr: col(name, &schema)?,
+                options: asc,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let ordering = LexOrdering::new(keys)
+        .ok_or_else(|| datafusion::error::DataFusionError::Internal("empty sort key".into()))?;
+    let sort = SortExec::new(ordering, Arc::new(source));
+    let mut sorted = sort.execute(0, ctx.task_ctx())?;
+
+    let mut group: Option<Group> = None;
+    let bad_bytes = |what: &str| WorkerError::Shuffle {
+        file: format!("partition {}", task.partition),
+        what: format!("bad {what} address bytes"),
+    };
+    while let Some(batch) = sorted.next().await {
+        let batch = batch?;
+        let src = batch.column(0).as_binary::<i32>();
+        let time = batch.column(1).as_primitive::<UInt64Type>();
+        let dst = batch.column(2).as_binary::<i32>();
+        let rtt = batch.column(3).as_primitive::<UInt16Type>();
+        for i in 0..batch.num_rows() {
+            let s = src.value(i);
+            if group.as_ref().is_none_or(|g| g.src != s) {
+                if let Some(g) = group.take() {
+                    finish_group(g, &mut shards)?;
+                }
+                let addr: IpAddr = addr_from_bytes(s).ok_or_else(|| bad_bytes("source"))?;
+                let split = rule.split(&addr);
+                shards[split_index(split)].sources += 1;
+                group = Some(Group {
+                    src: s.to_vec(),
+                    builder: RowBuilder::new(addr, job.max_row_bytes)?,
+                    split,
+                });
+            }
+            let m = Measurement {
+                event_time: time.value(i),
+                dst_addr: addr_from_bytes(dst.value(i)).ok_or_else(|| bad_bytes("destination"))?,
+                rtt: (!rtt.is_null(i)).then(|| RttCode(rtt.value(i))),
+            };
+            if let Some(g) = group.as_mut() {
+                if let Some(row) = g.builder.push(&m)? {
+                    let shard = &mut shards[split_index(g.split)];
+                    shard.writer.write(&row.bytes)?;
+                    shard.rows += 1;
+                    shard.measurements += row.meta.n_measurements;
+                }
+            }
+        }
+    }
+    if let Some(g) = group.take() {
+        finish_group(g, &mut shards)?;
+    }
+
+    let mut infos = Vec::new();
+    for shard in shards {
+        shard.writer.finish()?;
+        let rel = shard_path(shard.split.as_str(), task.partition, job.shards);
+        let (bytes, blake3) = upload(output, &shard.local, &rel).await?;
+        infos.push(ShardInfo {
+            split: shard.split.as_str().to_string(),
+            partition: task.partition,
+            path: rel,
+            rows: shard.rows,
+            sources: shard.sources,
+            measurements: shard.measurements,
+            bytes,
+            blake3,
+        });
+    }
+    Ok(ReduceOutput { shards: infos })
+}
+
+fn split_index(split: Split) -> usize {
+    match split {
+        Split::Train => 0,
+        Split::Test => 1,
+    }
+}
+
+fn finish_group(g: Group, shards: &mut [ShardFile]) -> Result<()> {
+    let shard = &mut shards[split_index(g.split)];
+    if let Some(row) = g.builder.finish()? {
+        shard.writer.write(&row.bytes)?;
+        shard.rows += 1;
+        shard.measurements += row.meta.n_measurements;
+    }
+    Ok(())
+}
+
+/// Uploads a local file (multipart, 8 MiB parts); returns its size and blake3.
+async fn upload(output: &StoreUrl, local: &FsPath, rel: &str) -> Result<(u64, String)> {
+    let scratch_err = |e: std::io::Error| WorkerError::Scratch {
+        path: local.display().to_string(),
+        source: e,
+    };
+    let dest = output.child(rel);
+    let upload = output
+        .store
+        .put_multipart(&dest)
+        .await
+        .map_err(|e| WorkerError::store(output.display(&dest), e))?;
+    let mut writer = WriteMultipart::new_with_chunk_size(upload, 8 << 20);
+    let mut file = std::fs::File::open(local).map_err(scratch_err)?;
+    let mut hasher = blake3::Hasher::new();
+    let mut buf = vec![0u8; 8 << 20];
+    let mut total = 0u64;
+    loop {
+        let n = file.read(&mut buf).map_err(scratch_err)?;
+        if n == 0 {
+            break;
+        }
+        hasher.update(&buf[..n]);
+        writer.write(&buf[..n]);
+        total += n as u64;
+        writer
+            .wait_for_capacity(4)
+            .await
+            .map_err(|e| WorkerError::store(output.display(&dest), e))?;
+    }
+    writer
+        .finish()
+        .await
+        .map_err(|e| WorkerError::store(output.display(&dest), e))?;
+    Ok((total, hasher.finalize().to_hex().to_string()))
+}

@@ -1,0 +1,285 @@
+//! Validation and normalisation of input measurements (the first step of a map task).
+//!
+//! Each input row is checked and turned into the job's normal form: source and
+//! destination as network-order bytes (canonical: IPv4-mapped IPv6 is IPv4), the time in
+//! u64 seconds, the RTT as its 2-byte code (negative RTT = failed ping = null), and the
+//! source's partition. A row that cannot be used is *rejected* with one reason
+//! ([`Reason`]); rejected rows keep their original values for `rejects/`.
+//!
+//! Accepted column types: strings (Utf8, LargeUtf8, Utf8View) for addresses; integers
+//! (seconds) or timestamps (any unit) for `event_time`; floats or integers (ms) for
+//! `rtt`; integers for `ip_version`.
+
+use std::collections::HashMap;
+use std::net::IpAddr;
+use std::sync::Arc;
+
+use arrow::array::{Array, ArrayRef, AsArray, RecordBatch, StringArray};
+use arrow::compute::cast;
+use arrow::datatypes::{DataType, Float64Type, Int64Type, TimeUnit};
+use probeflow_reader::row::{addr, partition, RttCode};
+
+use crate::error::{Result, WorkerError};
+use crate::protocol::InputColumns;
+
+/// Why an input row was rejected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub enum Reason {
+    NullSrcAddr,
+    BadSrcAddr,
+    NullDstAddr,
+    BadDstAddr,
+    NullIpVersion,
+    BadIpVersion,
+    VersionMismatch,
+    NullEventTime,
+    NegativeEventTime,
+    NullRtt,
+    NanRtt,
+}
+
+impl Reason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::NullSrcAddr => "null_src_addr",
+            Reason::BadSrcAddr => "bad_src_addr",
+            Reason::NullDstAddr => "null_dst_addr",
+            Reason::BadDstAddr => "bad_dst_addr",
+            Reason::NullIpVersion => "null_ip_version",
+            Reason::BadIpVersion => "bad_ip_version",
+            Reason::VersionMismatch => "version_mismatch",
+            Reason::NullEventTime => "null_event_time",
+            Reason::NegativeEventTime => "negative_event_time",
+            Reason::NullRtt => "null_rtt",
+            Reason::NanRtt => "nan_rtt",
+        }
+    }
+}
+
+/// One valid, normalised measurement.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Normalized {
+    pub partition: u32,
+    pub src: IpAddr,
+    pub event_time: u64,
+    pub dst: IpAddr,
+    pub rtt: Option<RttCode>,
+}
+
+/// Validates batches of one input file, caching address parses (sources and
+/// destinations repeat heavily).
+pub struct Validator {
+    file: String,
+    columns: InputColumns,
+    shards: u32,
+    src_cache: HashMap<String, Option<(IpAddr, u32)>>,
+    dst_cache: HashMap<String, Option<IpAddr>>,
+}
+
+const CACHE_LIMIT: usize = 1 << 20;
+
+impl Validator {
+    pub fn new(file: String, columns: InputColumns, shards: u32) -> Self {
+        Validator {
+            file,
+            columns,
+            shards,
+            src_cache: HashMap::new(),
+            dst_cache: HashMap::new(),
+        }
+    }
+
+    fn column(&self, batch: &RecordBatch, name: &str) -> Result<ArrayRef> {
+        batch
+            .column_by_name(name)
+            .cloned()
+            .ok_or_else(|| WorkerError::Schema {
+                file: self.file.clone(),
+                what: format!("no column {name:?}"),
+            })
+    }
+
+    fn as_strings(&self, a: &ArrayRef, name: &str) -> Result<StringArray> {
+        match a.data_type() {
+            DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => {}
+            t => {
+                return Err(WorkerError::Schema {
+                    file: self.file.clone(),
+                    what: format!("column {name:?} is {t}, expected a string type"),
+                })
+            }
+        }
+        Ok(cast(a, &DataType::Utf8)?.as_string::<i32>().clone())
+    }
+
+    fn as_i64(&self, a: &ArrayRef, name: &str) -> Result<Vec<Option<i64>>> {
+        let (raw, divisor) = match a.data_type() {
+            DataType::Timestamp(unit, _) => {
+                let d = match unit {
+                    TimeUnit::Second => 1,
+                    TimeUnit::Millisecond => 1_000,
+                    TimeUnit::Microsecond => 1_000_000,
+                    TimeUnit::Nanosecond => 1_000_000_000,
+                };
+                (cast(a, &DataType::Int64)?, d)
+            }
+            t if t.is_integer() => (cast(a, &DataType::Int64)?, 1),
+            t => {
+                return Err(WorkerError::Schema {
+                    file: self.file.clone(),
+                    what: format!("column {name:?} is {t}, expected integers or timestamps"),
+                })
+            }
+        };
+        Ok(raw
+            .as_primitive::<Int64Type>()
+            .iter()
+            .map(|v| v.map(|x| x.div_euclid(divisor)))
+            .collect())
+    }
+
+    fn as_f64(&self, a: &ArrayRef, name: &str) -> Result<ArrayRef> {
+        let t = a.data_type();
+        if !(t.is_floating() || t.is_integer()) {
+            return Err(WorkerError::Schema {
+                file: self.file.clone(),
+                what: format!("column {name:?} is {t}, expected numbers"),
+            });
+        }
+        Ok(cast(a, &DataType::Float64)?)
+    }
+
+    /// Validates one batch: pushes valid rows to `out` and returns the indices and
+    /// reasons of rejected rows.
+    pub fn validate(
+        &mut self,
+        batch: &RecordBatch,
+        out: &mut Vec<Normalized>,
+    ) -> Result<Vec<(u32, Reason)>> {
+        let c = self.columns.clone();
+        let src = self.as_strings(&self.column(batch, &c.src_addr)?, &c.src_addr)?;
+        let dst = self.as_strings(&self.column(batch, &c.dst_addr)?, &c.dst_addr)?;
+        let times = self.as_i64(&self.column(batch, &c.event_time)?, &c.event_time)?;
+        let version = {
+            let a = self.column(batch, &c.ip_version)?;
+            if !a.data_type().is_integer() {
+                return Err(WorkerError::Schema {
+                    file: self.file.clone(),
+                    what: format!(
+                        "column {:?} is {}, expected integers",
+                        c.ip_version,
+                        a.data_type()
+                    ),
+                });
+            }
+            cast(&a, &DataType::Int64)?
+        };
+        let version = version.as_primitive::<Int64Type>();
+        let rtt = self.as_f64(&self.column(batch, &c.rtt)?, &c.rtt)?;
+        let rtt = rtt.as_primitive::<Float64Type>();
+
+        let mut rejects = Vec::new();
+        for i in 0..batch.num_rows() {
+            match self.row(&src, &dst, &times, version, rtt, i) {
+                Ok(n) => out.push(n),
+                Err(reason) => rejects.push((i as u32, reason)),
+            }
+        }
+        if self.src_cache.len() > CACHE_LIMIT {
+            self.src_cache.clear();
+        }
+        if self.dst_cache.len() > CACHE_LIMIT {
+            self.dst_cache.clear();
+        }
+        Ok(rejects)
+    }
+
+    fn row(
+        &mut self,
+        src: &StringArray,
+        dst: &StringArray,
+        times: &[Option<i64>],
+        version: &arrow::array::Int64Array,
+        rtt: &arrow::array::Float64Array,
+        i: usize,
+    ) -> std::result::Result<Normalized, Reason> {
+        if src.is_null(i) {
+            return Err(Reason::NullSrcAddr);
+        }
+        let shards = self.shards;
+        let src_text = src.value(i);
+        let (src_addr, part) = match self.src_cache.get(src_text) {
+            Some(hit) => *hit,
+            None => {
+                let parsed = addr::parse_addr(src_text)
+                    .ok()
+                    .and_then(|a| partition(&a, shards).ok().map(|p| (a, p)));
+                self.src_cache.insert(src_text.to_string(), parsed);
+                parsed
+            }
+        }
+        .ok_or(Reason::BadSrcAddr)?;
+        if dst.is_null(i) {
+            return Err(Reason::NullDstAddr);
+        }
+        let dst_text = dst.value(i);
+        let dst_addr = match self.dst_cache.get(dst_text) {
+            Some(hit) => *hit,
+            None => {
+                let parsed = addr::parse_addr(dst_text).ok();
+                self.dst_cache.insert(dst_text.to_string(), parsed);
+                parsed
+            }
+        }
+        .ok_or(Reason::BadDstAddr)?;
+        if version.is_null(i) {
+            return Err(Reason::NullIpVersion);
+        }
+        let v = version.value(i);
+        if v != 4 && v != 6 {
+            return Err(Reason::BadIpVersion);
+        }
+        if i64::from(addr::ip_version(&src_addr)) != v
+            || i64::from(addr::ip_version(&dst_addr)) != v
+        {
+            return Err(Reason::VersionMismatch);
+        }
+        let t = times[i].ok_or(Reason::NullEventTime)?;
+        let event_time = u64::try_from(t).map_err(|_| Reason::NegativeEventTime)?;
+        if rtt.is_null(i) {
+            return Err(Reason::NullRtt);
+        }
+        let code = RttCode::from_ms(rtt.value(i)).map_err(|_| Reason::NanRtt)?;
+        Ok(Normalized {
+            partition: part,
+            src: src_addr,
+            event_time,
+            dst: dst_addr,
+            rtt: code,
+        })
+    }
+}
+
+/// The rejected rows of `batch` (original columns) plus a `reason` column.
+pub fn rejects_batch(batch: &RecordBatch, rejects: &[(u32, Reason)]) -> Result<RecordBatch> {
+    let idx = arrow::array::UInt32Array::from_iter_values(rejects.iter().map(|(i, _)| *i));
+    let mut columns: Vec<ArrayRef> = batch
+        .columns()
+        .iter()
+        .map(|c| arrow::compute::take(c, &idx, None))
+        .collect::<std::result::Result<_, _>>()?;
+    columns.push(Arc::new(StringArray::from_iter_values(
+        rejects.iter().map(|(_, r)| r.as_str()),
+    )));
+    let mut fields: Vec<arrow::datatypes::FieldRef> =
+        batch.schema().fields().iter().cloned().collect();
+    fields.push(Arc::new(arrow::datatypes::Field::new(
+        "reason",
+        DataType::Utf8,
+        false,
+    )));
+    Ok(RecordBatch::try_new(
+        Arc::new(arrow::datatypes::Schema::new(fields)),
+        columns,
+    )?)
+}
