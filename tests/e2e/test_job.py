@@ -1,0 +1,319 @@
+"""End-to-end tests of the preprocessing job (`coordinator run`) in local mode.
+
+The output is checked against an independent computation in Python: pyarrow reads the
+input, the expected rows are derived with this file's own implementation of the RTT
+code, the partition and split functions (blake3 from PyPI), and Google's
+``array_record`` plus ``pyarrow.ipc`` read the shards.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import json
+import math
+import os
+import signal
+import subprocess
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import blake3
+import pyarrow as pa
+import pyarrow.ipc
+import pyarrow.parquet as pq
+import pytest
+from array_record.python import array_record_module as ar
+
+ROOT = Path(__file__).resolve().parents[2]
+COORDINATOR = Path(os.environ.get("PROBEFLOW_COORDINATOR", ROOT / "target" / "debug" / "coordinator"))
+SHARDS = 4
+MAX_ROW = 64 * 1024
+SEED, FRACTION = 17, 0.25
+
+
+def run(args, check=True, **kw):
+    proc = subprocess.run([str(COORDINATOR), *args], capture_output=True, text=True, **kw)
+    if check and proc.returncode != 0:
+        raise AssertionError(f"coordinator {args} failed ({proc.returncode}):\n{proc.stderr}")
+    return proc
+
+
+def job_file(tmp: Path, name: str, input_url: str, output: Path, workers=2, extra_run="") -> Path:
+    path = tmp / f"{name}.toml"
+    path.write_text(
+        f"""
+[input]
+url = "{input_url}"
+[output]
+url = "{output}"
+shards = {SHARDS}
+max_row_bytes = {MAX_ROW}
+array_record_options = "group_size:1,zstd:3"
+[split]
+test_fraction = {FRACTION}
+seed = {SEED}
+[run]
+mode = "local"
+workers = {workers}
+memory_per_worker = "256MiB"
+scratch = "{tmp / 'scratch'}"
+rows_per_map_task = 60000
+{extra_run}
+"""
+    )
+    return path
+
+
+# --- an independent implementation of the documented functions --------------------
+
+
+def rtt_code(ms: float) -> int:
+    value = max(1.0, ms * 1000.0)
+    e = 0
+    while value >= 2048 and e < 31:
+        value /= 2
+        e += 1
+    return (e << 11) | min(math.floor(value), 2047)
+
+
+def canonical(text: str) -> ipaddress._BaseAddress:
+    a = ipaddress.ip_address(text)
+    if isinstance(a, ipaddress.IPv6Address) and a.ipv4_mapped:
+        return a.ipv4_mapped
+    return a
+
+
+def u64_le(data: bytes) -> int:
+    return int.from_bytes(blake3.blake3(data).digest()[:8], "little")
+
+
+def partition_of(addr) -> int:
+    return u64_le(str(addr).encode()) % SHARDS
+
+
+def split_of(addr) -> str:
+    bucket = u64_le(SEED.to_bytes(8, "little") + str(addr).encode()) % 1_000_000
+    return "test" if bucket < FRACTION * 1_000_000 else "train"
+
+
+def expected_from_input(files) -> dict:
+    """source text → sorted list of (time, dst bytes, rtt code or None)."""
+    out = defaultdict(list)
+    for f in files:
+        t = pq.read_table(f)
+        for src, dst, ver, rtt, ts in zip(*(t.column(c).to_pylist() for c in ["src_addr", "dst_addr", "ip_version", "rtt", "event_time"])):
+            s, d = canonical(src), canonical(dst)
+            assert s.version == d.version == ver
+            code = None if rtt < 0 else rtt_code(rtt)
+            out[str(s)].append((ts, d.packed, code))
+    for v in out.values():
+        v.sort(key=lambda m: (m[0], m[1], -1 if m[2] is None else m[2]))
+    return out
+
+
+class Measurements(defaultdict):
+    parts: dict
+
+
+def read_output(out: Path) -> dict:
+    """source text → measurements in row order, with every layout rule checked."""
+    manifest = json.loads((out / "manifest.json").read_text())
+    got = Measurements(list)
+    parts = defaultdict(list)
+    for shard in manifest["shards"]:
+        path = out / shard["path"]
+        data = path.read_bytes()
+        assert blake3.blake3(data).hexdigest() == shard["blake3"]
+        assert len(data) == shard["bytes"]
+        reader = ar.ArrayRecordReader(str(path))
+        records = reader.read_all() if reader.num_records() else []
+        assert len(records) == shard["rows"]
+        prev_key = None
+        for rec in records:
+            assert len(rec) <= MAX_ROW
+            table = pa.ipc.open_stream(rec).read_all()
+            meta = {k.decode(): v.decode() for k, v in table.schema.metadata.items()}
+            src = canonical(meta["probeflow.src_addr"])
+            assert partition_of(src) == shard["partition"], src
+            assert split_of(src) == shard["split"], src
+            part = int(meta["probeflow.part"])
+            key = (src.packed, part)
+            assert prev_key is None or key > prev_key, "rows ordered by (src bytes, part)"
+            prev_key = key
+            parts[str(src)].append(part)
+            for ts, dst, code in zip(*(table.column(c).to_pylist() for c in ["event_time", "dst_addr", "rtt"])):
+                got[str(src)].append((ts, dst, code))
+    for src, p in parts.items():
+        assert p == list(range(len(p))), f"{src}: parts {p}"
+    got.parts = dict(parts)
+    return got, manifest
+
+
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory):
+    return tmp_path_factory.mktemp("job")
+
+
+@pytest.fixture(scope="module")
+def clean_input(workdir):
+    """Generated demo data plus one oversized source that forces row splits."""
+    d = workdir / "input"
+    run(["generate", "--rows", "150000", "--out", str(d), "--seed", "3"])
+    n = 12_000
+    big = pa.table(
+        {
+            "src_addr": ["2001:db8:bad::1"] * n,
+            "dst_addr": [f"2001:db8::{i % 300:x}" for i in range(n)],
+            "ip_version": pa.array([6] * n, pa.int32()),
+            "rtt": [(-1.0 if i % 13 == 0 else 0.5 + i % 97) for i in range(n)],
+            "event_time": pa.array([1_767_300_000 + (i * 7919) % 100_000 for i in range(n)], pa.int64()),
+        }
+    )
+    pq.write_table(big, d / "part-big.parquet", row_group_size=5000)
+    return d
+
+
+@pytest.fixture(scope="module")
+def baseline(workdir, clean_input):
+    out = workdir / "out-w2"
+    run(["run", str(job_file(workdir, "w2", f"{clean_input}/*.parquet", out, workers=2))])
+    return out
+
+
+def test_every_valid_row_lands_once_in_order(baseline, clean_input):
+    expected = expected_from_input(sorted(clean_input.glob("*.parquet")))
+    got, manifest = read_output(baseline)
+    assert set(got) == set(expected)
+    for src, ms in expected.items():
+        assert got[src] == ms, src
+    totals = manifest["totals"]
+    n_input = sum(pq.read_metadata(f).num_rows for f in clean_input.glob("*.parquet"))
+    assert totals["input_rows"] == n_input == totals["kept_measurements"] + totals["rejected_rows"]
+    assert totals["rejected_rows"] == 0
+    # The oversized source was split across several rows of at most MAX_ROW bytes.
+    assert len(got["2001:db8:bad::1"]) == 12_000
+    assert len(got.parts["2001:db8:bad::1"]) >= 4
+    assert (baseline / "_SUCCESS").exists()
+    assert not list((baseline / "_job" / "shuffle").glob("*")), "shuffle files removed"
+
+
+def test_same_bytes_for_1_2_and_4_workers(workdir, clean_input, baseline):
+    reference = json.loads((baseline / "manifest.json").read_text())["shards"]
+    for workers in [1, 4]:
+        out = workdir / f"out-w{workers}"
+        run(["run", str(job_file(workdir, f"w{workers}", f"{clean_input}/*.parquet", out, workers=workers))])
+        shards = json.loads((out / "manifest.json").read_text())["shards"]
+        assert [(s["path"], s["blake3"]) for s in shards] == [(s["path"], s["blake3"]) for s in reference]
+
+
+def test_finished_job_does_nothing_and_other_job_is_refused(workdir, clean_input, baseline):
+    again = run(["run", str(workdir / "w2.toml")])
+    assert "already complete" in again.stdout
+    other = job_file(workdir, "other", f"{clean_input}/*.parquet", baseline)
+    other.write_text(other.read_text().replace(f"seed = {SEED}", "seed = 99"))
+    refused = run(["run", str(other)], check=False)
+    assert refused.returncode == 2
+    assert "different job" in refused.stderr
+
+
+def test_sigkill_then_resume_gives_the_same_bytes(workdir, clean_input, baseline):
+    out = workdir / "out-crash"
+    spec = job_file(workdir, "crash", f"{clean_input}/*.parquet", out, workers=1)
+    proc = subprocess.Popen([str(COORDINATOR), "run", str(spec)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    journal = out / "_job" / "journal"
+    deadline = time.time() + 120
+    while time.time() < deadline and len(list(journal.glob("map-*.json"))) < 2:
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    done_before = {p.name for p in journal.glob("*-*.json")}
+    assert done_before, "the job was killed before any task finished"
+    assert not (out / "_SUCCESS").exists()
+    status = run(["status", str(out)])
+    assert "running or interrupted" in status.stdout
+
+    resumed = run(["run", str(spec)])
+    assert "resumed from the journal" in resumed.stdout
+    n_resumed = int(resumed.stdout.split(" resumed")[0].rsplit("(", 1)[1].split(", ")[1].split()[0])
+    assert n_resumed == len(done_before)
+    ref = json.loads((baseline / "manifest.json").read_text())["shards"]
+    got = json.loads((out / "manifest.json").read_text())["shards"]
+    assert [s["blake3"] for s in got] == [s["blake3"] for s in ref]
+    for s in ref:
+        assert (out / s["path"]).read_bytes() == (baseline / s["path"]).read_bytes()
+
+
+def test_dirty_rows_are_rejected_with_reasons(workdir):
+    d = workdir / "dirty"
+    d.mkdir()
+    rows = [
+        # (src, dst, version, rtt, time, expected reason or None)
+        ("192.0.2.1", "198.51.100.1", 4, 10.0, 1_767_300_000, None),
+        ("::ffff:192.0.2.1", "198.51.100.2", 4, -1.0, 1_767_300_001, None),
+        (None, "198.51.100.1", 4, 10.0, 1_767_300_000, "null_src_addr"),
+        ("192.0.2.300", "198.51.100.1", 4, 10.0, 1_767_300_000, "bad_src_addr"),
+        ("", "198.51.100.1", 4, 10.0, 1_767_300_000, "bad_src_addr"),
+        ("192.0.2.1", None, 4, 10.0, 1_767_300_000, "null_dst_addr"),
+        ("192.0.2.1", "not an address", 4, 10.0, 1_767_300_000, "bad_dst_addr"),
+        ("192.0.2.1", "198.51.100.1", None, 10.0, 1_767_300_000, "null_ip_version"),
+        ("192.0.2.1", "198.51.100.1", 5, 10.0, 1_767_300_000, "bad_ip_version"),
+        ("192.0.2.1", "198.51.100.1", 6, 10.0, 1_767_300_000, "version_mismatch"),
+        ("192.0.2.1", "2001:db8::1", 4, 10.0, 1_767_300_000, "version_mismatch"),
+        ("192.0.2.1", "198.51.100.1", 4, 10.0, None, "null_event_time"),
+        ("192.0.2.1", "198.51.100.1", 4, 10.0, -5, "negative_event_time"),
+        ("192.0.2.1", "198.51.100.1", 4, None, 1_767_300_000, "null_rtt"),
+        ("192.0.2.1", "198.51.100.1", 4, float("nan"), 1_767_300_000, "nan_rtt"),
+        ("2001:db8::5", "2001:db8::1", 6, 3.0, 1_767_300_000, None),
+    ]
+    table = pa.table(
+        {
+            "src_addr": pa.array([r[0] for r in rows], pa.string()),
+            "dst_addr": pa.array([r[1] for r in rows], pa.string()),
+            "ip_version": pa.array([r[2] for r in rows], pa.int64()),
+            "rtt": pa.array([r[3] for r in rows], pa.float64()),
+            "event_time": pa.array([r[4] for r in rows], pa.int64()),
+        }
+    )
+    pq.write_table(table, d / "dirty.parquet")
+    out = workdir / "out-dirty"
+    run(["run", str(job_file(workdir, "dirty", str(d / "dirty.parquet"), out))])
+    manifest = json.loads((out / "manifest.json").read_text())
+    totals = manifest["totals"]
+    expected_reasons = [r[5] for r in rows if r[5]]
+    assert totals["input_rows"] == len(rows)
+    assert totals["kept_measurements"] == len(rows) - len(expected_reasons)
+    assert totals["rejected_rows"] == len(expected_reasons)
+    rejects = pa.concat_tables([pq.read_table(out / f) for f in manifest["rejects"]])
+    assert sorted(rejects.column("reason").to_pylist()) == sorted(expected_reasons)
+    # Original values are kept beside the reason.
+    by_reason = dict(zip(rejects.column("reason").to_pylist(), rejects.column("src_addr").to_pylist()))
+    assert by_reason["bad_src_addr"] in ("192.0.2.300", "")
+    got, _ = read_output(out)
+    assert len(got["192.0.2.1"]) == 2, "IPv4-mapped source joins its IPv4 row"
+
+
+def test_corrupt_parquet_fails_naming_the_file(workdir):
+    d = workdir / "corrupt"
+    d.mkdir()
+    pq.write_table(pa.table({"src_addr": ["192.0.2.1"], "dst_addr": ["192.0.2.2"], "ip_version": [4], "rtt": [1.0], "event_time": [1]}), d / "good.parquet")
+    (d / "broken.parquet").write_bytes(b"PAR1" + os.urandom(5000) + b"PAR1")
+    out = workdir / "out-corrupt"
+    proc = run(["run", str(job_file(workdir, "corrupt", f"{d}/*.parquet", out))], check=False)
+    assert proc.returncode == 1
+    assert "broken.parquet" in proc.stderr
+
+
+def test_job_file_errors_are_clear(workdir):
+    bad = workdir / "bad.toml"
+    bad.write_text('[input]\nurl = "x"\n[output]\nurl = "y"\nshard = 3\n')
+    proc = run(["run", str(bad)], check=False)
+    assert proc.returncode == 2
+    assert "bad.toml" in proc.stderr and "shard" in proc.stderr and "line 5" in proc.stderr
+
+
+def test_inspect_shows_a_row_in_human_form(baseline):
+    manifest = json.loads((baseline / "manifest.json").read_text())
+    shard = next(s for s in manifest["shards"] if s["rows"])
+    out = run(["inspect", str(baseline / shard["path"]), "--row", "0", "--limit", "3"]).stdout
+    assert "src_addr" in out and " ms" in out and "2026-01-" in out
