@@ -11,6 +11,9 @@ use probeflow_coordinator::spec::JobSpec;
 use probeflow_coordinator::{inspect, status, synthetic, JobError};
 use probeflow_worker::store::StoreUrl;
 
+/// The demo job, compiled in so `coordinator run` works with nothing else.
+const DEMO_JOB: &str = include_str!("../../jobs/demo.toml");
+
 #[derive(Parser)]
 #[command(
     name = "coordinator",
@@ -26,8 +29,9 @@ struct Cli {
 enum Command {
     /// Run (or resume) the job described by a job file.
     Run {
-        /// The job file, e.g. jobs/local.toml.
-        job: PathBuf,
+        /// The job file, e.g. jobs/local.toml. Without one: the embedded demo job
+        /// (jobs/demo.toml: 2M generated measurements, local mode, output in out/demo).
+        job: Option<PathBuf>,
     },
     /// Print the state of a running or finished job.
     Status {
@@ -87,7 +91,13 @@ fn main() -> ExitCode {
     let result: Result<(), JobError> = runtime.block_on(async {
         match cli.command {
             Command::Run { job } => {
-                let spec = JobSpec::load(&job)?;
+                let spec = match job {
+                    Some(path) => JobSpec::load(&path)?,
+                    None => {
+                        eprintln!("coordinator: no job file given; running the embedded demo job (jobs/demo.toml)");
+                        JobSpec::parse(DEMO_JOB, "jobs/demo.toml (embedded)")?
+                    }
+                };
                 match run_job(&spec).await? {
                     RunOutcome::AlreadyComplete(t) => {
                         println!(

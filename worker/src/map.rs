@@ -75,7 +75,14 @@ pub async fn run_map(task: &MapTask, job: &JobContext) -> Result<MapOutput> {
     let mut rejected: BTreeMap<String, u64> = BTreeMap::new();
     let mut rejects_writer: Option<ArrowWriter<Vec<u8>>> = None;
     let mut input_rows = 0u64;
-    while let Some(batch) = stream.next().await {
+    let started = std::time::Instant::now();
+    let mut scan = std::time::Duration::ZERO;
+    loop {
+        let waited = std::time::Instant::now();
+        let Some(batch) = stream.next().await else {
+            break;
+        };
+        scan += waited.elapsed();
         let batch = batch.map_err(parquet_err)?;
         input_rows += batch.num_rows() as u64;
         valid.clear();
@@ -107,6 +114,7 @@ pub async fn run_map(task: &MapTask, job: &JobContext) -> Result<MapOutput> {
         });
     }
 
+    let validated = started.elapsed();
     // Partitions in order, each a self-contained IPC stream.
     let mut file = Vec::new();
     let mut segments = BTreeMap::new();
@@ -140,6 +148,13 @@ pub async fn run_map(task: &MapTask, job: &JobContext) -> Result<MapOutput> {
         }
         None => None,
     };
+    tracing::debug!(
+        task = task.index,
+        scan_s = scan.as_secs_f64(),
+        validate_s = (validated - scan).as_secs_f64(),
+        shuffle_s = (started.elapsed() - validated).as_secs_f64(),
+        "map timings"
+    );
     Ok(MapOutput {
         shuffle_file,
         segments,

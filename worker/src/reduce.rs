@@ -190,11 +190,18 @@ async fn reduce_into(
     let mut sorted = sort.execute(0, ctx.task_ctx())?;
 
     let mut group: Option<Group> = None;
+    let started = std::time::Instant::now();
+    let mut sort_wait = std::time::Duration::ZERO;
     let bad_bytes = |what: &str| WorkerError::Shuffle {
         file: format!("partition {}", task.partition),
         what: format!("bad {what} address bytes"),
     };
-    while let Some(batch) = sorted.next().await {
+    loop {
+        let waited = std::time::Instant::now();
+        let Some(batch) = sorted.next().await else {
+            break;
+        };
+        sort_wait += waited.elapsed();
         let batch = batch?;
         let src = batch.column(0).as_binary::<i32>();
         let time = batch.column(1).as_primitive::<UInt64Type>();
@@ -234,6 +241,7 @@ async fn reduce_into(
         finish_group(g, &mut shards)?;
     }
 
+    let grouped = started.elapsed();
     let mut infos = Vec::new();
     for shard in shards {
         shard.writer.finish()?;
@@ -250,6 +258,13 @@ async fn reduce_into(
             blake3,
         });
     }
+    tracing::debug!(
+        partition = task.partition,
+        sort_s = sort_wait.as_secs_f64(),
+        rows_s = (grouped - sort_wait).as_secs_f64(),
+        upload_s = (started.elapsed() - grouped).as_secs_f64(),
+        "reduce timings"
+    );
     Ok(ReduceOutput { shards: infos })
 }
 

@@ -50,11 +50,21 @@ impl Compressor {
         }
         match self.compression {
             Compression::Uncompressed => out.extend_from_slice(input),
-            Compression::Zstd { .. } => {
+            Compression::Zstd { window_log, .. } => {
                 let c = self
                     .zstd
                     .as_mut()
                     .ok_or_else(|| std::io::Error::other("zstd context missing"))?;
+                // An input that fits the window needs no explicit window: zstd then sizes
+                // its tables to the input, which makes small chunks (every record its own
+                // chunk, sizes blobs of a few bytes) far cheaper to compress. The window
+                // limit still applies to inputs larger than it.
+                let explicit = (input.len() as u64) > (1u64 << window_log);
+                c.set_parameter(zstd::zstd_safe::CParameter::WindowLog(if explicit {
+                    window_log
+                } else {
+                    0
+                }))?;
                 self.scratch.clear();
                 self.scratch
                     .reserve(zstd::zstd_safe::compress_bound(input.len()));

@@ -44,7 +44,7 @@ fn fixed_overhead(width: usize) -> Result<usize> {
         last_time: u64::MAX,
         n_measurements: u64::MAX,
     };
-    let v = encode_columns(&longest, &Columns::default())?.len();
+    let v = encode_columns(&longest, Columns::default())?.len();
     Ok(*slot.get_or_init(|| v))
 }
 
@@ -145,7 +145,12 @@ impl RowBuilder {
             last_time: self.pending.times[n - 1],
             n_measurements: n as u64,
         };
-        let bytes = encode_columns(&meta, &self.pending)?;
+        let capacity = self.pending.len();
+        let cols = std::mem::replace(
+            &mut self.pending,
+            Columns::with_capacity(capacity, self.width),
+        );
+        let bytes = encode_columns(&meta, cols)?;
         if bytes.len() > self.max_row_bytes {
             // The bound above makes this unreachable; refuse rather than write an oversize row.
             return Err(Error::Input(format!(
@@ -156,7 +161,6 @@ impl RowBuilder {
                 self.overhead
             )));
         }
-        self.pending.clear();
         self.part = self.part.checked_add(1).ok_or_else(|| {
             Error::Input(format!("more than {} rows for {}", u32::MAX, self.src_addr))
         })?;

@@ -113,6 +113,15 @@ pub(crate) struct Columns {
 }
 
 impl Columns {
+    pub fn with_capacity(n: usize, width: usize) -> Self {
+        Columns {
+            times: Vec::with_capacity(n),
+            dst: Vec::with_capacity(n * width),
+            rtt: Vec::with_capacity(n),
+            valid: Vec::with_capacity(n),
+        }
+    }
+
     pub fn len(&self) -> usize {
         self.times.len()
     }
@@ -123,17 +132,10 @@ impl Columns {
         self.rtt.push(m.rtt.map_or(0, |c| c.0));
         self.valid.push(m.rtt.is_some());
     }
-
-    pub fn clear(&mut self) {
-        self.times.clear();
-        self.dst.clear();
-        self.rtt.clear();
-        self.valid.clear();
-    }
 }
 
 /// Encodes columns with the given facts, without checking that they agree.
-pub(crate) fn encode_columns(meta: &RowMeta, cols: &Columns) -> Result<Vec<u8>> {
+pub(crate) fn encode_columns(meta: &RowMeta, cols: Columns) -> Result<Vec<u8>> {
     let width = meta.addr_width();
     let schema = Arc::new(Schema::new_with_metadata(
         vec![
@@ -214,7 +216,7 @@ pub fn encode_row(src_addr: IpAddr, part: u32, measurements: &[Measurement]) -> 
     for m in measurements {
         cols.push(m);
     }
-    let bytes = encode_columns(&meta, &cols)?;
+    let bytes = encode_columns(&meta, cols)?;
     Ok(Row { bytes, meta })
 }
 
