@@ -26,7 +26,8 @@ import pytest
 from array_record.python import array_record_module as ar
 
 ROOT = Path(__file__).resolve().parents[2]
-COORDINATOR = Path(os.environ.get("PROBEFLOW_COORDINATOR", ROOT / "target" / "debug" / "coordinator"))
+TARGET = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
+COORDINATOR = Path(os.environ.get("PROBEFLOW_COORDINATOR", TARGET / "debug" / "coordinator"))
 SHARDS = 4
 MAX_ROW = 64 * 1024
 SEED, FRACTION = 17, 0.25

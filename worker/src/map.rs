@@ -16,7 +16,7 @@ use crate::error::{Result, WorkerError};
 use crate::protocol::{JobContext, MapOutput, MapTask, ShuffleSegment};
 use crate::shuffle;
 use crate::store::StoreUrl;
-use crate::validate::{rejects_batch, Normalized, Validator};
+use crate::validate::{rejects_batch, Validator};
 
 /// The shuffle file of map task `index`, relative to the output root.
 pub fn shuffle_path(index: usize) -> String {
@@ -30,7 +30,12 @@ pub fn rejects_path(index: usize) -> String {
 
 pub async fn run_map(task: &MapTask, job: &JobContext) -> Result<MapOutput> {
     let output = StoreUrl::parse(&job.output)?;
-    let builder = crate::parquet_source::open(&task.file, task.file_size).await?;
+    let builder = crate::parquet_source::open(
+        &task.file,
+        task.file_size,
+        &[&job.columns.src_addr, &job.columns.dst_addr],
+    )
+    .await?;
     let schema = builder.parquet_schema();
     let wanted = [
         &job.columns.src_addr,
@@ -65,12 +70,16 @@ pub async fn run_map(task: &MapTask, job: &JobContext) -> Result<MapOutput> {
     let mut stream = builder
         .with_projection(mask)
         .with_row_groups(task.row_groups.clone().collect())
-        .with_batch_size(65_536)
+        .with_batch_size(131_072)
         .build()
         .map_err(parquet_err)?;
 
     let mut validator = Validator::new(task.file.clone(), job.columns.clone(), job.shards);
-    let mut by_partition: Vec<Vec<Normalized>> = vec![Vec::new(); job.shards as usize];
+    // Sort keys per partition (shuffle::KEY_LEN bytes each).
+    let expected = (task.rows / u64::from(job.shards.max(1))) as usize * shuffle::KEY_LEN;
+    let mut by_partition: Vec<Vec<u8>> = (0..job.shards)
+        .map(|_| Vec::with_capacity(expected + expected / 8))
+        .collect();
     let mut valid = Vec::new();
     let mut rejected: BTreeMap<String, u64> = BTreeMap::new();
     let mut rejects_writer: Option<ArrowWriter<Vec<u8>>> = None;
@@ -88,7 +97,13 @@ pub async fn run_map(task: &MapTask, job: &JobContext) -> Result<MapOutput> {
         valid.clear();
         let rejects = validator.validate(&batch, &mut valid)?;
         for n in &valid {
-            by_partition[n.partition as usize].push(*n);
+            shuffle::push_key(
+                &mut by_partition[n.partition as usize],
+                &n.src,
+                n.event_time,
+                &n.dst,
+                n.rtt,
+            );
         }
         if !rejects.is_empty() {
             for (_, reason) in &rejects {
@@ -119,20 +134,21 @@ pub async fn run_map(task: &MapTask, job: &JobContext) -> Result<MapOutput> {
     let mut file = Vec::new();
     let mut segments = BTreeMap::new();
     let mut kept_rows = 0u64;
-    for (p, rows) in by_partition.iter().enumerate() {
-        if rows.is_empty() {
+    for (p, keys) in by_partition.iter().enumerate() {
+        if keys.is_empty() {
             continue;
         }
-        let bytes = shuffle::encode_segment(rows)?;
+        let rows = keys.len() / shuffle::KEY_LEN;
+        let bytes = shuffle::encode_segment(keys)?;
         segments.insert(
             p as u32,
             ShuffleSegment {
                 offset: file.len() as u64,
                 len: bytes.len() as u64,
-                rows: rows.len() as u64,
+                rows: rows as u64,
             },
         );
-        kept_rows += rows.len() as u64;
+        kept_rows += rows as u64;
         file.extend_from_slice(&bytes);
     }
     drop(by_partition);
@@ -167,7 +183,7 @@ pub async fn run_map(task: &MapTask, job: &JobContext) -> Result<MapOutput> {
 
 /// Row groups and their row counts, from an input file's footer.
 pub async fn row_groups(url: &str, size: u64) -> Result<Vec<u64>> {
-    let builder = crate::parquet_source::open(url, size).await?;
+    let builder = crate::parquet_source::open(url, size, &[]).await?;
     Ok(builder
         .metadata()
         .row_groups()

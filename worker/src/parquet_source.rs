@@ -4,12 +4,13 @@
 use std::ops::Range;
 use std::sync::Arc;
 
+use arrow::datatypes::{DataType, Field, FieldRef, Schema};
 use bytes::Bytes;
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt};
-use parquet::arrow::arrow_reader::ArrowReaderOptions;
+use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions};
 use parquet::arrow::async_reader::{AsyncFileReader, ParquetRecordBatchStreamBuilder};
 use parquet::errors::ParquetError;
 use parquet::file::metadata::{ParquetMetaData, ParquetMetaDataReader};
@@ -68,18 +69,53 @@ impl AsyncFileReader for ParquetSource {
     }
 }
 
-/// Opens an input file (reads its footer) as a record-batch stream builder.
-pub async fn open(url: &str, size: u64) -> Result<ParquetRecordBatchStreamBuilder<ParquetSource>> {
+/// Opens an input file (reads its footer) as a record-batch stream builder. Utf8
+/// columns named in `as_dictionary` are read as `Dictionary(Int32, Utf8)`, keeping
+/// Parquet's dictionary encoding so each distinct value can be handled once.
+pub async fn open(
+    url: &str,
+    size: u64,
+    as_dictionary: &[&str],
+) -> Result<ParquetRecordBatchStreamBuilder<ParquetSource>> {
+    let parquet_err = |e: ParquetError| WorkerError::Parquet {
+        file: url.to_string(),
+        what: e.to_string(),
+    };
     let loc = StoreUrl::parse(url)?;
-    let source = ParquetSource {
+    let mut source = ParquetSource {
         store: loc.store.clone(),
         path: loc.root.clone(),
         size,
     };
-    ParquetRecordBatchStreamBuilder::new(source)
+    let plain = ArrowReaderMetadata::load_async(&mut source, ArrowReaderOptions::new())
         .await
-        .map_err(|e| WorkerError::Parquet {
-            file: url.to_string(),
-            what: e.to_string(),
+        .map_err(parquet_err)?;
+    let schema = plain.schema();
+    let fields: Vec<FieldRef> = schema
+        .fields()
+        .iter()
+        .map(|f| {
+            if as_dictionary.contains(&f.name().as_str()) && f.data_type() == &DataType::Utf8 {
+                Arc::new(
+                    Field::new(
+                        f.name(),
+                        DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8)),
+                        f.is_nullable(),
+                    )
+                    .with_metadata(f.metadata().clone()),
+                )
+            } else {
+                f.clone()
+            }
         })
+        .collect();
+    let wanted = Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()));
+    let metadata = ArrowReaderMetadata::try_new(
+        plain.metadata().clone(),
+        ArrowReaderOptions::new().with_schema(wanted),
+    )
+    .map_err(parquet_err)?;
+    Ok(ParquetRecordBatchStreamBuilder::new_with_metadata(
+        source, metadata,
+    ))
 }

@@ -3,8 +3,8 @@
 //! `RowBuilder` into the partition's `train` and `test` ArrayRecord shards.
 //!
 //! ```text
-//! range reads of segment p ─► SegmentStream ─► SortExec (FairSpillPool, spills to scratch)
-//!   ─► rows in (src, event_time, dst, rtt) order ─► RowBuilder per source ─► split ─► shard
+//! range reads of segment p ─► SegmentStream ─► SortExec on the 45-byte key (FairSpillPool,
+//!   spills to scratch) ─► (src, event_time, dst, rtt) order ─► RowBuilder per source ─► shard
 //! ```
 //!
 //! Grouping streams over sorted data (no aggregate functions). The sort key includes
@@ -17,9 +17,9 @@ use std::net::IpAddr;
 use std::path::{Path as FsPath, PathBuf};
 use std::sync::Arc;
 
-use arrow::array::{Array, AsArray};
+use arrow::array::AsArray;
 use arrow::compute::SortOptions;
-use arrow::datatypes::{SchemaRef, UInt16Type, UInt64Type};
+use arrow::datatypes::SchemaRef;
 use datafusion::execution::memory_pool::FairSpillPool;
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::execution::TaskContext;
@@ -33,9 +33,7 @@ use datafusion::prelude::{SessionConfig, SessionContext};
 use futures::{StreamExt, TryStreamExt};
 use object_store::{ObjectStoreExt, WriteMultipart};
 use probeflow_reader::array_record::{ArrayRecordWriter, WriterOptions};
-use probeflow_reader::row::{
-    addr::addr_from_bytes, Measurement, RowBuilder, RttCode, Split, SplitRule,
-};
+use probeflow_reader::row::{addr::addr_from_bytes, RowBuilder, Split, SplitRule};
 
 use crate::error::{Result, WorkerError};
 use crate::protocol::{
@@ -97,6 +95,7 @@ struct ShardFile {
 
 /// The builder of the source being grouped, and where its rows go.
 struct Group {
+    /// The source part of the sort key (address, padded, and its length).
     src: Vec<u8>,
     builder: RowBuilder,
     split: Split,
@@ -175,16 +174,11 @@ async fn reduce_into(
         descending: false,
         nulls_first: true,
     };
-    let keys = ["src", "event_time", "dst", "rtt"]
-        .iter()
-        .map(|name| {
-            Ok(PhysicalSortExpr {
-                expr: col(name, &schema)?,
-                options: asc,
-            })
-        })
-        .collect::<Result<Vec<_>>>()?;
-    let ordering = LexOrdering::new(keys)
+    let key = PhysicalSortExpr {
+        expr: col("key", &schema)?,
+        options: asc,
+    };
+    let ordering = LexOrdering::new([key])
         .ok_or_else(|| datafusion::error::DataFusionError::Internal("empty sort key".into()))?;
     let sort = SortExec::new(ordering, Arc::new(source));
     let mut sorted = sort.execute(0, ctx.task_ctx())?;
@@ -192,9 +186,9 @@ async fn reduce_into(
     let mut group: Option<Group> = None;
     let started = std::time::Instant::now();
     let mut sort_wait = std::time::Duration::ZERO;
-    let bad_bytes = |what: &str| WorkerError::Shuffle {
+    let bad_key = || WorkerError::Shuffle {
         file: format!("partition {}", task.partition),
-        what: format!("bad {what} address bytes"),
+        what: "bad sort key".into(),
     };
     loop {
         let waited = std::time::Instant::now();
@@ -203,32 +197,24 @@ async fn reduce_into(
         };
         sort_wait += waited.elapsed();
         let batch = batch?;
-        let src = batch.column(0).as_binary::<i32>();
-        let time = batch.column(1).as_primitive::<UInt64Type>();
-        let dst = batch.column(2).as_binary::<i32>();
-        let rtt = batch.column(3).as_primitive::<UInt16Type>();
+        let keys = batch.column(0).as_fixed_size_binary();
         for i in 0..batch.num_rows() {
-            let s = src.value(i);
-            if group.as_ref().is_none_or(|g| g.src != s) {
+            let k = shuffle::parse_key(keys.value(i)).ok_or_else(bad_key)?;
+            if group.as_ref().is_none_or(|g| g.src != k.src_key) {
                 if let Some(g) = group.take() {
                     finish_group(g, &mut shards)?;
                 }
-                let addr: IpAddr = addr_from_bytes(s).ok_or_else(|| bad_bytes("source"))?;
+                let addr: IpAddr = addr_from_bytes(k.src).ok_or_else(bad_key)?;
                 let split = rule.split(&addr);
                 shards[split_index(split)].sources += 1;
                 group = Some(Group {
-                    src: s.to_vec(),
+                    src: k.src_key.to_vec(),
                     builder: RowBuilder::new(addr, job.max_row_bytes)?,
                     split,
                 });
             }
-            let m = Measurement {
-                event_time: time.value(i),
-                dst_addr: addr_from_bytes(dst.value(i)).ok_or_else(|| bad_bytes("destination"))?,
-                rtt: (!rtt.is_null(i)).then(|| RttCode(rtt.value(i))),
-            };
             if let Some(g) = group.as_mut() {
-                if let Some(row) = g.builder.push(&m)? {
+                if let Some(row) = g.builder.push_parts(k.event_time, k.dst, k.rtt)? {
                     let shard = &mut shards[split_index(g.split)];
                     shard.writer.write(&row.bytes)?;
                     shard.rows += 1;

@@ -1,77 +1,120 @@
-//! Shuffle files: a map task's valid rows, grouped by partition.
+//! Shuffle files: a map task's valid rows, grouped by partition, in sort-key form.
 //!
 //! One file per map task. Each non-empty partition is a self-contained Arrow IPC stream
 //! (schema, batches, end marker) and the partitions follow each other in order, so the
 //! file's index (partition → byte range, kept in the map task's result and the journal)
-//! lets a reduce task range-read just its partition. Columns are the normalised binary
-//! forms, never strings (no Utf8View buffers dragged along):
+//! lets a reduce task range-read just its partition.
 //!
-//! | column | type | |
-//! |---|---|---|
-//! | `src` | Binary (4 or 16 bytes) | source address, network order |
-//! | `event_time` | UInt64 | seconds |
-//! | `dst` | Binary (4 or 16 bytes) | destination address |
-//! | `rtt` | UInt16, nullable | RTT code; null = failed |
+//! A measurement is one fixed-width, memcmp-ordered key (column `key`,
+//! FixedSizeBinary(45)), so the reduce sorts a single binary column:
+//!
+//! | bytes | field |
+//! |---|---|
+//! | 0..16, 16 | source address (network order, zero-padded), its length (4 or 16) |
+//! | 17..25 | event time, u64 big-endian |
+//! | 25..41, 41 | destination address, padded, its length |
+//! | 42, 43..45 | RTT present (0 = failed ping, 1 = valid), RTT code big-endian |
+//!
+//! Byte order of the key = order by (source bytes, time, destination bytes, RTT with
+//! failures first): padding with zeros and then comparing lengths orders a 4-byte address
+//! before any 16-byte one it is a prefix of, exactly as comparing the raw bytes does.
 
+use std::net::IpAddr;
 use std::sync::{Arc, LazyLock};
 
-use arrow::array::{ArrayRef, BinaryArray, RecordBatch, UInt16Array, UInt64Array};
-use arrow::buffer::{NullBuffer, OffsetBuffer, ScalarBuffer};
+use arrow::array::{ArrayRef, FixedSizeBinaryArray, RecordBatch};
+use arrow::buffer::Buffer;
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use probeflow_reader::row::RttCode;
 
 use crate::error::{Result, WorkerError};
-use crate::validate::Normalized;
 
+pub const KEY_LEN: usize = 45;
 /// Rows per IPC batch inside a segment.
 const BATCH_ROWS: usize = 65_536;
 
 pub static SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| {
-    Arc::new(Schema::new(vec![
-        Field::new("src", DataType::Binary, false),
-        Field::new("event_time", DataType::UInt64, false),
-        Field::new("dst", DataType::Binary, false),
-        Field::new("rtt", DataType::UInt16, true),
-    ]))
+    Arc::new(Schema::new(vec![Field::new(
+        "key",
+        DataType::FixedSizeBinary(KEY_LEN as i32),
+        false,
+    )]))
 });
 
-fn binary(values: impl Iterator<Item = std::net::IpAddr>, n: usize) -> BinaryArray {
-    let mut bytes = Vec::with_capacity(n * 16);
-    let mut offsets = Vec::with_capacity(n + 1);
-    offsets.push(0i32);
-    for a in values {
-        probeflow_reader::row::addr::addr_bytes(&a, &mut bytes);
-        offsets.push(bytes.len() as i32);
+fn put_addr(out: &mut Vec<u8>, addr: &IpAddr) {
+    match addr {
+        IpAddr::V4(a) => {
+            out.extend_from_slice(&a.octets());
+            out.extend_from_slice(&[0u8; 12]);
+            out.push(4);
+        }
+        IpAddr::V6(a) => {
+            out.extend_from_slice(&a.octets());
+            out.push(16);
+        }
     }
-    BinaryArray::new(
-        OffsetBuffer::new(ScalarBuffer::from(offsets)),
-        bytes.into(),
-        None,
-    )
 }
 
-/// Encodes rows (all of one partition) as one IPC stream.
-pub fn encode_segment(rows: &[Normalized]) -> Result<Vec<u8>> {
-    let mut out = Vec::with_capacity(rows.len() * 30 + 1024);
+/// Appends the key of one measurement.
+pub fn push_key(
+    out: &mut Vec<u8>,
+    src: &IpAddr,
+    event_time: u64,
+    dst: &IpAddr,
+    rtt: Option<RttCode>,
+) {
+    put_addr(out, src);
+    out.extend_from_slice(&event_time.to_be_bytes());
+    put_addr(out, dst);
+    match rtt {
+        Some(code) => {
+            out.push(1);
+            out.extend_from_slice(&code.0.to_be_bytes());
+        }
+        None => out.extend_from_slice(&[0, 0, 0]),
+    }
+}
+
+/// A decoded key.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Key<'a> {
+    /// Source address bytes (4 or 16).
+    pub src: &'a [u8],
+    /// The key's first 17 bytes: equal for the measurements of one source.
+    pub src_key: &'a [u8],
+    pub event_time: u64,
+    /// Destination address bytes (4 or 16).
+    pub dst: &'a [u8],
+    pub rtt: Option<RttCode>,
+}
+
+/// Splits a key into its fields; `None` if the lengths are not 4 or 16.
+pub fn parse_key(k: &[u8]) -> Option<Key<'_>> {
+    if k.len() != KEY_LEN {
+        return None;
+    }
+    let len = |b: u8| matches!(b, 4 | 16).then_some(b as usize);
+    let src_len = len(k[16])?;
+    let dst_len = len(k[41])?;
+    let mut t = [0u8; 8];
+    t.copy_from_slice(&k[17..25]);
+    Some(Key {
+        src: &k[..src_len],
+        src_key: &k[..17],
+        event_time: u64::from_be_bytes(t),
+        dst: &k[25..25 + dst_len],
+        rtt: (k[42] == 1).then(|| RttCode(u16::from_be_bytes([k[43], k[44]]))),
+    })
+}
+
+/// Encodes keys (all of one partition, `KEY_LEN` bytes each) as one IPC stream.
+pub fn encode_segment(keys: &[u8]) -> Result<Vec<u8>> {
+    let mut out = Vec::with_capacity(keys.len() + 1024);
     let mut writer = arrow::ipc::writer::StreamWriter::try_new(&mut out, &SCHEMA)?;
-    for chunk in rows.chunks(BATCH_ROWS) {
-        let n = chunk.len();
-        let valid: Vec<bool> = chunk.iter().map(|r| r.rtt.is_some()).collect();
-        let nulls = if valid.iter().all(|&v| v) {
-            None
-        } else {
-            Some(NullBuffer::from(valid))
-        };
-        let columns: Vec<ArrayRef> = vec![
-            Arc::new(binary(chunk.iter().map(|r| r.src), n)),
-            Arc::new(UInt64Array::from_iter_values(
-                chunk.iter().map(|r| r.event_time),
-            )),
-            Arc::new(binary(chunk.iter().map(|r| r.dst), n)),
-            Arc::new(UInt16Array::new(
-                chunk.iter().map(|r| r.rtt.map_or(0, |c| c.0)).collect(),
-                nulls,
-            )),
-        ];
+    for chunk in keys.chunks(BATCH_ROWS * KEY_LEN) {
+        let array =
+            FixedSizeBinaryArray::try_new(KEY_LEN as i32, Buffer::from(chunk.to_vec()), None)?;
+        let columns: Vec<ArrayRef> = vec![Arc::new(array)];
         writer.write(&RecordBatch::try_new(SCHEMA.clone(), columns)?)?;
     }
     writer.finish()?;
@@ -91,4 +134,51 @@ pub fn decode_segment(file: &str, bytes: bytes::Bytes) -> Result<Vec<RecordBatch
         return Err(bad("unexpected schema".into()));
     }
     reader.map(|b| b.map_err(|e| bad(e.to_string()))).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(src: &str, t: u64, dst: &str, rtt: Option<u16>) -> Vec<u8> {
+        let mut out = Vec::new();
+        push_key(
+            &mut out,
+            &src.parse().unwrap(),
+            t,
+            &dst.parse().unwrap(),
+            rtt.map(RttCode),
+        );
+        out
+    }
+
+    #[test]
+    fn keys_round_trip() {
+        let k = key("2001:db8::1", 77, "192.0.2.9", Some(0x1234));
+        assert_eq!(k.len(), KEY_LEN);
+        let p = parse_key(&k).unwrap();
+        assert_eq!(p.src.len(), 16);
+        assert_eq!(p.event_time, 77);
+        assert_eq!(p.dst, &[192, 0, 2, 9]);
+        assert_eq!(p.rtt, Some(RttCode(0x1234)));
+        let failed = key("10.0.0.1", 1, "10.0.0.2", None);
+        assert_eq!(parse_key(&failed).unwrap().rtt, None);
+        assert!(parse_key(&k[..44]).is_none());
+    }
+
+    #[test]
+    fn key_order_is_field_order() {
+        let ordered = [
+            key("1.2.3.4", 9, "9.9.9.9", Some(1)),
+            key("1.2.3.4", 10, "1.1.1.1", None),
+            key("1.2.3.4", 10, "1.1.1.1", Some(0)),
+            key("1.2.3.4", 10, "1.1.1.2", Some(0)),
+            // IPv6 sharing the IPv4's first bytes sorts after it, as raw bytes do.
+            key("102:304::", 0, "::1", None),
+            key("2.0.0.0", 0, "1.1.1.1", None),
+        ];
+        for w in ordered.windows(2) {
+            assert!(w[0] < w[1]);
+        }
+    }
 }

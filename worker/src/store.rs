@@ -1,6 +1,7 @@
 //! Object-store locations: every input, intermediate and output byte goes through
 //! `object_store`, so local paths, `file://`, `s3://` (and S3-compatible servers via the
-//! usual `AWS_*` environment variables such as `AWS_ENDPOINT_URL`) work alike.
+//! usual `AWS_*` environment variables such as `AWS_ENDPOINT_URL`) and `gs://` (the
+//! `GOOGLE_*` variables) work alike.
 //!
 //! A [`StoreUrl`] is a store plus a root path; [`StoreUrl::list_matching`] expands a
 //! trailing glob (`*`, `?`) in the input URL.
@@ -51,9 +52,23 @@ impl StoreUrl {
                 root,
             });
         }
+        if let Some(rest) = url.strip_prefix("gs://") {
+            let bucket = rest.split('/').next().unwrap_or_default();
+            let store = object_store::gcp::GoogleCloudStorageBuilder::from_env()
+                .with_bucket_name(bucket)
+                .build()
+                .map_err(|e| bad(e.to_string()))?;
+            let root = Path::parse(rest.strip_prefix(bucket).unwrap_or_default())
+                .map_err(|e| bad(e.to_string()))?;
+            return Ok(StoreUrl {
+                url: url.to_string(),
+                store: Arc::new(store),
+                root,
+            });
+        }
         if url.contains("://") && !url.starts_with("file://") {
             return Err(bad(
-                "unsupported scheme (use a local path, file://, or s3://)".into(),
+                "unsupported scheme (use a local path, file://, s3:// or gs://)".into(),
             ));
         }
         let local = url.strip_prefix("file://").unwrap_or(url);
@@ -77,12 +92,15 @@ impl StoreUrl {
 
     /// A human-readable name for `path` (for messages).
     pub fn display(&self, path: &Path) -> String {
-        if self.url.starts_with("s3://") {
-            let bucket = self.url["s3://".len()..]
+        if let Some(scheme) = ["s3://", "gs://"]
+            .into_iter()
+            .find(|s| self.url.starts_with(s))
+        {
+            let bucket = self.url[scheme.len()..]
                 .split('/')
                 .next()
                 .unwrap_or_default();
-            format!("s3://{bucket}/{path}")
+            format!("{scheme}{bucket}/{path}")
         } else {
             format!("/{path}")
         }

@@ -13,9 +13,9 @@
 use std::net::IpAddr;
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, AsArray, RecordBatch, StringArray};
+use arrow::array::{Array, ArrayRef, AsArray, Int32Array, RecordBatch, StringArray};
 use arrow::compute::cast;
-use arrow::datatypes::{DataType, Float64Type, Int64Type, TimeUnit};
+use arrow::datatypes::{DataType, Float64Type, Int32Type, Int64Type, TimeUnit};
 use probeflow_reader::row::{addr, partition, RttCode};
 
 use crate::error::{Result, WorkerError};
@@ -73,6 +73,101 @@ pub struct Validator {
     shards: u32,
     src_cache: FastMap<String, Option<(IpAddr, u32)>>,
     dst_cache: FastMap<String, Option<IpAddr>>,
+    src_memo: Memo<(IpAddr, u32)>,
+    dst_memo: Memo<IpAddr>,
+}
+
+/// An address column: plain strings, or dictionary-encoded strings (as Parquet stores
+/// repetitive columns), whose distinct values are parsed once.
+enum Strings {
+    Plain(StringArray),
+    Dict(Int32Array, StringArray, ArrayRef),
+}
+
+/// Parse results per dictionary value, kept while consecutive batches share a dictionary.
+struct Memo<T> {
+    values: Option<ArrayRef>,
+    results: Vec<Option<Option<T>>>,
+}
+
+impl<T> Default for Memo<T> {
+    fn default() -> Self {
+        Memo {
+            values: None,
+            results: Vec::new(),
+        }
+    }
+}
+
+impl<T: Copy> Memo<T> {
+    fn use_dictionary(&mut self, values: &ArrayRef) {
+        let same = self.values.as_ref().is_some_and(|v| Arc::ptr_eq(v, values));
+        if !same {
+            self.values = Some(values.clone());
+            self.results.clear();
+            self.results.resize(values.len(), None);
+        }
+    }
+
+    fn get(&mut self, key: usize, text: &str, parse: impl FnOnce(&str) -> Option<T>) -> Option<T> {
+        match self.results.get(key) {
+            Some(Some(hit)) => *hit,
+            _ => {
+                let r = parse(text);
+                if let Some(slot) = self.results.get_mut(key) {
+                    *slot = Some(r);
+                }
+                r
+            }
+        }
+    }
+}
+
+/// Looks up row `i` of an address column: `Err(true)` for null, `Err(false)` for unparsable.
+fn lookup<T: Copy>(
+    column: &Strings,
+    i: usize,
+    memo: &mut Memo<T>,
+    cache: &mut FastMap<String, Option<T>>,
+    parse: impl FnOnce(&str) -> Option<T>,
+) -> std::result::Result<T, bool> {
+    match column {
+        Strings::Plain(a) => {
+            if a.is_null(i) {
+                return Err(true);
+            }
+            let text = a.value(i);
+            let r = match cache.get(text) {
+                Some(hit) => *hit,
+                None => {
+                    let r = parse(text);
+                    cache.insert(text.to_string(), r);
+                    r
+                }
+            };
+            r.ok_or(false)
+        }
+        Strings::Dict(keys, values, _) => {
+            if keys.is_null(i) {
+                return Err(true);
+            }
+            let k = keys.value(i) as usize;
+            if k >= values.len() || values.is_null(k) {
+                return Err(true);
+            }
+            // A dictionary value not seen in this dictionary yet: the string cache (which
+            // outlives dictionaries) before parsing.
+            memo.get(k, values.value(k), |text| match cache.get(text) {
+                Some(hit) => *hit,
+                None => {
+                    let r = parse(text);
+                    cache.insert(text.to_string(), r);
+                    r
+                }
+            })
+            .ok_or(false)
+        }
+    }
 }
 
 const CACHE_LIMIT: usize = 1 << 20;
@@ -88,6 +183,8 @@ impl Validator {
             shards,
             src_cache: FastMap::default(),
             dst_cache: FastMap::default(),
+            src_memo: Memo::default(),
+            dst_memo: Memo::default(),
         }
     }
 
@@ -101,17 +198,22 @@ impl Validator {
             })
     }
 
-    fn as_strings(&self, a: &ArrayRef, name: &str) -> Result<StringArray> {
+    fn as_strings(&self, a: &ArrayRef, name: &str) -> Result<Strings> {
         match a.data_type() {
-            DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => {}
-            t => {
-                return Err(WorkerError::Schema {
-                    file: self.file.clone(),
-                    what: format!("column {name:?} is {t}, expected a string type"),
-                })
+            DataType::Dictionary(k, v) if **k == DataType::Int32 && **v == DataType::Utf8 => {
+                let d = a.as_dictionary::<Int32Type>();
+                let values = d.values().clone();
+                let strings = values.as_string::<i32>().clone();
+                Ok(Strings::Dict(d.keys().clone(), strings, values))
             }
+            DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => Ok(Strings::Plain(
+                cast(a, &DataType::Utf8)?.as_string::<i32>().clone(),
+            )),
+            t => Err(WorkerError::Schema {
+                file: self.file.clone(),
+                what: format!("column {name:?} is {t}, expected a string type"),
+            }),
         }
-        Ok(cast(a, &DataType::Utf8)?.as_string::<i32>().clone())
     }
 
     fn as_i64(&self, a: &ArrayRef, name: &str) -> Result<Vec<Option<i64>>> {
@@ -180,6 +282,12 @@ impl Validator {
         let rtt = self.as_f64(&self.column(batch, &c.rtt)?, &c.rtt)?;
         let rtt = rtt.as_primitive::<Float64Type>();
 
+        if let Strings::Dict(_, _, values) = &src {
+            self.src_memo.use_dictionary(values);
+        }
+        if let Strings::Dict(_, _, values) = &dst {
+            self.dst_memo.use_dictionary(values);
+        }
         let mut rejects = Vec::new();
         for i in 0..batch.num_rows() {
             match self.row(&src, &dst, &times, version, rtt, i) {
@@ -198,42 +306,36 @@ impl Validator {
 
     fn row(
         &mut self,
-        src: &StringArray,
-        dst: &StringArray,
+        src: &Strings,
+        dst: &Strings,
         times: &[Option<i64>],
         version: &arrow::array::Int64Array,
         rtt: &arrow::array::Float64Array,
         i: usize,
     ) -> std::result::Result<Normalized, Reason> {
-        if src.is_null(i) {
-            return Err(Reason::NullSrcAddr);
-        }
         let shards = self.shards;
-        let src_text = src.value(i);
-        let (src_addr, part) = match self.src_cache.get(src_text) {
-            Some(hit) => *hit,
-            None => {
-                let parsed = addr::parse_addr(src_text)
-                    .ok()
-                    .and_then(|a| partition(&a, shards).ok().map(|p| (a, p)));
-                self.src_cache.insert(src_text.to_string(), parsed);
-                parsed
+        let (src_addr, part) = lookup(src, i, &mut self.src_memo, &mut self.src_cache, |t| {
+            addr::parse_addr(t)
+                .ok()
+                .and_then(|a| partition(&a, shards).ok().map(|p| (a, p)))
+        })
+        .map_err(|null| {
+            if null {
+                Reason::NullSrcAddr
+            } else {
+                Reason::BadSrcAddr
             }
-        }
-        .ok_or(Reason::BadSrcAddr)?;
-        if dst.is_null(i) {
-            return Err(Reason::NullDstAddr);
-        }
-        let dst_text = dst.value(i);
-        let dst_addr = match self.dst_cache.get(dst_text) {
-            Some(hit) => *hit,
-            None => {
-                let parsed = addr::parse_addr(dst_text).ok();
-                self.dst_cache.insert(dst_text.to_string(), parsed);
-                parsed
+        })?;
+        let dst_addr = lookup(dst, i, &mut self.dst_memo, &mut self.dst_cache, |t| {
+            addr::parse_addr(t).ok()
+        })
+        .map_err(|null| {
+            if null {
+                Reason::NullDstAddr
+            } else {
+                Reason::BadDstAddr
             }
-        }
-        .ok_or(Reason::BadDstAddr)?;
+        })?;
         if version.is_null(i) {
             return Err(Reason::NullIpVersion);
         }
@@ -265,16 +367,29 @@ impl Validator {
 /// The rejected rows of `batch` (original columns) plus a `reason` column.
 pub fn rejects_batch(batch: &RecordBatch, rejects: &[(u32, Reason)]) -> Result<RecordBatch> {
     let idx = arrow::array::UInt32Array::from_iter_values(rejects.iter().map(|(i, _)| *i));
+    // Dictionary-encoded strings (how the scan reads addresses) go back to plain strings.
+    let plain = |c: &ArrayRef| -> std::result::Result<ArrayRef, arrow::error::ArrowError> {
+        let taken = arrow::compute::take(c, &idx, None)?;
+        match taken.data_type() {
+            DataType::Dictionary(_, v) => cast(&taken, v),
+            _ => Ok(taken),
+        }
+    };
     let mut columns: Vec<ArrayRef> = batch
         .columns()
         .iter()
-        .map(|c| arrow::compute::take(c, &idx, None))
+        .map(plain)
         .collect::<std::result::Result<_, _>>()?;
+    let mut fields: Vec<arrow::datatypes::FieldRef> = batch
+        .schema()
+        .fields()
+        .iter()
+        .zip(&columns)
+        .map(|(f, c)| Arc::new(f.as_ref().clone().with_data_type(c.data_type().clone())))
+        .collect();
     columns.push(Arc::new(StringArray::from_iter_values(
         rejects.iter().map(|(_, r)| r.as_str()),
     )));
-    let mut fields: Vec<arrow::datatypes::FieldRef> =
-        batch.schema().fields().iter().cloned().collect();
     fields.push(Arc::new(arrow::datatypes::Field::new(
         "reason",
         DataType::Utf8,

@@ -11,9 +11,10 @@
 use std::net::IpAddr;
 use std::sync::OnceLock;
 
-use super::addr::ip_version;
+use super::addr::{addr_from_bytes, ip_version};
 use super::codec::{encode_columns, Columns, Measurement, Row, RowMeta};
 use super::placement::src_id;
+use super::rtt::RttCode;
 use crate::error::{Error, Result};
 
 /// 8 MiB, the default cap on one row.
@@ -103,24 +104,48 @@ impl RowBuilder {
 
     /// Adds the next measurement; returns a row when one is full.
     pub fn push(&mut self, m: &Measurement) -> Result<Option<Row>> {
-        let width = if ip_version(&m.dst_addr) == 4 { 4 } else { 16 };
-        if width != self.width {
+        let mut dst = [0u8; 16];
+        let n = match m.dst_addr {
+            IpAddr::V4(a) => {
+                dst[..4].copy_from_slice(&a.octets());
+                4
+            }
+            IpAddr::V6(a) => {
+                dst.copy_from_slice(&a.octets());
+                16
+            }
+        };
+        self.push_parts(m.event_time, &dst[..n], m.rtt)
+    }
+
+    /// Like [`RowBuilder::push`], with the destination as 4 or 16 network-order bytes.
+    pub fn push_parts(
+        &mut self,
+        event_time: u64,
+        dst: &[u8],
+        rtt: Option<RttCode>,
+    ) -> Result<Option<Row>> {
+        if dst.len() != self.width {
+            let shown = addr_from_bytes(dst).map_or_else(|| format!("{dst:?}"), |a| a.to_string());
             return Err(Error::Input(format!(
-                "destination {} is IPv{} in an IPv{} row of {}",
-                m.dst_addr,
-                ip_version(&m.dst_addr),
+                "destination {shown} is {} in an IPv{} row of {}",
+                match dst.len() {
+                    4 => "IPv4",
+                    16 => "IPv6",
+                    _ => "not an address",
+                },
                 ip_version(&self.src_addr),
                 self.src_addr
             )));
         }
-        if m.event_time < self.last_time {
+        if event_time < self.last_time {
             return Err(Error::Input(format!(
                 "measurements of {} out of time order: {} after {}",
-                self.src_addr, m.event_time, self.last_time
+                self.src_addr, event_time, self.last_time
             )));
         }
-        self.last_time = m.event_time;
-        self.pending.push(m);
+        self.last_time = event_time;
+        self.pending.push_parts(event_time, dst, rtt);
         if self.pending.len() == self.capacity {
             return self.emit().map(Some);
         }
@@ -171,7 +196,7 @@ impl RowBuilder {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::row::{decode_row, RttCode};
+    use crate::row::decode_row;
 
     fn stream(src_v6: bool, n: usize) -> Vec<Measurement> {
         (0..n)

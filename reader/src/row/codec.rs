@@ -132,6 +132,13 @@ impl Columns {
         self.rtt.push(m.rtt.map_or(0, |c| c.0));
         self.valid.push(m.rtt.is_some());
     }
+
+    pub fn push_parts(&mut self, event_time: u64, dst: &[u8], rtt: Option<RttCode>) {
+        self.times.push(event_time);
+        self.dst.extend_from_slice(dst);
+        self.rtt.push(rtt.map_or(0, |c| c.0));
+        self.valid.push(rtt.is_some());
+    }
 }
 
 /// Encodes columns with the given facts, without checking that they agree.
