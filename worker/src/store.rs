@@ -38,31 +38,31 @@ impl StoreUrl {
         if url.is_empty() {
             return Err(bad("empty".into()));
         }
-        if let Some(rest) = url.strip_prefix("s3://") {
+        for scheme in ["s3://", "gs://"] {
+            let Some(rest) = url.strip_prefix(scheme) else {
+                continue;
+            };
             let bucket = rest.split('/').next().unwrap_or_default();
-            let store = object_store::aws::AmazonS3Builder::from_env()
-                .with_bucket_name(bucket)
-                .build()
-                .map_err(|e| bad(e.to_string()))?;
+            let store: Arc<dyn ObjectStore> = if scheme == "s3://" {
+                Arc::new(
+                    object_store::aws::AmazonS3Builder::from_env()
+                        .with_bucket_name(bucket)
+                        .build()
+                        .map_err(|e| bad(e.to_string()))?,
+                )
+            } else {
+                Arc::new(
+                    object_store::gcp::GoogleCloudStorageBuilder::from_env()
+                        .with_bucket_name(bucket)
+                        .build()
+                        .map_err(|e| bad(e.to_string()))?,
+                )
+            };
             let root = Path::parse(rest.strip_prefix(bucket).unwrap_or_default())
                 .map_err(|e| bad(e.to_string()))?;
             return Ok(StoreUrl {
                 url: url.to_string(),
-                store: Arc::new(store),
-                root,
-            });
-        }
-        if let Some(rest) = url.strip_prefix("gs://") {
-            let bucket = rest.split('/').next().unwrap_or_default();
-            let store = object_store::gcp::GoogleCloudStorageBuilder::from_env()
-                .with_bucket_name(bucket)
-                .build()
-                .map_err(|e| bad(e.to_string()))?;
-            let root = Path::parse(rest.strip_prefix(bucket).unwrap_or_default())
-                .map_err(|e| bad(e.to_string()))?;
-            return Ok(StoreUrl {
-                url: url.to_string(),
-                store: Arc::new(store),
+                store,
                 root,
             });
         }
