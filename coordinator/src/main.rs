@@ -69,7 +69,21 @@ fn exit_code(e: &JobError) -> ExitCode {
     }
 }
 
+/// Keeps freed memory in the heap instead of returning large blocks to the kernel: the
+/// job allocates and frees batch-sized buffers continuously, and faulting fresh pages in
+/// costs more than the work on them (437k page faults, 4.5 s of system time on 20M rows).
+/// Peak memory is still bounded by the job's settings.
+fn tune_allocator() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: mallopt only changes glibc allocator thresholds; called before any thread starts.
+    unsafe {
+        libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
+        libc::mallopt(libc::M_TRIM_THRESHOLD, 1 << 30);
+    }
+}
+
 fn main() -> ExitCode {
+    tune_allocator();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
