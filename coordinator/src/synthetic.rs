@@ -28,6 +28,10 @@ const ANCHORS: u64 = 3_000;
 const ROWS_PER_FILE: u64 = 2_000_000;
 const ROW_GROUP: usize = 131_072;
 
+fn runtime(e: impl std::fmt::Display) -> crate::error::JobError {
+    crate::error::JobError::Runtime(format!("generating demo data: {e}"))
+}
+
 /// SplitMix64: small, fast, and good enough for demo data.
 struct Rng(u64);
 impl Rng {
@@ -107,8 +111,8 @@ pub async fn generate(rows: u64, seed: u64, out: &StoreUrl) -> Result<Vec<String
             .set_compression(Compression::SNAPPY)
             .set_max_row_group_row_count(Some(ROW_GROUP))
             .build();
-        let mut writer = ArrowWriter::try_new(Vec::new(), schema(), Some(props))
-            .map_err(|e| crate::error::JobError::Runtime(e.to_string()))?;
+        let mut writer =
+            ArrowWriter::try_new(Vec::new(), schema(), Some(props)).map_err(runtime)?;
         for start in (0..n).step_by(ROW_GROUP) {
             let len = ROW_GROUP.min(n - start);
             let mut src = Vec::with_capacity(len);
@@ -141,15 +145,10 @@ pub async fn generate(rows: u64, seed: u64, out: &StoreUrl) -> Result<Vec<String
                 Arc::new(Float64Array::from(rtt)),
                 Arc::new(Int64Array::from(time)),
             ];
-            let batch = RecordBatch::try_new(schema(), columns)
-                .map_err(|e| crate::error::JobError::Runtime(e.to_string()))?;
-            writer
-                .write(&batch)
-                .map_err(|e| crate::error::JobError::Runtime(e.to_string()))?;
+            let batch = RecordBatch::try_new(schema(), columns).map_err(runtime)?;
+            writer.write(&batch).map_err(runtime)?;
         }
-        let bytes = writer
-            .into_inner()
-            .map_err(|e| crate::error::JobError::Runtime(e.to_string()))?;
+        let bytes = writer.into_inner().map_err(runtime)?;
         let rel = format!("part-{f:05}.parquet");
         out.put(&out.child(&rel), bytes).await?;
         written.push(format!("{}/{rel}", out.url.trim_end_matches('/')));

@@ -185,11 +185,7 @@ pub async fn list_matching(url: &str) -> Result<(StoreUrl, Vec<ObjectMeta>)> {
     let dir = if dir.is_empty() { "." } else { dir };
     let base = StoreUrl::parse(dir.trim_end_matches('/'))?;
     let mut files: Vec<ObjectMeta> = Vec::new();
-    let listed: Vec<ObjectMeta> = match base.store.list(Some(&base.root)).try_collect().await {
-        Ok(v) => v,
-        Err(object_store::Error::NotFound { .. }) => Vec::new(),
-        Err(e) => return Err(WorkerError::store(&base.url, e)),
-    };
+    let listed = base.list("").await?;
     if pattern.is_none() && listed.is_empty() {
         // A single file.
         let meta = base
@@ -215,7 +211,6 @@ pub async fn list_matching(url: &str) -> Result<(StoreUrl, Vec<ObjectMeta>)> {
             files.push(meta);
         }
     }
-    files.sort_by(|a, b| a.location.cmp(&b.location));
     Ok((base, files))
 }
 
