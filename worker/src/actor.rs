@@ -59,9 +59,15 @@ pub struct WorkerArgs {
 
 pub struct WorkerActor;
 
+/// A worker actor's state: its arguments and what it keeps between tasks.
+pub struct WorkerState {
+    args: WorkerArgs,
+    addresses: crate::validate::AddressCache,
+}
+
 impl Actor for WorkerActor {
     type Msg = WorkerMsg;
-    type State = WorkerArgs;
+    type State = WorkerState;
     type Arguments = WorkerArgs;
 
     async fn pre_start(
@@ -70,15 +76,22 @@ impl Actor for WorkerActor {
         args: WorkerArgs,
     ) -> Result<Self::State, ActorProcessingErr> {
         myself.cast(WorkerMsg::Poll)?;
-        Ok(args)
+        Ok(WorkerState {
+            args,
+            addresses: Default::default(),
+        })
     }
 
     async fn handle(
         &self,
         myself: ActorRef<Self::Msg>,
         _msg: WorkerMsg,
-        state: &mut WorkerArgs,
+        state: &mut WorkerState,
     ) -> Result<(), ActorProcessingErr> {
+        let WorkerState {
+            args: state,
+            addresses,
+        } = state;
         let name = state.name.clone();
         let reply = state
             .coordinator
@@ -128,9 +141,10 @@ impl Actor for WorkerActor {
                         }
                     })
                 };
-                let result = AssertUnwindSafe(crate::run_task(&assignment, &state.config))
-                    .catch_unwind()
-                    .await;
+                let result =
+                    AssertUnwindSafe(crate::run_task(&assignment, &state.config, addresses))
+                        .catch_unwind()
+                        .await;
                 beat.abort();
                 let result = match result {
                     Ok(Ok(output)) => Ok(output),

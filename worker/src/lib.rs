@@ -24,10 +24,16 @@ pub use reduce::WorkerConfig;
 
 use protocol::{Assignment, TaskOutput, TaskSpec};
 
-/// Runs one leased task.
-pub async fn run_task(assignment: &Assignment, config: &WorkerConfig) -> Result<TaskOutput> {
+/// Runs one leased task (`cache`: the worker's parsed addresses, kept across tasks).
+pub async fn run_task(
+    assignment: &Assignment,
+    config: &WorkerConfig,
+    cache: &mut validate::AddressCache,
+) -> Result<TaskOutput> {
     match &assignment.task {
-        TaskSpec::Map(m) => map::run_map(m, &assignment.job).await.map(TaskOutput::Map),
+        TaskSpec::Map(m) => map::run_map(m, &assignment.job, cache)
+            .await
+            .map(TaskOutput::Map),
         TaskSpec::Reduce(r) => reduce::run_reduce(r, &assignment.job, config, assignment.attempt)
             .await
             .map(TaskOutput::Reduce),

@@ -16,7 +16,7 @@ use crate::error::{Result, WorkerError};
 use crate::protocol::{JobContext, MapOutput, MapTask, ShuffleSegment};
 use crate::shuffle;
 use crate::store::StoreUrl;
-use crate::validate::{rejects_batch, Validator};
+use crate::validate::{rejects_batch, AddressCache, Validator};
 
 /// The shuffle file of map task `index`, relative to the output root.
 pub fn shuffle_path(index: usize) -> String {
@@ -28,7 +28,11 @@ pub fn rejects_path(index: usize) -> String {
     format!("rejects/part-{index:05}.parquet")
 }
 
-pub async fn run_map(task: &MapTask, job: &JobContext) -> Result<MapOutput> {
+pub async fn run_map(
+    task: &MapTask,
+    job: &JobContext,
+    cache: &mut AddressCache,
+) -> Result<MapOutput> {
     let output = StoreUrl::parse(&job.output)?;
     let builder = crate::parquet_source::open(
         &task.file,
@@ -74,13 +78,12 @@ pub async fn run_map(task: &MapTask, job: &JobContext) -> Result<MapOutput> {
         .build()
         .map_err(parquet_err)?;
 
-    let mut validator = Validator::new(task.file.clone(), job.columns.clone(), job.shards);
+    let mut validator = Validator::new(task.file.clone(), job.columns.clone(), job.shards, cache);
     // Sort keys per partition (shuffle::KEY_LEN bytes each).
     let expected = (task.rows / u64::from(job.shards.max(1))) as usize * shuffle::KEY_LEN;
     let mut by_partition: Vec<Vec<u8>> = (0..job.shards)
         .map(|_| Vec::with_capacity(expected + expected / 8))
         .collect();
-    let mut valid = Vec::new();
     let mut rejected: BTreeMap<String, u64> = BTreeMap::new();
     let mut rejects_writer: Option<ArrowWriter<Vec<u8>>> = None;
     let mut input_rows = 0u64;
@@ -94,17 +97,7 @@ pub async fn run_map(task: &MapTask, job: &JobContext) -> Result<MapOutput> {
         scan += waited.elapsed();
         let batch = batch.map_err(parquet_err)?;
         input_rows += batch.num_rows() as u64;
-        valid.clear();
-        let rejects = validator.validate(&batch, &mut valid)?;
-        for n in &valid {
-            shuffle::push_key(
-                &mut by_partition[n.partition as usize],
-                &n.src,
-                n.event_time,
-                &n.dst,
-                n.rtt,
-            );
-        }
+        let rejects = validator.validate(&batch, &mut by_partition)?;
         if !rejects.is_empty() {
             for (_, reason) in &rejects {
                 *rejected.entry(reason.as_str().to_string()).or_default() += 1;
@@ -131,27 +124,20 @@ pub async fn run_map(task: &MapTask, job: &JobContext) -> Result<MapOutput> {
 
     let validated = started.elapsed();
     // Partitions in order, each a self-contained IPC stream.
-    let mut file = Vec::new();
+    let total: usize = by_partition.iter().map(Vec::len).sum();
+    let mut file = Vec::with_capacity(total + by_partition.len() * 1024);
     let mut segments = BTreeMap::new();
     let mut kept_rows = 0u64;
-    for (p, keys) in by_partition.iter().enumerate() {
+    for (p, keys) in by_partition.into_iter().enumerate() {
         if keys.is_empty() {
             continue;
         }
-        let rows = keys.len() / shuffle::KEY_LEN;
-        let bytes = shuffle::encode_segment(keys)?;
-        segments.insert(
-            p as u32,
-            ShuffleSegment {
-                offset: file.len() as u64,
-                len: bytes.len() as u64,
-                rows: rows as u64,
-            },
-        );
-        kept_rows += rows as u64;
-        file.extend_from_slice(&bytes);
+        let rows = (keys.len() / shuffle::KEY_LEN) as u64;
+        let offset = file.len() as u64;
+        let len = shuffle::encode_segment(&mut file, keys)?;
+        segments.insert(p as u32, ShuffleSegment { offset, len, rows });
+        kept_rows += rows;
     }
-    drop(by_partition);
     let shuffle_file = shuffle_path(task.index);
     output.put(&output.child(&shuffle_file), file).await?;
 

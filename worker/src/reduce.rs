@@ -283,19 +283,25 @@ async fn upload(output: &StoreUrl, local: &FsPath, rel: &str) -> Result<(u64, St
         .put_multipart(&dest)
         .await
         .map_err(|e| WorkerError::store(output.display(&dest), e))?;
-    let mut writer = WriteMultipart::new_with_chunk_size(upload, 8 << 20);
+    const PART: u64 = 8 << 20;
+    let mut writer = WriteMultipart::new_with_chunk_size(upload, PART as usize);
     let mut file = std::fs::File::open(local).map_err(scratch_err)?;
     let mut hasher = blake3::Hasher::new();
-    let mut buf = vec![0u8; 8 << 20];
+    let size = file.metadata().map_err(scratch_err)?.len();
     let mut total = 0u64;
     loop {
-        let n = file.read(&mut buf).map_err(scratch_err)?;
+        // One fresh buffer per part, handed to the upload without copying or zeroing.
+        let mut part = Vec::with_capacity(PART.min(size.saturating_sub(total)) as usize + 1);
+        let n = (&mut file)
+            .take(PART)
+            .read_to_end(&mut part)
+            .map_err(scratch_err)?;
         if n == 0 {
             break;
         }
-        hasher.update(&buf[..n]);
-        writer.write(&buf[..n]);
+        hasher.update(&part);
         total += n as u64;
+        writer.put(bytes::Bytes::from(part));
         writer
             .wait_for_capacity(4)
             .await

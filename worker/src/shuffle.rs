@@ -41,38 +41,34 @@ pub static SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| {
     )]))
 });
 
-fn put_addr(out: &mut Vec<u8>, addr: &IpAddr) {
+/// The 17 key bytes of an address: network order, zero-padded to 16, then its length.
+pub fn addr_key(addr: &IpAddr) -> [u8; 17] {
+    let mut k = [0u8; 17];
     match addr {
         IpAddr::V4(a) => {
-            out.extend_from_slice(&a.octets());
-            out.extend_from_slice(&[0u8; 12]);
-            out.push(4);
+            k[..4].copy_from_slice(&a.octets());
+            k[16] = 4;
         }
         IpAddr::V6(a) => {
-            out.extend_from_slice(&a.octets());
-            out.push(16);
+            k[..16].copy_from_slice(&a.octets());
+            k[16] = 16;
         }
     }
+    k
 }
 
-/// Appends the key of one measurement.
-pub fn push_key(
-    out: &mut Vec<u8>,
-    src: &IpAddr,
-    event_time: u64,
-    dst: &IpAddr,
-    rtt: Option<RttCode>,
-) {
-    put_addr(out, src);
-    out.extend_from_slice(&event_time.to_be_bytes());
-    put_addr(out, dst);
-    match rtt {
-        Some(code) => {
-            out.push(1);
-            out.extend_from_slice(&code.0.to_be_bytes());
-        }
-        None => out.extend_from_slice(&[0, 0, 0]),
+/// The key of one measurement from its parts (addresses as [`addr_key`] gives them).
+#[inline]
+pub fn key(src: &[u8; 17], event_time: u64, dst: &[u8; 17], rtt: Option<RttCode>) -> [u8; KEY_LEN] {
+    let mut k = [0u8; KEY_LEN];
+    k[..17].copy_from_slice(src);
+    k[17..25].copy_from_slice(&event_time.to_be_bytes());
+    k[25..42].copy_from_slice(dst);
+    if let Some(code) = rtt {
+        k[42] = 1;
+        k[43..45].copy_from_slice(&code.0.to_be_bytes());
     }
+    k
 }
 
 /// A decoded key.
@@ -107,19 +103,29 @@ pub fn parse_key(k: &[u8]) -> Option<Key<'_>> {
     })
 }
 
-/// Encodes keys (all of one partition, `KEY_LEN` bytes each) as one IPC stream.
-pub fn encode_segment(keys: &[u8]) -> Result<Vec<u8>> {
-    let mut out = Vec::with_capacity(keys.len() + 1024);
-    let mut writer = arrow::ipc::writer::StreamWriter::try_new(&mut out, &SCHEMA)?;
-    for chunk in keys.chunks(BATCH_ROWS * KEY_LEN) {
-        let array =
-            FixedSizeBinaryArray::try_new(KEY_LEN as i32, Buffer::from(chunk.to_vec()), None)?;
+/// Appends the keys of one partition (`KEY_LEN` bytes each) to `out` as one IPC stream;
+/// returns the segment's length. The keys are moved into Arrow buffers, not copied.
+pub fn encode_segment(out: &mut Vec<u8>, keys: Vec<u8>) -> Result<u64> {
+    let start = out.len();
+    let total = keys.len();
+    let keys = Buffer::from_vec(keys);
+    let mut writer = arrow::ipc::writer::StreamWriter::try_new(&mut *out, &SCHEMA)?;
+    let step = BATCH_ROWS * KEY_LEN;
+    let mut offset = 0;
+    while offset < total {
+        let len = step.min(total - offset);
+        let array = FixedSizeBinaryArray::try_new(
+            KEY_LEN as i32,
+            keys.slice_with_length(offset, len),
+            None,
+        )?;
         let columns: Vec<ArrayRef> = vec![Arc::new(array)];
         writer.write(&RecordBatch::try_new(SCHEMA.clone(), columns)?)?;
+        offset += len;
     }
     writer.finish()?;
     drop(writer);
-    Ok(out)
+    Ok((out.len() - start) as u64)
 }
 
 /// Decodes one segment (as range-read from a shuffle file) into batches.
@@ -141,15 +147,13 @@ mod tests {
     use super::*;
 
     fn key(src: &str, t: u64, dst: &str, rtt: Option<u16>) -> Vec<u8> {
-        let mut out = Vec::new();
-        push_key(
-            &mut out,
-            &src.parse().unwrap(),
+        super::key(
+            &addr_key(&src.parse().unwrap()),
             t,
-            &dst.parse().unwrap(),
+            &addr_key(&dst.parse().unwrap()),
             rtt.map(RttCode),
-        );
-        out
+        )
+        .to_vec()
     }
 
     #[test]

@@ -1,25 +1,32 @@
 //! Validation and normalisation of input measurements (the first step of a map task).
 //!
-//! Each input row is checked and turned into the job's normal form: source and
-//! destination as network-order bytes (canonical: IPv4-mapped IPv6 is IPv4), the time in
-//! u64 seconds, the RTT as its 2-byte code (negative RTT = failed ping = null), and the
-//! source's partition. A row that cannot be used is *rejected* with one reason
-//! ([`Reason`]); rejected rows keep their original values for `rejects/`.
+//! Each input row is checked and turned into the job's normal form, written straight
+//! into its partition's shuffle keys ([`crate::shuffle::key`]): source and destination
+//! as network-order bytes (canonical: IPv4-mapped IPv6 is IPv4), the time in u64
+//! seconds, the RTT as its 2-byte code (negative RTT = failed ping = no code). A row that
+//! cannot be used is *rejected* with one reason ([`Reason`]); rejected rows keep their
+//! original values for `rejects/`.
+//!
+//! Addresses repeat heavily, so each distinct string is parsed once: per dictionary
+//! (Parquet's dictionary pages, read as Arrow dictionaries) and in a string cache that
+//! outlives dictionaries.
 //!
 //! Accepted column types: strings (Utf8, LargeUtf8, Utf8View) for addresses; integers
 //! (seconds) or timestamps (any unit) for `event_time`; floats or integers (ms) for
 //! `rtt`; integers for `ip_version`.
 
-use std::net::IpAddr;
 use std::sync::Arc;
 
-use arrow::array::{Array, ArrayRef, AsArray, Int32Array, RecordBatch, StringArray};
+use arrow::array::{
+    Array, ArrayRef, AsArray, Float64Array, Int32Array, Int64Array, RecordBatch, StringArray,
+};
 use arrow::compute::cast;
 use arrow::datatypes::{DataType, Float64Type, Int32Type, Int64Type, TimeUnit};
 use probeflow_reader::row::{addr, partition, RttCode};
 
 use crate::error::{Result, WorkerError};
 use crate::protocol::InputColumns;
+use crate::shuffle;
 
 /// Why an input row was rejected.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -55,26 +62,50 @@ impl Reason {
     }
 }
 
-/// One valid, normalised measurement.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Normalized {
-    pub partition: u32,
-    pub src: IpAddr,
-    pub event_time: u64,
-    pub dst: IpAddr,
-    pub rtt: Option<RttCode>,
+/// A parsed source: its key bytes, IP version and partition.
+#[derive(Debug, Clone, Copy)]
+struct Source {
+    key: [u8; 17],
+    version: u8,
+    partition: u32,
+}
+
+/// A parsed destination: its key bytes and IP version.
+#[derive(Debug, Clone, Copy)]
+struct Destination {
+    key: [u8; 17],
+    version: u8,
+}
+
+/// Parsed addresses by their text. A worker keeps one across its map tasks: the same
+/// sources and destinations appear in every input file.
+#[derive(Default)]
+pub struct AddressCache {
+    shards: u32,
+    src: FastMap<String, Option<Source>>,
+    dst: FastMap<String, Option<Destination>>,
+}
+
+impl AddressCache {
+    /// Ready for a job with `shards` partitions (a source's entry holds its partition).
+    fn prepare(&mut self, shards: u32) {
+        if self.shards != shards || self.src.len() > CACHE_LIMIT || self.dst.len() > CACHE_LIMIT {
+            self.src.clear();
+            self.dst.clear();
+            self.shards = shards;
+        }
+    }
 }
 
 /// Validates batches of one input file, caching address parses (sources and
 /// destinations repeat heavily).
-pub struct Validator {
+pub struct Validator<'c> {
     file: String,
     columns: InputColumns,
     shards: u32,
-    src_cache: FastMap<String, Option<(IpAddr, u32)>>,
-    dst_cache: FastMap<String, Option<IpAddr>>,
-    src_memo: Memo<(IpAddr, u32)>,
-    dst_memo: Memo<IpAddr>,
+    cache: &'c mut AddressCache,
+    src_memo: Memo<Source>,
+    dst_memo: Memo<Destination>,
 }
 
 /// An address column: plain strings, or dictionary-encoded strings (as Parquet stores
@@ -175,14 +206,19 @@ const CACHE_LIMIT: usize = 1 << 20;
 /// Address caches are hit for every input row: a fast (non-DoS-resistant) hash.
 type FastMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
 
-impl Validator {
-    pub fn new(file: String, columns: InputColumns, shards: u32) -> Self {
+impl<'c> Validator<'c> {
+    pub fn new(
+        file: String,
+        columns: InputColumns,
+        shards: u32,
+        cache: &'c mut AddressCache,
+    ) -> Self {
+        cache.prepare(shards);
         Validator {
             file,
             columns,
             shards,
-            src_cache: FastMap::default(),
-            dst_cache: FastMap::default(),
+            cache,
             src_memo: Memo::default(),
             dst_memo: Memo::default(),
         }
@@ -216,8 +252,9 @@ impl Validator {
         }
     }
 
-    fn as_i64(&self, a: &ArrayRef, name: &str) -> Result<Vec<Option<i64>>> {
-        let (raw, divisor) = match a.data_type() {
+    /// Event times as Int64 and the divisor that turns them into seconds.
+    fn as_i64(&self, a: &ArrayRef, name: &str) -> Result<(ArrayRef, i64)> {
+        match a.data_type() {
             DataType::Timestamp(unit, _) => {
                 let d = match unit {
                     TimeUnit::Second => 1,
@@ -225,21 +262,14 @@ impl Validator {
                     TimeUnit::Microsecond => 1_000_000,
                     TimeUnit::Nanosecond => 1_000_000_000,
                 };
-                (cast(a, &DataType::Int64)?, d)
+                Ok((cast(a, &DataType::Int64)?, d))
             }
-            t if t.is_integer() => (cast(a, &DataType::Int64)?, 1),
-            t => {
-                return Err(WorkerError::Schema {
-                    file: self.file.clone(),
-                    what: format!("column {name:?} is {t}, expected integers or timestamps"),
-                })
-            }
-        };
-        Ok(raw
-            .as_primitive::<Int64Type>()
-            .iter()
-            .map(|v| v.map(|x| x.div_euclid(divisor)))
-            .collect())
+            t if t.is_integer() => Ok((cast(a, &DataType::Int64)?, 1)),
+            t => Err(WorkerError::Schema {
+                file: self.file.clone(),
+                what: format!("column {name:?} is {t}, expected integers or timestamps"),
+            }),
+        }
     }
 
     fn as_f64(&self, a: &ArrayRef, name: &str) -> Result<ArrayRef> {
@@ -253,17 +283,18 @@ impl Validator {
         Ok(cast(a, &DataType::Float64)?)
     }
 
-    /// Validates one batch: pushes valid rows to `out` and returns the indices and
-    /// reasons of rejected rows.
+    /// Validates one batch: appends the shuffle key of every valid row to
+    /// `keys[partition]` and returns the indices and reasons of rejected rows.
     pub fn validate(
         &mut self,
         batch: &RecordBatch,
-        out: &mut Vec<Normalized>,
+        keys: &mut [Vec<u8>],
     ) -> Result<Vec<(u32, Reason)>> {
         let c = self.columns.clone();
         let src = self.as_strings(&self.column(batch, &c.src_addr)?, &c.src_addr)?;
         let dst = self.as_strings(&self.column(batch, &c.dst_addr)?, &c.dst_addr)?;
-        let times = self.as_i64(&self.column(batch, &c.event_time)?, &c.event_time)?;
+        let (times, divisor) = self.as_i64(&self.column(batch, &c.event_time)?, &c.event_time)?;
+        let times = times.as_primitive::<Int64Type>();
         let version = {
             let a = self.column(batch, &c.ip_version)?;
             if !a.data_type().is_integer() {
@@ -281,6 +312,12 @@ impl Validator {
         let version = version.as_primitive::<Int64Type>();
         let rtt = self.as_f64(&self.column(batch, &c.rtt)?, &c.rtt)?;
         let rtt = rtt.as_primitive::<Float64Type>();
+        if keys.len() != self.shards as usize {
+            return Err(WorkerError::Schema {
+                file: self.file.clone(),
+                what: format!("{} key buffers for {} shards", keys.len(), self.shards),
+            });
+        }
 
         if let Strings::Dict(_, _, values) = &src {
             self.src_memo.use_dictionary(values);
@@ -289,35 +326,39 @@ impl Validator {
             self.dst_memo.use_dictionary(values);
         }
         let mut rejects = Vec::new();
+        let columns = Columns {
+            src: &src,
+            dst: &dst,
+            times,
+            divisor,
+            version,
+            rtt,
+        };
         for i in 0..batch.num_rows() {
-            match self.row(&src, &dst, &times, version, rtt, i) {
-                Ok(n) => out.push(n),
+            match self.row(&columns, i) {
+                Ok((partition, key)) => keys[partition as usize].extend_from_slice(&key),
                 Err(reason) => rejects.push((i as u32, reason)),
             }
         }
-        if self.src_cache.len() > CACHE_LIMIT {
-            self.src_cache.clear();
-        }
-        if self.dst_cache.len() > CACHE_LIMIT {
-            self.dst_cache.clear();
-        }
+        self.cache.prepare(self.shards);
         Ok(rejects)
     }
 
+    #[inline]
     fn row(
         &mut self,
-        src: &Strings,
-        dst: &Strings,
-        times: &[Option<i64>],
-        version: &arrow::array::Int64Array,
-        rtt: &arrow::array::Float64Array,
+        c: &Columns<'_>,
         i: usize,
-    ) -> std::result::Result<Normalized, Reason> {
+    ) -> std::result::Result<(u32, [u8; shuffle::KEY_LEN]), Reason> {
         let shards = self.shards;
-        let (src_addr, part) = lookup(src, i, &mut self.src_memo, &mut self.src_cache, |t| {
-            addr::parse_addr(t)
-                .ok()
-                .and_then(|a| partition(&a, shards).ok().map(|p| (a, p)))
+        let src = lookup(c.src, i, &mut self.src_memo, &mut self.cache.src, |t| {
+            let a = addr::parse_addr(t).ok()?;
+            let partition = partition(&a, shards).ok()?;
+            Some(Source {
+                key: shuffle::addr_key(&a),
+                version: addr::ip_version(&a),
+                partition,
+            })
         })
         .map_err(|null| {
             if null {
@@ -326,8 +367,12 @@ impl Validator {
                 Reason::BadSrcAddr
             }
         })?;
-        let dst_addr = lookup(dst, i, &mut self.dst_memo, &mut self.dst_cache, |t| {
-            addr::parse_addr(t).ok()
+        let dst = lookup(c.dst, i, &mut self.dst_memo, &mut self.cache.dst, |t| {
+            let a = addr::parse_addr(t).ok()?;
+            Some(Destination {
+                key: shuffle::addr_key(&a),
+                version: addr::ip_version(&a),
+            })
         })
         .map_err(|null| {
             if null {
@@ -336,32 +381,40 @@ impl Validator {
                 Reason::BadDstAddr
             }
         })?;
-        if version.is_null(i) {
+        if c.version.is_null(i) {
             return Err(Reason::NullIpVersion);
         }
-        let v = version.value(i);
+        let v = c.version.value(i);
         if v != 4 && v != 6 {
             return Err(Reason::BadIpVersion);
         }
-        if i64::from(addr::ip_version(&src_addr)) != v
-            || i64::from(addr::ip_version(&dst_addr)) != v
-        {
+        if i64::from(src.version) != v || i64::from(dst.version) != v {
             return Err(Reason::VersionMismatch);
         }
-        let t = times[i].ok_or(Reason::NullEventTime)?;
+        if c.times.is_null(i) {
+            return Err(Reason::NullEventTime);
+        }
+        let t = c.times.value(i).div_euclid(c.divisor);
         let event_time = u64::try_from(t).map_err(|_| Reason::NegativeEventTime)?;
-        if rtt.is_null(i) {
+        if c.rtt.is_null(i) {
             return Err(Reason::NullRtt);
         }
-        let code = RttCode::from_ms(rtt.value(i)).map_err(|_| Reason::NanRtt)?;
-        Ok(Normalized {
-            partition: part,
-            src: src_addr,
-            event_time,
-            dst: dst_addr,
-            rtt: code,
-        })
+        let code = RttCode::from_ms(c.rtt.value(i)).map_err(|_| Reason::NanRtt)?;
+        Ok((
+            src.partition,
+            shuffle::key(&src.key, event_time, &dst.key, code),
+        ))
     }
+}
+
+/// The columns of one batch, as the row check reads them.
+struct Columns<'a> {
+    src: &'a Strings,
+    dst: &'a Strings,
+    times: &'a Int64Array,
+    divisor: i64,
+    version: &'a Int64Array,
+    rtt: &'a Float64Array,
 }
 
 /// The rejected rows of `batch` (original columns) plus a `reason` column.

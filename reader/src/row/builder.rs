@@ -24,6 +24,9 @@ pub const DEFAULT_MAX_ROW_BYTES: usize = 8 << 20;
 /// padded to 64 bytes.
 const ALIGNMENT_SLACK: usize = 4 * 63;
 
+/// Measurements a new builder has room for before its buffers first grow.
+const INITIAL_MEASUREMENTS: usize = 256;
+
 /// The encoded size of an empty row whose metadata values are all at their longest
 /// (the longest address text of the family, 20-digit numbers): computed once per family.
 fn fixed_overhead(width: usize) -> Result<usize> {
@@ -93,7 +96,8 @@ impl RowBuilder {
             max_row_bytes,
             part: 0,
             last_time: 0,
-            pending: Columns::default(),
+            // Most sources have a few hundred measurements: start there, not at zero.
+            pending: Columns::with_capacity(capacity.min(INITIAL_MEASUREMENTS), width),
         })
     }
 

@@ -152,28 +152,30 @@ pub(crate) fn encode_columns(meta: &RowMeta, cols: Columns) -> Result<Vec<u8>> {
         ],
         meta.to_metadata(),
     ));
-    let nulls = if cols.valid.iter().all(|&v| v) {
+    let n = cols.len();
+    let Columns {
+        times,
+        dst,
+        rtt,
+        valid,
+    } = cols;
+    let nulls = if valid.iter().all(|&v| v) {
         None
     } else {
-        Some(NullBuffer::from(cols.valid.clone()))
+        Some(NullBuffer::from(valid))
     };
+    // The column vectors become Arrow buffers without copying.
     let columns: Vec<ArrayRef> = vec![
-        Arc::new(UInt64Array::new(
-            ScalarBuffer::from(cols.times.clone()),
-            None,
-        )),
+        Arc::new(UInt64Array::new(ScalarBuffer::from(times), None)),
         Arc::new(FixedSizeBinaryArray::try_new(
             width as i32,
-            Buffer::from(cols.dst.clone()),
+            Buffer::from_vec(dst),
             None,
         )?),
-        Arc::new(UInt16Array::new(
-            ScalarBuffer::from(cols.rtt.clone()),
-            nulls,
-        )),
+        Arc::new(UInt16Array::new(ScalarBuffer::from(rtt), nulls)),
     ];
     let batch = RecordBatch::try_new(schema.clone(), columns)?;
-    let estimate = cols.len() * (10 + width) + 2048;
+    let estimate = n * (10 + width) + 2048;
     let mut writer =
         arrow_ipc::writer::StreamWriter::try_new(Vec::with_capacity(estimate), &schema)?;
     writer.write(&batch)?;

@@ -13,7 +13,8 @@ use crate::error::{Error, Result};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct RttCode(pub u16);
 
-const MANTISSA_LIMIT: f64 = 2048.0;
+/// Mantissa bits: values are halved until they are below 2^11 = 2048.
+const MANTISSA_BITS: i32 = 11;
 const MAX_EXPONENT: u16 = 31;
 
 impl RttCode {
@@ -26,13 +27,12 @@ impl RttCode {
         if rtt_ms < 0.0 {
             return Ok(None);
         }
-        let mut value = (rtt_ms * 1000.0).max(1.0);
-        let mut e: u16 = 0;
-        while value >= MANTISSA_LIMIT && e < MAX_EXPONENT {
-            value /= 2.0;
-            e += 1;
-        }
-        let m = value.floor().min(2047.0) as u16;
+        let value = (rtt_ms * 1000.0).max(1.0);
+        // The number of halvings until the value is below 2048 (at most 31), read off
+        // the binary exponent (value ≥ 1); dividing by a power of two is exact.
+        let log2 = ((value.to_bits() >> 52) & 0x7ff) as i32 - 1023;
+        let e = (log2 - (MANTISSA_BITS - 1)).clamp(0, i32::from(MAX_EXPONENT)) as u16;
+        let m = (value / f64::from(1u32 << e)).floor().min(2047.0) as u16;
         Ok(Some(RttCode((e << 11) | m)))
     }
 
@@ -70,6 +70,47 @@ mod tests {
 
     fn code(ms: f64) -> RttCode {
         RttCode::from_ms(ms).unwrap().unwrap()
+    }
+
+    /// The definition from ARCHITECTURE.md, step by step.
+    fn by_halving(ms: f64) -> RttCode {
+        let mut value = (ms * 1000.0).max(1.0);
+        let mut e = 0u16;
+        while value >= 2048.0 && e < 31 {
+            value /= 2.0;
+            e += 1;
+        }
+        RttCode((e << 11) | value.floor().min(2047.0) as u16)
+    }
+
+    #[test]
+    fn matches_the_halving_definition() {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut values = vec![
+            0.0,
+            0.001,
+            1.0,
+            2.047,
+            2.048,
+            2.049,
+            4.095,
+            4.096,
+            1e9,
+            1e30,
+            f64::INFINITY,
+            f64::MAX,
+        ];
+        for _ in 0..200_000 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            // Log-uniform over 1 µs .. 10^7 s, plus exact powers of two around the edges.
+            values.push(10f64.powf((x % 1_000_000) as f64 / 1_000_000.0 * 13.0 - 3.0));
+            values.push(2f64.powi((x % 60) as i32 - 10));
+        }
+        for ms in values {
+            assert_eq!(code(ms), by_halving(ms), "{ms} ms");
+        }
     }
 
     #[test]
