@@ -5,12 +5,23 @@
 //! * [`row`]: one probe's measurements as an Arrow IPC stream (the "row"), the
 //!   `RowBuilder` that cuts a probe's stream into rows of bounded size, the RTT code,
 //!   address handling, and the partition and split functions shared with the job.
+//! * [`tokenizer`]: measurements ↔ tokens (vocabulary of 267), detokenizer, grammar check.
+//! * [`sampler`]: training contexts from a row (windows, timestamp modes, field orders),
+//!   every draw from a counter-based [`rng`] keyed by (seed, epoch, row, context).
+//! * [`packing`]: contexts into fixed-length sequences with segment ids and positions.
+//! * [`dataset`]: a split's shards, per-rank epoch order, blocks of rows, batches, the
+//!   resumable iterator state and the background producer.
 //!
 //! The preprocessing job (`probeflow-worker`, `probeflow-coordinator`) writes shards with
 //! this crate; the training reader (and the Python package) reads them with it.
 
 pub mod array_record;
+pub mod dataset;
 pub mod error;
+pub mod packing;
+pub mod rng;
 pub mod row;
+pub mod sampler;
+pub mod tokenizer;
 
 pub use error::{Error, Location, Result};

@@ -49,6 +49,13 @@ pub fn addr_bytes(addr: &IpAddr, out: &mut Vec<u8>) {
     }
 }
 
+/// Address bytes in network order (4 or 16), as a new vector.
+pub fn addr_octets(addr: &IpAddr) -> Vec<u8> {
+    let mut out = Vec::with_capacity(16);
+    addr_bytes(addr, &mut out);
+    out
+}
+
 /// The address held in 4 or 16 network-order bytes.
 pub fn addr_from_bytes(bytes: &[u8]) -> Option<IpAddr> {
     match bytes.len() {

@@ -1,0 +1,176 @@
+//! Packing: contexts into sequences of `seq_len` tokens, and sequences into the six
+//! arrays MaxText trains on.
+//!
+//! With packing on, contexts (in their shuffled order) go first-fit into the open
+//! sequences of a block: each context takes the first sequence with room for it, so
+//! short contexts fill the tails that long ones leave. Sequences come out in the order
+//! they were opened. With packing off, every context is its own padded sequence.
+//!
+//! A sequence's arrays: `inputs` (tokens, 0 as padding), `inputs_segmentation` (1, 2, 3 …
+//! per context, 0 for padding), `inputs_position` (0, 1, 2 … restarting per context),
+//! and the `targets*` arrays as MaxText's `ShiftData` leaves them: `targets[t] =
+//! inputs[t + 1]`, `targets_segmentation[t] = inputs_segmentation[t + 1]` (the last
+//! position 0), `targets_position = inputs_position`.
+
+use crate::sampler::Contexts;
+
+/// Shortest possible measurement (IPv4, failed, no timestamp): a sequence with less room
+/// left can take nothing more and is closed.
+const MIN_MEASUREMENT_TOKENS: usize = 12;
+
+/// Groups contexts (by index into `lengths`, in the given order) into sequences.
+pub fn pack(lengths: &[usize], order: &[u32], seq_len: usize, packing: bool) -> Vec<Vec<u32>> {
+    if !packing {
+        return order.iter().map(|&c| vec![c]).collect();
+    }
+    let mut sequences: Vec<Vec<u32>> = Vec::new();
+    // (sequence, room left) of the sequences still open.
+    let mut open: Vec<(usize, usize)> = Vec::new();
+    for &c in order {
+        let len = lengths[c as usize];
+        match open.iter().position(|&(_, room)| room >= len) {
+            Some(k) => {
+                let (s, room) = &mut open[k];
+                sequences[*s].push(c);
+                *room -= len;
+                if *room < MIN_MEASUREMENT_TOKENS {
+                    open.remove(k);
+                }
+            }
+            None => {
+                sequences.push(vec![c]);
+                let room = seq_len.saturating_sub(len);
+                if room >= MIN_MEASUREMENT_TOKENS {
+                    open.push((sequences.len() - 1, room));
+                }
+            }
+        }
+    }
+    sequences
+}
+
+/// The six int32 arrays of a batch, row-major `[batch, seq_len]`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Batch {
+    pub batch_size: usize,
+    pub seq_len: usize,
+    pub inputs: Vec<i32>,
+    pub inputs_segmentation: Vec<i32>,
+    pub inputs_position: Vec<i32>,
+    pub targets: Vec<i32>,
+    pub targets_segmentation: Vec<i32>,
+    pub targets_position: Vec<i32>,
+}
+
+/// The names of the arrays, in [`Batch::into_arrays`] order.
+pub const BATCH_KEYS: [&str; 6] = [
+    "inputs",
+    "inputs_segmentation",
+    "inputs_position",
+    "targets",
+    "targets_segmentation",
+    "targets_position",
+];
+
+impl Batch {
+    /// An all-padding batch.
+    pub fn new(batch_size: usize, seq_len: usize) -> Self {
+        let z = || vec![0i32; batch_size * seq_len];
+        Batch {
+            batch_size,
+            seq_len,
+            inputs: z(),
+            inputs_segmentation: z(),
+            inputs_position: z(),
+            targets: z(),
+            targets_segmentation: z(),
+            targets_position: z(),
+        }
+    }
+
+    /// Writes sequence `row` of the batch from contexts `ids` of `contexts`.
+    pub fn write_sequence(&mut self, row: usize, contexts: &Contexts, ids: &[u32]) {
+        let l = self.seq_len;
+        let base = row * l;
+        let mut at = 0;
+        for (seg, &c) in ids.iter().enumerate() {
+            let toks = contexts.get(c as usize);
+            let n = toks.len().min(l - at);
+            self.inputs[base + at..base + at + n].copy_from_slice(&toks[..n]);
+            for k in 0..n {
+                self.inputs_segmentation[base + at + k] = seg as i32 + 1;
+                self.inputs_position[base + at + k] = k as i32;
+            }
+            at += n;
+        }
+        let (inp, seg) = (
+            &self.inputs[base..base + l],
+            &self.inputs_segmentation[base..base + l],
+        );
+        self.targets[base..base + l - 1].copy_from_slice(&inp[1..]);
+        self.targets[base + l - 1] = 0;
+        self.targets_segmentation[base..base + l - 1].copy_from_slice(&seg[1..]);
+        self.targets_segmentation[base + l - 1] = 0;
+        self.targets_position[base..base + l]
+            .copy_from_slice(&self.inputs_position[base..base + l]);
+    }
+
+    /// Non-padding tokens (segmentation ≠ 0).
+    pub fn real_tokens(&self) -> usize {
+        self.inputs_segmentation.iter().filter(|&&s| s != 0).count()
+    }
+
+    /// The arrays in [`BATCH_KEYS`] order.
+    pub fn into_arrays(self) -> [Vec<i32>; 6] {
+        [
+            self.inputs,
+            self.inputs_segmentation,
+            self.inputs_position,
+            self.targets,
+            self.targets_segmentation,
+            self.targets_position,
+        ]
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn contexts(lengths: &[usize]) -> Contexts {
+        let mut c = Contexts::default();
+        for (i, &n) in lengths.iter().enumerate() {
+            c.tokens.extend(std::iter::repeat_n(11 + i as i32, n));
+            c.ends.push(c.tokens.len());
+            c.modes.push(crate::sampler::TimestampMode::Full);
+        }
+        c
+    }
+
+    #[test]
+    fn first_fit_fills_tails() {
+        let lengths = [900, 800, 100, 200, 120, 1024];
+        let order: Vec<u32> = (0..6).collect();
+        let seqs = pack(&lengths, &order, 1024, true);
+        assert_eq!(seqs, vec![vec![0, 2], vec![1, 3], vec![4], vec![5]]);
+        for s in &seqs {
+            assert!(s.iter().map(|&c| lengths[c as usize]).sum::<usize>() <= 1024);
+        }
+        let unpacked = pack(&lengths, &order, 1024, false);
+        assert_eq!(unpacked.len(), 6);
+    }
+
+    #[test]
+    fn arrays_are_shifted_like_maxtext() {
+        let c = contexts(&[3, 2]);
+        let mut b = Batch::new(1, 8);
+        b.write_sequence(0, &c, &[0, 1]);
+        assert_eq!(b.inputs, vec![11, 11, 11, 12, 12, 0, 0, 0]);
+        assert_eq!(b.inputs_segmentation, vec![1, 1, 1, 2, 2, 0, 0, 0]);
+        assert_eq!(b.inputs_position, vec![0, 1, 2, 0, 1, 0, 0, 0]);
+        assert_eq!(b.targets, vec![11, 11, 12, 12, 0, 0, 0, 0]);
+        assert_eq!(b.targets_segmentation, vec![1, 1, 2, 2, 0, 0, 0, 0]);
+        assert_eq!(b.targets_position, b.inputs_position);
+        assert_eq!(b.real_tokens(), 5);
+    }
+}
