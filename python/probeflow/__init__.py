@@ -10,12 +10,18 @@ This package wraps probeflow's Rust ``reader`` crate:
 * :func:`partition`, :func:`src_id`, :func:`split_of`, :func:`canonical_addr` — where a
   probe's rows go, exactly as the preprocessing job computes it.
 
+* :class:`Dataset` — the training reader: deterministic per-rank batches of packed,
+  tokenized contexts (MaxText's six arrays), resumable via ``get_state``/``set_state``;
+  :class:`RowDataSource` — random access to decoded rows.
+* :mod:`probeflow.tokenizer` — the 267-token vocabulary, detokenizer, pretty printer;
+  :mod:`probeflow.grain` — Grain ``IterDataset`` adapter (imports ``grain``).
+
 Errors are :mod:`probeflow.errors` classes, ``OSError`` and ``IndexError``.
 """
 
 from __future__ import annotations
 
-from . import errors
+from . import errors, tokenizer
 from ._native import (
     DEFAULT_ARRAY_RECORD_OPTIONS,
     DEFAULT_MAX_ROW_BYTES,
@@ -31,6 +37,7 @@ from ._native import (
     split_of,
     src_id,
 )
+from .dataset import Dataset, RowDataSource
 from .errors import FormatError, InvalidInputError, OptionsError, ProbeflowError
 
 __all__ = [
@@ -38,6 +45,9 @@ __all__ = [
     "DEFAULT_MAX_ROW_BYTES",
     "ArrayRecordReader",
     "ArrayRecordWriter",
+    "Dataset",
+    "RowDataSource",
+    "tokenizer",
     "FormatError",
     "InvalidInputError",
     "OptionsError",

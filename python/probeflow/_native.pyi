@@ -3,7 +3,7 @@
 from collections.abc import Iterator, Sequence
 from os import PathLike
 from types import TracebackType
-from typing import TypedDict
+from typing import Any, TypedDict
 
 import numpy as np
 import numpy.typing as npt
@@ -124,3 +124,66 @@ def partition(addr: str, shards: int) -> int:
 
 def split_of(addr: str, seed: int, test_fraction: float) -> str:
     """``"train"`` or ``"test"``, as the preprocessing job assigns it."""
+
+# --- training reader (probeflow.Dataset wraps _Loader) ---
+
+VOCAB_SIZE: int
+TOKENIZER_VERSION: str
+
+class _Loader:
+    def __init__(
+        self,
+        path: str | list[str],
+        split: str,
+        seq_len: int,
+        batch_size: int,
+        seed: int,
+        shard_index: int,
+        shard_count: int,
+        packing: bool,
+        prefetch: int,
+        num_threads: int,
+        num_epochs: int | None,
+        drop_remainder: bool,
+        block_rows: int,
+        contexts_per_row: int,
+        measurements_per_context: int,
+        tokens_per_measurement: int,
+        timestamp_modes: tuple[float, float, float],
+        partial_drop: tuple[float, float],
+        strategy: str,
+    ) -> None: ...
+    def next_batch(self) -> dict[str, npt.NDArray[np.int32]] | None: ...
+    def state_json(self) -> str: ...
+    def set_state_json(self, state: str) -> None: ...
+    def close(self) -> None: ...
+    @property
+    def closed(self) -> bool: ...
+    @property
+    def num_rows(self) -> int: ...
+    @property
+    def files(self) -> list[str]: ...
+
+def _after_fork_in_child() -> None:
+    """Marks this process as a fork child: loaders start fresh producer threads."""
+
+def resolve_shards(path: str, split: str) -> list[str]:
+    """The shard files of ``split`` named by ``path`` (directory, manifest, glob, file)."""
+
+def encode_measurement(
+    src: str,
+    dst: str,
+    rtt_code: int | None,
+    timestamp: tuple[str, int] | None = None,
+    order: int = 0,
+) -> npt.NDArray[np.int32]:
+    """Tokens of one measurement; ``timestamp`` is ``("abs", t)`` or ``("delta", d)``."""
+
+def detokenize(tokens: npt.NDArray[np.int32]) -> list[dict[str, Any]]:
+    """Measurements (dicts) from tokens; raises InvalidInputError on a grammar error."""
+
+def pretty(tokens: npt.NDArray[np.int32]) -> str:
+    """Tokens for people: one measurement per line."""
+
+def token_name(id: int) -> str:
+    """A role name, or ``0xNN`` for a byte token."""

@@ -25,6 +25,8 @@ use probeflow_reader::array_record::{
 use probeflow_reader::row::{self, Measurement, RowBuilder, RttCode};
 use probeflow_reader::Error;
 
+mod dataset;
+
 /// Builds the Python exception for a reader-crate error.
 fn py_err(e: Error) -> PyErr {
     let message = e.to_string();
@@ -483,6 +485,18 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(src_id, m)?)?;
     m.add_function(wrap_pyfunction!(partition, m)?)?;
     m.add_function(wrap_pyfunction!(split_of, m)?)?;
+    m.add_class::<dataset::PyLoader>()?;
+    m.add_function(wrap_pyfunction!(dataset::_after_fork_in_child, m)?)?;
+    m.add_function(wrap_pyfunction!(dataset::encode_measurement, m)?)?;
+    m.add_function(wrap_pyfunction!(dataset::detokenize, m)?)?;
+    m.add_function(wrap_pyfunction!(dataset::pretty, m)?)?;
+    m.add_function(wrap_pyfunction!(dataset::token_name, m)?)?;
+    m.add_function(wrap_pyfunction!(dataset::resolve_shards, m)?)?;
+    m.add("VOCAB_SIZE", probeflow_reader::tokenizer::VOCAB_SIZE)?;
+    m.add(
+        "TOKENIZER_VERSION",
+        probeflow_reader::tokenizer::TOKENIZER_VERSION,
+    )?;
     m.add("DEFAULT_MAX_ROW_BYTES", row::DEFAULT_MAX_ROW_BYTES)?;
     m.add("DEFAULT_ARRAY_RECORD_OPTIONS", "group_size:1,zstd:3")?;
     Ok(())

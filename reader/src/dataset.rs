@@ -385,11 +385,14 @@ impl BatchStream {
             contexts.ends.extend(c.ends.iter().map(|e| e + base));
             contexts.modes.extend_from_slice(&c.modes);
         }
+        let mut rng =
+            CounterRng::from_parts(&[o.seed, epoch, o.shard_index, o.shard_count, block, 0x626c6b]);
         let mut order: Vec<u32> = (0..contexts.len() as u32).collect();
-        CounterRng::from_parts(&[o.seed, epoch, o.shard_index, o.shard_count, block, 0x626c6b])
-            .shuffle(&mut order);
+        rng.shuffle(&mut order);
         let lengths: Vec<usize> = (0..contexts.len()).map(|i| contexts.get(i).len()).collect();
-        let sequences = pack(&lengths, &order, o.sampler.context_len, o.packing);
+        let mut sequences = pack(&lengths, &order, o.sampler.context_len, o.packing);
+        // Packing groups by length; the batches should not.
+        rng.shuffle(&mut sequences);
         Ok(BuiltBlock {
             epoch,
             block,

@@ -1,10 +1,10 @@
 //! Packing: contexts into sequences of `seq_len` tokens, and sequences into the six
 //! arrays MaxText trains on.
 //!
-//! With packing on, contexts (in their shuffled order) go first-fit into the open
-//! sequences of a block: each context takes the first sequence with room for it, so
-//! short contexts fill the tails that long ones leave. Sequences come out in the order
-//! they were opened. With packing off, every context is its own padded sequence.
+//! With packing on, a block's contexts go best-fit, longest first, into sequences: each
+//! context takes the open sequence with the least room that still fits it, so short
+//! contexts fill the tails that long ones leave (the dataset then shuffles the
+//! sequences). With packing off, every context is its own padded sequence.
 //!
 //! A sequence's arrays: `inputs` (tokens, 0 as padding), `inputs_segmentation` (1, 2, 3 …
 //! per context, 0 for padding), `inputs_position` (0, 1, 2 … restarting per context),
@@ -18,32 +18,32 @@ use crate::sampler::Contexts;
 /// left can take nothing more and is closed.
 const MIN_MEASUREMENT_TOKENS: usize = 12;
 
-/// Groups contexts (by index into `lengths`, in the given order) into sequences.
+/// Groups contexts (by index into `lengths`) into sequences: best-fit decreasing, ties
+/// in the given order. Deterministic for a given `order`.
 pub fn pack(lengths: &[usize], order: &[u32], seq_len: usize, packing: bool) -> Vec<Vec<u32>> {
     if !packing {
         return order.iter().map(|&c| vec![c]).collect();
     }
+    let mut sorted = order.to_vec();
+    sorted.sort_by_key(|&c| std::cmp::Reverse(lengths[c as usize]));
     let mut sequences: Vec<Vec<u32>> = Vec::new();
-    // (sequence, room left) of the sequences still open.
-    let mut open: Vec<(usize, usize)> = Vec::new();
-    for &c in order {
+    // (room left, sequence) of the open sequences.
+    let mut open: std::collections::BTreeSet<(usize, usize)> = Default::default();
+    for c in sorted {
         let len = lengths[c as usize];
-        match open.iter().position(|&(_, room)| room >= len) {
-            Some(k) => {
-                let (s, room) = &mut open[k];
-                sequences[*s].push(c);
-                *room -= len;
-                if *room < MIN_MEASUREMENT_TOKENS {
-                    open.remove(k);
-                }
+        let (s, room) = match open.range((len, 0)..).next().copied() {
+            Some((room, s)) => {
+                open.remove(&(room, s));
+                sequences[s].push(c);
+                (s, room - len)
             }
             None => {
                 sequences.push(vec![c]);
-                let room = seq_len.saturating_sub(len);
-                if room >= MIN_MEASUREMENT_TOKENS {
-                    open.push((sequences.len() - 1, room));
-                }
+                (sequences.len() - 1, seq_len.saturating_sub(len))
             }
+        };
+        if room >= MIN_MEASUREMENT_TOKENS {
+            open.insert((room, s));
         }
     }
     sequences
@@ -148,11 +148,11 @@ mod tests {
     }
 
     #[test]
-    fn first_fit_fills_tails() {
+    fn best_fit_fills_tails() {
         let lengths = [900, 800, 100, 200, 120, 1024];
         let order: Vec<u32> = (0..6).collect();
         let seqs = pack(&lengths, &order, 1024, true);
-        assert_eq!(seqs, vec![vec![0, 2], vec![1, 3], vec![4], vec![5]]);
+        assert_eq!(seqs, vec![vec![5], vec![0, 4], vec![1, 3], vec![2]]);
         for s in &seqs {
             assert!(s.iter().map(|&c| lengths[c as usize]).sum::<usize>() <= 1024);
         }

@@ -439,7 +439,7 @@ mod tests {
     #[test]
     fn round_trip_every_order_and_timestamp_kind() {
         let (s, d) = (v4("10.1.2.3"), v4("10.9.8.7"));
-        for order in 0..24 {
+        for (order, fields) in FIELD_ORDERS.iter().enumerate() {
             let mut out = Vec::new();
             encode_measurement(
                 &mut out,
@@ -467,8 +467,7 @@ mod tests {
             assert_eq!(m[2].time, None);
             assert_eq!(m[3].time, Some(1_700_100_017));
             assert_eq!(m[0].rtt, Some(RttCode(0x1234)));
-            let expected: Vec<Field> = FIELD_ORDERS[order].to_vec();
-            assert_eq!(m[0].fields, expected);
+            assert_eq!(m[0].fields, fields.to_vec());
             assert_eq!(m[0].src.to_string(), "10.1.2.3");
             assert_eq!(m[0].dst.to_string(), "10.9.8.7");
         }
@@ -505,6 +504,7 @@ mod tests {
         let mut dup = good.clone();
         dup.push(FAILED);
         assert!(detokenize(&dup).is_err());
-        assert!(pretty(&good).starts_with("MEASUREMENT_START TIMESTAMP_ABS 0 0 0 0 0 0 0 5 SRC_IPV4 10 1 2 3"));
+        assert!(pretty(&good)
+            .starts_with("MEASUREMENT_START TIMESTAMP_ABS 0 0 0 0 0 0 0 5 SRC_IPV4 10 1 2 3"));
     }
 }

@@ -1,0 +1,308 @@
+//! Bindings for the training side: the dataset loader (`_Loader`) and the tokenizer
+//! functions. Batches leave as numpy arrays that own the Rust buffers (no copy); the
+//! GIL is released while a batch is produced or awaited.
+
+use std::sync::{Mutex, MutexGuard, TryLockError};
+
+use numpy::ndarray::Array2;
+use numpy::{IntoPyArray, PyReadonlyArray1};
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyDict, PyList};
+
+use probeflow_reader::dataset::{
+    note_fork_in_child, DatasetOptions, IteratorState, Loader, RowSource,
+};
+use probeflow_reader::packing::BATCH_KEYS;
+use probeflow_reader::sampler::{SamplerOptions, Strategy};
+use probeflow_reader::tokenizer;
+
+use crate::py_err;
+
+/// A rank's batch stream over one split (see `probeflow.Dataset`).
+#[pyclass(name = "_Loader", module = "probeflow._native")]
+pub struct PyLoader {
+    inner: Mutex<Option<Loader>>,
+    files: Vec<String>,
+}
+
+/// A locked loader, or a clear error if another thread is using it or it is closed.
+/// Never blocks: blocking while holding the GIL could deadlock with a thread that
+/// holds the lock and waits for the GIL.
+fn borrow(m: &Mutex<Option<Loader>>) -> PyResult<MutexGuard<'_, Option<Loader>>> {
+    match m.try_lock() {
+        Ok(g) => Ok(g),
+        Err(TryLockError::WouldBlock) => Err(PyRuntimeError::new_err(
+            "this Dataset is in use by another thread",
+        )),
+        Err(TryLockError::Poisoned(_)) => Err(PyRuntimeError::new_err(
+            "this Dataset failed earlier (internal panic); create a new one",
+        )),
+    }
+}
+
+fn closed() -> PyErr {
+    PyValueError::new_err("I/O operation on a closed Dataset")
+}
+
+#[pymethods]
+impl PyLoader {
+    #[new]
+    #[pyo3(signature = (path, split, seq_len, batch_size, seed, shard_index, shard_count,
+        packing, prefetch, num_threads, num_epochs, drop_remainder, block_rows,
+        contexts_per_row, measurements_per_context, tokens_per_measurement,
+        timestamp_modes, partial_drop, strategy))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        py: Python<'_>,
+        path: &Bound<'_, PyAny>,
+        split: &str,
+        seq_len: usize,
+        batch_size: usize,
+        seed: u64,
+        shard_index: u64,
+        shard_count: u64,
+        packing: bool,
+        prefetch: usize,
+        num_threads: usize,
+        num_epochs: Option<u64>,
+        drop_remainder: bool,
+        block_rows: usize,
+        contexts_per_row: usize,
+        measurements_per_context: usize,
+        tokens_per_measurement: usize,
+        timestamp_modes: (f64, f64, f64),
+        partial_drop: (f64, f64),
+        strategy: &str,
+    ) -> PyResult<Self> {
+        let paths: Vec<String> = match path.extract::<String>() {
+            Ok(p) => vec![p],
+            Err(_) => path.extract::<Vec<String>>().map_err(|_| {
+                PyValueError::new_err("path must be a string or a list of shard paths")
+            })?,
+        };
+        let options = DatasetOptions {
+            batch_size,
+            seed,
+            shard_index,
+            shard_count,
+            packing,
+            block_rows,
+            num_epochs,
+            drop_remainder,
+            prefetch,
+            num_threads,
+            sampler: SamplerOptions {
+                context_len: seq_len,
+                measurements_per_context,
+                max_contexts_per_row: contexts_per_row,
+                tokens_per_measurement,
+                timestamp_modes: [timestamp_modes.0, timestamp_modes.1, timestamp_modes.2],
+                partial_drop,
+                strategy: strategy.parse::<Strategy>().map_err(py_err)?,
+            },
+        };
+        let split = split.to_string();
+        let (loader, files) = py
+            .detach(move || -> probeflow_reader::Result<(Loader, Vec<String>)> {
+                let mut files = Vec::new();
+                for p in &paths {
+                    files.extend(RowSource::resolve(p, &split)?);
+                }
+                let rows = RowSource::open(&files)?;
+                let names = files.iter().map(|f| f.display().to_string()).collect();
+                Ok((Loader::new(rows, options)?, names))
+            })
+            .map_err(py_err)?;
+        Ok(PyLoader {
+            inner: Mutex::new(Some(loader)),
+            files,
+        })
+    }
+
+    /// The next batch as a dict of `[batch_size, seq_len]` int32 arrays, or None at the
+    /// end of a finite stream.
+    fn next_batch<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyDict>>> {
+        let mut guard = borrow(&self.inner)?;
+        let loader = guard.as_mut().ok_or_else(closed)?;
+        let batch = py.detach(|| loader.next_batch()).map_err(py_err)?;
+        drop(guard);
+        let Some(batch) = batch else {
+            return Ok(None);
+        };
+        let shape = (batch.batch_size, batch.seq_len);
+        let d = PyDict::new(py);
+        for (name, data) in BATCH_KEYS.iter().zip(batch.into_arrays()) {
+            let array = Array2::from_shape_vec(shape, data)
+                .map_err(|e| PyRuntimeError::new_err(format!("batch shape: {e}")))?;
+            d.set_item(*name, array.into_pyarray(py))?;
+        }
+        Ok(Some(d))
+    }
+
+    /// The iterator state after the last batch handed out, as a JSON string.
+    fn state_json(&self) -> PyResult<String> {
+        let guard = borrow(&self.inner)?;
+        let loader = guard.as_ref().ok_or_else(closed)?;
+        serde_json::to_string(&loader.state())
+            .map_err(|e| PyRuntimeError::new_err(format!("state: {e}")))
+    }
+
+    /// Continues from a state produced by `state_json` (prefetched batches are dropped).
+    fn set_state_json(&self, py: Python<'_>, state: &str) -> PyResult<()> {
+        let parsed: IteratorState = serde_json::from_str(state).map_err(|e| {
+            py_err(probeflow_reader::Error::Input(format!(
+                "not a probeflow iterator state: {e}"
+            )))
+        })?;
+        let mut guard = borrow(&self.inner)?;
+        let loader = guard.as_mut().ok_or_else(closed)?;
+        py.detach(|| loader.set_state(&parsed)).map_err(py_err)
+    }
+
+    /// Stops the background producer and releases the shards.
+    fn close(&self, py: Python<'_>) -> PyResult<()> {
+        let mut guard = borrow(&self.inner)?;
+        if let Some(mut loader) = guard.take() {
+            py.detach(move || loader.close());
+        }
+        Ok(())
+    }
+
+    #[getter]
+    fn closed(&self) -> PyResult<bool> {
+        Ok(borrow(&self.inner)?.is_none())
+    }
+
+    #[getter]
+    fn num_rows(&self) -> PyResult<u64> {
+        let guard = borrow(&self.inner)?;
+        Ok(guard.as_ref().ok_or_else(closed)?.rows().len())
+    }
+
+    #[getter]
+    fn files(&self) -> Vec<String> {
+        self.files.clone()
+    }
+}
+
+/// Marks this process as a fork child (registered with `os.register_at_fork`).
+#[pyfunction]
+pub fn _after_fork_in_child() {
+    note_fork_in_child();
+}
+
+/// Tokens of one measurement (addresses as text, `rtt_code` None for a failed ping,
+/// `timestamp`: None, ("abs", t) or ("delta", d); `order` 0..24).
+#[pyfunction]
+#[pyo3(signature = (src, dst, rtt_code, timestamp=None, order=0))]
+pub fn encode_measurement<'py>(
+    py: Python<'py>,
+    src: &str,
+    dst: &str,
+    rtt_code: Option<u16>,
+    timestamp: Option<(String, u64)>,
+    order: usize,
+) -> PyResult<Bound<'py, numpy::PyArray1<i32>>> {
+    let parse = |t: &str| {
+        probeflow_reader::row::addr::parse_addr(t)
+            .map(|a| probeflow_reader::row::addr::addr_octets(&a))
+            .map_err(py_err)
+    };
+    let (s, d) = (parse(src)?, parse(dst)?);
+    if s.len() != d.len() {
+        return Err(py_err(probeflow_reader::Error::Input(format!(
+            "{src} and {dst} are of different address families"
+        ))));
+    }
+    if order >= 24 {
+        return Err(py_err(probeflow_reader::Error::Input(format!(
+            "order {order} is not in 0..24"
+        ))));
+    }
+    let ts = match timestamp {
+        None => tokenizer::Timestamp::None,
+        Some((kind, v)) if kind == "abs" => tokenizer::Timestamp::Absolute(v),
+        Some((kind, v)) if kind == "delta" => tokenizer::Timestamp::Delta(v),
+        Some((kind, _)) => {
+            return Err(py_err(probeflow_reader::Error::Input(format!(
+                "timestamp kind {kind:?} (expected \"abs\" or \"delta\")"
+            ))))
+        }
+    };
+    let mut out = Vec::new();
+    tokenizer::encode_measurement(
+        &mut out,
+        &s,
+        &d,
+        rtt_code.map(probeflow_reader::row::RttCode),
+        ts,
+        order,
+    );
+    Ok(out.into_pyarray(py))
+}
+
+/// Parses tokens (one context or segment, no padding) into measurement dicts; raises
+/// InvalidInputError on a grammar error.
+#[pyfunction]
+pub fn detokenize<'py>(
+    py: Python<'py>,
+    tokens: PyReadonlyArray1<'py, i32>,
+) -> PyResult<Bound<'py, PyList>> {
+    let toks = tokens.as_slice()?.to_vec();
+    let ms = py
+        .detach(move || tokenizer::detokenize(&toks))
+        .map_err(py_err)?;
+    let list = PyList::empty(py);
+    for m in ms {
+        let d = PyDict::new(py);
+        d.set_item("src_addr", m.src.to_string())?;
+        d.set_item("dst_addr", m.dst.to_string())?;
+        d.set_item("rtt_code", m.rtt.map(|c| c.0))?;
+        d.set_item("rtt_ms", m.rtt.map(|c| c.millis()))?;
+        d.set_item("failed", m.rtt.is_none())?;
+        let (kind, value) = match m.timestamp {
+            tokenizer::Timestamp::None => (None, None),
+            tokenizer::Timestamp::Absolute(t) => (Some("abs"), Some(t)),
+            tokenizer::Timestamp::Delta(t) => (Some("delta"), Some(t)),
+        };
+        d.set_item("timestamp_kind", kind)?;
+        d.set_item("timestamp_value", value)?;
+        d.set_item("time", m.time)?;
+        let fields: Vec<&str> = m
+            .fields
+            .iter()
+            .map(|f| match f {
+                tokenizer::Field::Source => "source",
+                tokenizer::Field::Destination => "destination",
+                tokenizer::Field::Result => "result",
+                tokenizer::Field::Timestamp => "timestamp",
+            })
+            .collect();
+        d.set_item("fields", fields)?;
+        d.set_item("start", m.start)?;
+        list.append(d)?;
+    }
+    Ok(list)
+}
+
+/// Tokens for people: one measurement per line.
+#[pyfunction]
+pub fn pretty(tokens: PyReadonlyArray1<'_, i32>) -> PyResult<String> {
+    Ok(tokenizer::pretty(tokens.as_slice()?))
+}
+
+/// The name of a token id.
+#[pyfunction]
+pub fn token_name(id: i32) -> String {
+    tokenizer::token_name(id)
+}
+
+/// The shard files of `split` named by `path` (output directory, manifest, glob or
+/// file), in global row order.
+#[pyfunction]
+pub fn resolve_shards(py: Python<'_>, path: String, split: String) -> PyResult<Vec<String>> {
+    py.detach(move || RowSource::resolve(&path, &split))
+        .map(|files| files.iter().map(|f| f.display().to_string()).collect())
+        .map_err(py_err)
+}
