@@ -196,34 +196,24 @@ pub fn sample_row(row: &RowView<'_>, key: [u64; 3], opts: &SamplerOptions, out: 
     let src = crate::row::addr::addr_octets(&row.meta.src_addr);
     let width = src.len();
     let rng_for = |context: u64| CounterRng::from_parts(&[key[0], key[1], key[2], context]);
-    if n < opts.small_row_limit() {
-        let mut rng = rng_for(0);
-        let mode = draw_mode(&mut rng, opts.timestamp_modes);
-        let drop = drop_fraction(&mut rng, mode, opts);
-        let picks: Vec<Pick> = (0..n as u32)
-            .map(|index| Pick {
-                index,
-                timed: keeps_time(&mut rng, mode, drop),
-            })
-            .collect();
-        let ordered = arrange(picks, mode, &mut rng);
-        emit_split(
-            row,
-            &src,
-            width,
-            &ordered,
-            mode,
-            opts.context_len,
-            &mut rng,
-            out,
-        );
-        return;
-    }
-    for k in 0..opts.contexts_for(n) {
+    // A small row is one visit of all its measurements (what overflows starts another
+    // context); a large row gives K drawn contexts.
+    let small = n < opts.small_row_limit();
+    let contexts = if small { 1 } else { opts.contexts_for(n) };
+    for k in 0..contexts {
         let mut rng = rng_for(k as u64);
         let mode = draw_mode(&mut rng, opts.timestamp_modes);
         let drop = drop_fraction(&mut rng, mode, opts);
-        let picks = choose(row, width, mode, drop, opts, &mut rng);
+        let picks = if small {
+            (0..n as u32)
+                .map(|index| Pick {
+                    index,
+                    timed: keeps_time(&mut rng, mode, drop),
+                })
+                .collect()
+        } else {
+            choose(row, width, mode, drop, opts, &mut rng)
+        };
         let ordered = arrange(picks, mode, &mut rng);
         emit_split(
             row,
