@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import json
 import os
-import weakref
 from typing import Any, Iterator, Sequence, Union
 
 import numpy as np
@@ -23,9 +22,6 @@ import numpy as np
 from . import _native
 
 PathLike = Union[str, os.PathLike, Sequence[Union[str, os.PathLike]]]
-
-_live: "weakref.WeakSet[Dataset]" = weakref.WeakSet()
-
 
 def _after_fork_in_child() -> None:
     _native._after_fork_in_child()
@@ -98,7 +94,8 @@ class Dataset:
         if shard_index is None or shard_count is None:
             shard_index, shard_count = _default_shards()
         if num_threads is None:
-            num_threads = max(1, min(4, len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)))
+            cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+            num_threads = max(1, min(4, cpus))
         if isinstance(path, (str, os.PathLike)):
             paths: str | list[str] = os.fspath(path)
         else:
@@ -125,7 +122,6 @@ class Dataset:
         )
         self._path = paths
         self._loader = _native._Loader(paths, **self._options)
-        _live.add(self)
 
     @property
     def options(self) -> dict[str, Any]:

@@ -386,21 +386,6 @@ pub fn pretty(tokens: &[i32]) -> String {
     s
 }
 
-/// One decoded measurement in human form: addresses, time, RTT in ms.
-pub fn describe(m: &Decoded) -> String {
-    let rtt = match m.rtt {
-        Some(code) => format!("{:.3} ms", code.millis()),
-        None => "failed".to_string(),
-    };
-    let time = match (m.timestamp, m.time) {
-        (Timestamp::None, _) => "no time".to_string(),
-        (Timestamp::Absolute(t), _) => format!("t={t}"),
-        (Timestamp::Delta(d), Some(t)) => format!("t={t} (+{d}s)"),
-        (Timestamp::Delta(d), None) => format!("+{d}s"),
-    };
-    format!("{} -> {} {rtt} {time}", m.src, m.dst)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
