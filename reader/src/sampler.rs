@@ -266,7 +266,9 @@ fn choose(
             // Log-uniform size in [1, n]: floor((n + 1)^u).
             let w = (((n + 1) as f64).powf(rng.next_f64()).floor() as u64).clamp(1, n);
             let offset = rng.below(n - w + 1);
-            Box::new(WindowDraws::new(offset, w, rng.clone()))
+            // The draws get their own stream (keyed from ours), so index draws and
+            // timestamp draws are independent.
+            Box::new(WindowDraws::new(offset, w, CounterRng::new(rng.next_u64())))
         }
         Strategy::GeometricStride => {
             let target = opts.small_row_limit().max(1) as u64;
@@ -277,9 +279,6 @@ fn choose(
             Box::new((start..n).step_by(stride as usize))
         }
     };
-    // The window draws use their own copy of the stream; move ours past them so the
-    // per-pick timestamp draws differ from the window's index draws.
-    rng.next_u64();
     let mut picks: Vec<Pick> = Vec::new();
     // Kept (timestamped) picks, sorted by index, and the tokens their timestamps take.
     let mut timed: Vec<u32> = Vec::new();
