@@ -13,6 +13,11 @@ from __future__ import annotations
 import argparse
 import math
 import os
+
+# numpy's OpenBLAS would otherwise start a thread per core that spins on the one core
+# this benchmark is pinned to, slowing both sides.
+for _var in ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")
 import random
 import tempfile
 import time

@@ -28,7 +28,7 @@ use crate::error::{Error, Result};
 use crate::packing::{pack, Batch};
 use crate::rng::{key, CounterRng, Permutation};
 use crate::row::decode_row;
-use crate::sampler::{sample_row, Contexts, SamplerOptions};
+use crate::sampler::{sample_row_with, Contexts, SamplerOptions, SamplerScratch};
 
 /// The shards of one split, opened (memory-mapped), with a global row index: rows are
 /// numbered shard after shard in the order given.
@@ -295,10 +295,37 @@ struct BatchStream {
     pool: Option<rayon::ThreadPool>,
 }
 
+/// A block's contexts: the runs of rows sampled together, and where each context is.
+struct BlockContexts {
+    runs: Vec<Contexts>,
+    /// (run, index in the run) of each context id.
+    at: Vec<(u32, u32)>,
+}
+
+impl BlockContexts {
+    fn new(runs: Vec<Contexts>) -> Self {
+        let at = runs
+            .iter()
+            .enumerate()
+            .flat_map(|(r, c)| (0..c.len() as u32).map(move |i| (r as u32, i)))
+            .collect();
+        BlockContexts { runs, at }
+    }
+
+    fn len(&self) -> usize {
+        self.at.len()
+    }
+
+    fn get(&self, id: u32) -> &[i32] {
+        let (run, i) = self.at[id as usize];
+        self.runs[run as usize].get(i as usize)
+    }
+}
+
 struct BuiltBlock {
     epoch: u64,
     block: u64,
-    contexts: Contexts,
+    contexts: BlockContexts,
     sequences: Vec<Vec<u32>>,
 }
 
@@ -346,7 +373,9 @@ impl BatchStream {
         self.opts.num_epochs.is_some_and(|e| self.pos.epoch >= e)
     }
 
-    fn build(&self, epoch: u64, block: u64) -> Result<BuiltBlock> {
+    /// Samples, shuffles and packs one block. `reuse`: the previous block's context
+    /// buffers, cleared and filled again (no reallocation once they have grown).
+    fn build(&self, epoch: u64, block: u64, reuse: Vec<Contexts>) -> Result<BuiltBlock> {
         let o = &self.opts;
         let perm = Permutation::new(self.rows.len(), key(&[o.seed, epoch, 0x7065_726d]));
         let first = block * o.block_rows as u64;
@@ -354,42 +383,58 @@ impl BatchStream {
         let rows: Vec<u64> = (first..last)
             .map(|p| perm.get(o.shard_index + p * o.shard_count))
             .collect();
-        let sample = |buf: &mut RecordBuf, row: u64| -> Result<Contexts> {
-            let bytes = self.rows.read(row, buf)?;
-            let view = decode_row(bytes)
-                .map_err(|e| Error::Input(format!("{}: row {row}: {e}", self.rows.file_of(row))))?;
-            let mut out = Contexts::default();
-            sample_row(&view, [o.seed, epoch, row], &o.sampler, &mut out);
-            Ok(out)
+        // Rows are sampled in runs, each into its own `Contexts`; context ids count
+        // through the runs in row order, whatever the number of threads.
+        let sample_run = |buf: &mut RecordBuf,
+                          scratch: &mut SamplerScratch,
+                          out: &mut Contexts,
+                          run: &[u64]|
+         -> Result<()> {
+            out.clear();
+            for &row in run {
+                let bytes = self.rows.read(row, buf)?;
+                let view = decode_row(bytes).map_err(|e| {
+                    Error::Input(format!("{}: row {row}: {e}", self.rows.file_of(row)))
+                })?;
+                sample_row_with(&view, [o.seed, epoch, row], &o.sampler, scratch, out);
+            }
+            Ok(())
         };
-        let per_row: Vec<Contexts> = match &self.pool {
+        let threads = self.pool.as_ref().map_or(1, |p| p.current_num_threads());
+        let run_len = if threads > 1 {
+            rows.len().div_ceil(4 * threads).max(1)
+        } else {
+            rows.len().max(1)
+        };
+        let mut runs = reuse;
+        runs.resize_with(rows.len().div_ceil(run_len), Contexts::default);
+        match &self.pool {
             Some(pool) => {
                 use rayon::prelude::*;
                 pool.install(|| {
-                    rows.par_iter()
-                        .map_init(RecordBuf::new, |buf, &row| sample(buf, row))
-                        .collect::<Result<Vec<_>>>()
+                    runs.par_iter_mut()
+                        .zip(rows.par_chunks(run_len))
+                        .try_for_each_init(
+                            || (RecordBuf::new(), SamplerScratch::default()),
+                            |(buf, scratch), (out, run)| sample_run(buf, scratch, out, run),
+                        )
                 })?
             }
             None => {
-                let mut buf = RecordBuf::new();
-                rows.iter()
-                    .map(|&row| sample(&mut buf, row))
-                    .collect::<Result<Vec<_>>>()?
+                let (mut buf, mut scratch) = (RecordBuf::new(), SamplerScratch::default());
+                for (out, run) in runs.iter_mut().zip(rows.chunks(run_len)) {
+                    sample_run(&mut buf, &mut scratch, out, run)?;
+                }
             }
-        };
-        let mut contexts = Contexts::default();
-        for c in per_row {
-            let base = contexts.tokens.len();
-            contexts.tokens.extend_from_slice(&c.tokens);
-            contexts.ends.extend(c.ends.iter().map(|e| e + base));
-            contexts.modes.extend_from_slice(&c.modes);
         }
+        let contexts = BlockContexts::new(runs);
         let mut rng =
             CounterRng::from_parts(&[o.seed, epoch, o.shard_index, o.shard_count, block, 0x626c6b]);
         let mut order: Vec<u32> = (0..contexts.len() as u32).collect();
         rng.shuffle(&mut order);
-        let lengths: Vec<usize> = (0..contexts.len()).map(|i| contexts.get(i).len()).collect();
+        let lengths: Vec<usize> = (0..contexts.len())
+            .map(|i| contexts.get(i as u32).len())
+            .collect();
         let mut sequences = pack(&lengths, &order, o.sampler.context_len, o.packing);
         // Packing groups by length; the batches should not.
         rng.shuffle(&mut sequences);
@@ -431,14 +476,19 @@ impl BatchStream {
                 .as_ref()
                 .is_some_and(|b| b.epoch == self.pos.epoch && b.block == self.pos.block);
             if !current {
-                self.block = Some(self.build(self.pos.epoch, self.pos.block)?);
+                let reuse = self
+                    .block
+                    .take()
+                    .map(|b| b.contexts.runs)
+                    .unwrap_or_default();
+                self.block = Some(self.build(self.pos.epoch, self.pos.block, reuse)?);
             }
             let Some(b) = self.block.as_ref() else {
                 continue;
             };
             match b.sequences.get(self.pos.sequence as usize) {
                 Some(ids) => {
-                    batch.write_sequence(filled, &b.contexts, ids);
+                    batch.push_sequence(ids.iter().map(|&c| b.contexts.get(c)));
                     filled += 1;
                     self.pos.sequence += 1;
                 }

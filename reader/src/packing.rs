@@ -12,11 +12,7 @@
 //! inputs[t + 1]`, `targets_segmentation[t] = inputs_segmentation[t + 1]` (the last
 //! position 0), `targets_position = inputs_position`.
 
-use crate::sampler::Contexts;
-
-/// Shortest possible measurement (IPv4, failed, no timestamp): a sequence with less room
-/// left can take nothing more and is closed.
-const MIN_MEASUREMENT_TOKENS: usize = 12;
+use crate::tokenizer::MIN_MEASUREMENT_TOKENS;
 
 /// Groups contexts (by index into `lengths`) into sequences: best-fit decreasing, ties
 /// in the given order. Deterministic for a given `order`.
@@ -42,6 +38,7 @@ pub fn pack(lengths: &[usize], order: &[u32], seq_len: usize, packing: bool) -> 
                 (sequences.len() - 1, seq_len.saturating_sub(len))
             }
         };
+        // With less room left a sequence can take nothing more and is closed.
         if room >= MIN_MEASUREMENT_TOKENS {
             open.insert((room, s));
         }
@@ -49,7 +46,8 @@ pub fn pack(lengths: &[usize], order: &[u32], seq_len: usize, packing: bool) -> 
     sequences
 }
 
-/// The six int32 arrays of a batch, row-major `[batch, seq_len]`.
+/// The six int32 arrays of a batch, row-major `[batch, seq_len]`: the rows pushed so
+/// far, completed with padding rows by [`Batch::pad`] / [`Batch::into_arrays`].
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Batch {
     pub batch_size: usize,
@@ -73,46 +71,77 @@ pub const BATCH_KEYS: [&str; 6] = [
 ];
 
 impl Batch {
-    /// An all-padding batch.
+    /// An empty batch: sequences are appended with [`Batch::push_sequence`]; rows never
+    /// pushed are padding.
     pub fn new(batch_size: usize, seq_len: usize) -> Self {
-        let z = || vec![0i32; batch_size * seq_len];
+        let v = || Vec::with_capacity(batch_size * seq_len);
         Batch {
             batch_size,
             seq_len,
-            inputs: z(),
-            inputs_segmentation: z(),
-            inputs_position: z(),
-            targets: z(),
-            targets_segmentation: z(),
-            targets_position: z(),
+            inputs: v(),
+            inputs_segmentation: v(),
+            inputs_position: v(),
+            targets: v(),
+            targets_segmentation: v(),
+            targets_position: v(),
         }
     }
 
-    /// Writes sequence `row` of the batch from contexts `ids` of `contexts`.
-    pub fn write_sequence(&mut self, row: usize, contexts: &Contexts, ids: &[u32]) {
+    /// Sequences pushed so far.
+    pub fn rows(&self) -> usize {
+        self.inputs.len() / self.seq_len.max(1)
+    }
+
+    /// Appends the next sequence, made of `contexts` (segments 1, 2, … in this order;
+    /// tokens past `seq_len` are dropped, the packer never produces them).
+    pub fn push_sequence<'c>(&mut self, contexts: impl IntoIterator<Item = &'c [i32]>) {
         let l = self.seq_len;
-        let base = row * l;
+        let base = self.inputs.len();
         let mut at = 0;
-        for (seg, &c) in ids.iter().enumerate() {
-            let toks = contexts.get(c as usize);
+        for (seg, toks) in contexts.into_iter().enumerate() {
             let n = toks.len().min(l - at);
-            self.inputs[base + at..base + at + n].copy_from_slice(&toks[..n]);
-            for k in 0..n {
-                self.inputs_segmentation[base + at + k] = seg as i32 + 1;
-                self.inputs_position[base + at + k] = k as i32;
-            }
+            self.inputs.extend_from_slice(&toks[..n]);
+            self.inputs_segmentation
+                .extend(std::iter::repeat_n(seg as i32 + 1, n));
+            self.inputs_position.extend(0..n as i32);
             at += n;
         }
-        let (inp, seg) = (
-            &self.inputs[base..base + l],
-            &self.inputs_segmentation[base..base + l],
-        );
-        self.targets[base..base + l - 1].copy_from_slice(&inp[1..]);
-        self.targets[base + l - 1] = 0;
-        self.targets_segmentation[base..base + l - 1].copy_from_slice(&seg[1..]);
-        self.targets_segmentation[base + l - 1] = 0;
-        self.targets_position[base..base + l]
-            .copy_from_slice(&self.inputs_position[base..base + l]);
+        for v in [
+            &mut self.inputs,
+            &mut self.inputs_segmentation,
+            &mut self.inputs_position,
+        ] {
+            v.resize(base + l, 0);
+        }
+        if l == 0 {
+            return;
+        }
+        self.targets.extend_from_slice(&self.inputs[base + 1..]);
+        self.targets.push(0);
+        self.targets_segmentation
+            .extend_from_slice(&self.inputs_segmentation[base + 1..]);
+        self.targets_segmentation.push(0);
+        self.targets_position
+            .extend_from_slice(&self.inputs_position[base..]);
+    }
+
+    /// Fills the rows not pushed with padding.
+    pub fn pad(&mut self) {
+        let n = self.batch_size * self.seq_len;
+        for v in self.arrays_mut() {
+            v.resize(n, 0);
+        }
+    }
+
+    fn arrays_mut(&mut self) -> [&mut Vec<i32>; 6] {
+        [
+            &mut self.inputs,
+            &mut self.inputs_segmentation,
+            &mut self.inputs_position,
+            &mut self.targets,
+            &mut self.targets_segmentation,
+            &mut self.targets_position,
+        ]
     }
 
     /// Non-padding tokens (segmentation ≠ 0).
@@ -120,8 +149,9 @@ impl Batch {
         self.inputs_segmentation.iter().filter(|&&s| s != 0).count()
     }
 
-    /// The arrays in [`BATCH_KEYS`] order.
-    pub fn into_arrays(self) -> [Vec<i32>; 6] {
+    /// The arrays in [`BATCH_KEYS`] order, `[batch_size, seq_len]` each (padded).
+    pub fn into_arrays(mut self) -> [Vec<i32>; 6] {
+        self.pad();
         [
             self.inputs,
             self.inputs_segmentation,
@@ -136,6 +166,7 @@ impl Batch {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::sampler::Contexts;
 
     fn contexts(lengths: &[usize]) -> Contexts {
         let mut c = Contexts::default();
@@ -164,7 +195,7 @@ mod tests {
     fn arrays_are_shifted_like_maxtext() {
         let c = contexts(&[3, 2]);
         let mut b = Batch::new(1, 8);
-        b.write_sequence(0, &c, &[0, 1]);
+        b.push_sequence([c.get(0), c.get(1)]);
         assert_eq!(b.inputs, vec![11, 11, 11, 12, 12, 0, 0, 0]);
         assert_eq!(b.inputs_segmentation, vec![1, 1, 1, 2, 2, 0, 0, 0]);
         assert_eq!(b.inputs_position, vec![0, 1, 2, 0, 1, 0, 0, 0]);
@@ -172,5 +203,11 @@ mod tests {
         assert_eq!(b.targets_segmentation, vec![1, 1, 2, 2, 0, 0, 0, 0]);
         assert_eq!(b.targets_position, b.inputs_position);
         assert_eq!(b.real_tokens(), 5);
+        let mut two = Batch::new(2, 8);
+        two.push_sequence([c.get(1)]);
+        assert_eq!(two.rows(), 1);
+        let [inputs, seg, ..] = two.into_arrays();
+        assert_eq!(inputs, [12, 12, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]);
+        assert_eq!(seg.iter().sum::<i32>(), 2);
     }
 }

@@ -21,7 +21,11 @@
 use crate::error::{Error, Result};
 use crate::rng::CounterRng;
 use crate::row::RowView;
-use crate::tokenizer::{base_tokens, encode_measurement, timestamp_after, Timestamp};
+pub use crate::tokenizer::MAX_MEASUREMENT_TOKENS;
+use crate::tokenizer::{
+    base_tokens, encode_with_source, source_block, timestamp_after, FieldBlock, Timestamp,
+    MIN_MEASUREMENT_TOKENS,
+};
 
 /// How large rows are cut into contexts.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -84,9 +88,6 @@ impl Default for SamplerOptions {
         }
     }
 }
-
-/// The longest measurement: IPv6 with an absolute timestamp.
-pub const MAX_MEASUREMENT_TOKENS: usize = 1 + 17 + 17 + 3 + 9;
 
 impl SamplerOptions {
     pub fn check(&self) -> Result<()> {
@@ -186,15 +187,38 @@ fn delta_tokens(from: u64, to: u64) -> usize {
     Timestamp::Delta(to.saturating_sub(from)).tokens()
 }
 
+/// Buffers the sampler reuses from row to row (one per thread), so that sampling
+/// allocates nothing once they have grown.
+#[derive(Debug, Default)]
+pub struct SamplerScratch {
+    picks: Vec<Pick>,
+    timed: Vec<u32>,
+    untimed: Vec<Pick>,
+    arranged: Vec<Pick>,
+    table: Vec<u64>,
+}
+
 /// Samples the contexts of one row into `out`. `key` identifies the row's draws:
 /// `(seed, epoch, global row index)`.
 pub fn sample_row(row: &RowView<'_>, key: [u64; 3], opts: &SamplerOptions, out: &mut Contexts) {
+    sample_row_with(row, key, opts, &mut SamplerScratch::default(), out);
+}
+
+/// [`sample_row`] with buffers kept between calls.
+pub fn sample_row_with(
+    row: &RowView<'_>,
+    key: [u64; 3],
+    opts: &SamplerOptions,
+    scratch: &mut SamplerScratch,
+    out: &mut Contexts,
+) {
     let n = row.len();
     if n == 0 {
         return;
     }
     let src = crate::row::addr::addr_octets(&row.meta.src_addr);
     let width = src.len();
+    let src = source_block(&src);
     let rng_for = |context: u64| CounterRng::from_parts(&[key[0], key[1], key[2], context]);
     // A small row is one visit of all its measurements (what overflows starts another
     // context); a large row gives K drawn contexts.
@@ -204,22 +228,21 @@ pub fn sample_row(row: &RowView<'_>, key: [u64; 3], opts: &SamplerOptions, out: 
         let mut rng = rng_for(k as u64);
         let mode = draw_mode(&mut rng, opts.timestamp_modes);
         let drop = drop_fraction(&mut rng, mode, opts);
-        let picks = if small {
-            (0..n as u32)
-                .map(|index| Pick {
-                    index,
-                    timed: keeps_time(&mut rng, mode, drop),
-                })
-                .collect()
+        if small {
+            scratch.picks.clear();
+            scratch.picks.extend((0..n as u32).map(|index| Pick {
+                index,
+                timed: keeps_time(&mut rng, mode, drop),
+            }));
         } else {
-            choose(row, width, mode, drop, opts, &mut rng)
-        };
-        let ordered = arrange(picks, mode, &mut rng);
+            choose(row, width, mode, drop, opts, &mut rng, scratch);
+        }
+        let ordered = arrange(scratch, mode, &mut rng);
         emit_split(
             row,
             &src,
             width,
-            &ordered,
+            ordered,
             mode,
             opts.context_len,
             &mut rng,
@@ -248,8 +271,25 @@ fn keeps_time(rng: &mut CounterRng, mode: TimestampMode, drop: f64) -> bool {
     }
 }
 
-/// Chooses a large-row context's measurements, counting tokens exactly, and stops before
-/// the first one that would overflow.
+/// A large-row context's candidate measurements, in draw order.
+enum Candidates<'a> {
+    Window(WindowDraws<'a>),
+    Stride(std::iter::StepBy<std::ops::Range<u64>>),
+}
+
+impl Iterator for Candidates<'_> {
+    type Item = u64;
+    #[inline]
+    fn next(&mut self) -> Option<u64> {
+        match self {
+            Candidates::Window(w) => w.next(),
+            Candidates::Stride(s) => s.next(),
+        }
+    }
+}
+
+/// Chooses a large-row context's measurements into `scratch.picks`, counting tokens
+/// exactly, and stops before the first one that would overflow.
 fn choose(
     row: &RowView<'_>,
     width: usize,
@@ -257,18 +297,34 @@ fn choose(
     drop: f64,
     opts: &SamplerOptions,
     rng: &mut CounterRng,
-) -> Vec<Pick> {
+    scratch: &mut SamplerScratch,
+) {
     let n = row.len() as u64;
     let budget = opts.context_len;
-    // Candidates, in draw order.
-    let candidates: Box<dyn Iterator<Item = u64>> = match opts.strategy {
+    let SamplerScratch {
+        picks,
+        timed,
+        table,
+        ..
+    } = scratch;
+    picks.clear();
+    // Kept (timestamped) picks, sorted by index, and the tokens their timestamps take.
+    timed.clear();
+    let candidates = match opts.strategy {
         Strategy::Window => {
             // Log-uniform size in [1, n]: floor((n + 1)^u).
             let w = (((n + 1) as f64).powf(rng.next_f64()).floor() as u64).clamp(1, n);
             let offset = rng.below(n - w + 1);
             // The draws get their own stream (keyed from ours), so index draws and
             // timestamp draws are independent.
-            Box::new(WindowDraws::new(offset, w, CounterRng::new(rng.next_u64())))
+            let most = (budget / MIN_MEASUREMENT_TOKENS + 1) as u64;
+            Candidates::Window(WindowDraws::new(
+                offset,
+                w,
+                most,
+                CounterRng::new(rng.next_u64()),
+                table,
+            ))
         }
         Strategy::GeometricStride => {
             let target = opts.small_row_limit().max(1) as u64;
@@ -276,12 +332,9 @@ fn choose(
             let stride = 1u64 << (rng.below(levels.max(1)));
             let span = (stride * target).min(n);
             let start = rng.below(n - span + 1);
-            Box::new((start..n).step_by(stride as usize))
+            Candidates::Stride((start..n).step_by(stride as usize))
         }
     };
-    let mut picks: Vec<Pick> = Vec::new();
-    // Kept (timestamped) picks, sorted by index, and the tokens their timestamps take.
-    let mut timed: Vec<u32> = Vec::new();
     let mut ts_tokens = 0usize;
     let mut total = 0usize;
     for index in candidates {
@@ -321,48 +374,52 @@ fn choose(
             timed: timed_pick,
         });
     }
-    picks
 }
 
 /// Indices drawn uniformly without replacement from `offset .. offset + w`.
-struct WindowDraws {
+///
+/// A window not much larger than the most a context can take is shuffled lazily in a
+/// table (Fisher–Yates, one swap per draw); in a larger one, a repeat is rare, so
+/// draws are rejected when already drawn (`table` then holds the draws).
+struct WindowDraws<'a> {
     offset: u64,
     w: u64,
     drawn: u64,
     rng: CounterRng,
-    /// Small windows: a lazily shuffled table; large ones: the indices drawn so far.
-    table: Vec<u64>,
-    small: bool,
+    table: &'a mut Vec<u64>,
+    shuffled: bool,
 }
 
-impl WindowDraws {
-    fn new(offset: u64, w: u64, rng: CounterRng) -> Self {
-        let small = w <= 4096;
+impl<'a> WindowDraws<'a> {
+    fn new(offset: u64, w: u64, most: u64, rng: CounterRng, table: &'a mut Vec<u64>) -> Self {
+        let shuffled = w <= 2 * most;
+        table.clear();
+        if shuffled {
+            table.extend(0..w);
+        }
         WindowDraws {
             offset,
             w,
             drawn: 0,
             rng,
-            table: if small { (0..w).collect() } else { Vec::new() },
-            small,
+            table,
+            shuffled,
         }
     }
 }
 
-impl Iterator for WindowDraws {
+impl Iterator for WindowDraws<'_> {
     type Item = u64;
     fn next(&mut self) -> Option<u64> {
         if self.drawn == self.w {
             return None;
         }
-        let v = if self.small {
+        let v = if self.shuffled {
             let i = self.drawn as usize;
             let j = i + self.rng.below(self.w - self.drawn) as usize;
             self.table.swap(i, j);
             self.table[i]
         } else {
-            // Contexts take far fewer measurements than a large window holds, so
-            // rejection of repeats is cheap.
             loop {
                 let v = self.rng.below(self.w);
                 if !self.table.contains(&v) {
@@ -376,9 +433,20 @@ impl Iterator for WindowDraws {
     }
 }
 
-/// Puts a context's picks in output order: time order (full), random order (none), or
-/// timed picks in time order with the others interleaved at random (partial).
-fn arrange(mut picks: Vec<Pick>, mode: TimestampMode, rng: &mut CounterRng) -> Vec<Pick> {
+/// Puts a context's picks (`scratch.picks`) in output order: time order (full), random
+/// order (none), or timed picks in time order with the others interleaved at random
+/// (partial).
+fn arrange<'s>(
+    scratch: &'s mut SamplerScratch,
+    mode: TimestampMode,
+    rng: &mut CounterRng,
+) -> &'s [Pick] {
+    let SamplerScratch {
+        picks,
+        untimed,
+        arranged,
+        ..
+    } = scratch;
     match mode {
         TimestampMode::Full => {
             picks.sort_unstable_by_key(|p| p.index);
@@ -386,30 +454,32 @@ fn arrange(mut picks: Vec<Pick>, mode: TimestampMode, rng: &mut CounterRng) -> V
         }
         TimestampMode::None => {
             picks.sort_unstable_by_key(|p| p.index);
-            rng.shuffle(&mut picks);
+            rng.shuffle(picks);
             picks
         }
         TimestampMode::Partial => {
-            let (mut timed, mut untimed): (Vec<Pick>, Vec<Pick>) =
-                picks.into_iter().partition(|p| p.timed);
+            untimed.clear();
+            untimed.extend(picks.iter().filter(|p| !p.timed));
+            picks.retain(|p| p.timed);
+            let timed = picks;
             timed.sort_unstable_by_key(|p| p.index);
             untimed.sort_unstable_by_key(|p| p.index);
-            rng.shuffle(&mut untimed);
+            rng.shuffle(untimed);
             // A uniformly random interleaving: take from either side in proportion to
             // what is left.
-            let mut out = Vec::with_capacity(timed.len() + untimed.len());
-            let (mut a, mut b) = (timed.into_iter().peekable(), untimed.into_iter().peekable());
+            arranged.clear();
+            let (mut a, mut b) = (timed.iter(), untimed.iter());
             let (mut left_a, mut left_b) = (a.len() as u64, b.len() as u64);
             while left_a + left_b > 0 {
                 if rng.below(left_a + left_b) < left_a {
-                    out.extend(a.next());
+                    arranged.extend(a.next());
                     left_a -= 1;
                 } else {
-                    out.extend(b.next());
+                    arranged.extend(b.next());
                     left_b -= 1;
                 }
             }
-            out
+            arranged
         }
     }
 }
@@ -419,7 +489,7 @@ fn arrange(mut picks: Vec<Pick>, mode: TimestampMode, rng: &mut CounterRng) -> V
 #[allow(clippy::too_many_arguments)]
 fn emit_split(
     row: &RowView<'_>,
-    src: &[u8],
+    src: &FieldBlock,
     width: usize,
     picks: &[Pick],
     mode: TimestampMode,
@@ -430,6 +500,7 @@ fn emit_split(
     if picks.is_empty() {
         return;
     }
+    out.tokens.reserve(context_len);
     let mut start = out.tokens.len();
     let mut previous: Option<u64> = None;
     for p in picks {
@@ -455,7 +526,7 @@ fn emit_split(
             ts
         };
         let order = rng.below(24) as usize;
-        encode_measurement(&mut out.tokens, src, row.dst_bytes(i), rtt, ts, order);
+        encode_with_source(&mut out.tokens, src, row.dst_bytes(i), rtt, ts, order);
         if p.timed {
             previous = Some(row.event_time(i));
         }

@@ -141,9 +141,32 @@ pub fn base_tokens(width: usize, failed: bool) -> usize {
     1 + 2 * (1 + width) + if failed { 1 } else { 3 }
 }
 
+/// Fewest tokens one measurement takes (IPv4, failed, no timestamp).
+pub const MIN_MEASUREMENT_TOKENS: usize = 1 + 2 * 5 + 1;
+/// Most tokens one measurement takes (IPv6, RTT, absolute timestamp).
+pub const MAX_MEASUREMENT_TOKENS: usize = 1 + 2 * 17 + 3 + 9;
+
+/// Room for one field block (role token + up to 16 bytes); every block is built and
+/// copied at this fixed width so the copies compile to a few vector moves.
+pub const BLOCK: usize = 17;
+
+/// A field block: tokens, padded to [`BLOCK`], and its real length.
+pub type FieldBlock = ([i32; BLOCK], usize);
+
 #[inline]
-fn push_bytes(out: &mut Vec<i32>, bytes: &[u8]) {
-    out.extend(bytes.iter().map(|&b| BYTE_BASE + i32::from(b)));
+fn block(role: i32, bytes: &[u8]) -> FieldBlock {
+    let mut b = [0i32; BLOCK];
+    b[0] = role;
+    for (t, &v) in b[1..].iter_mut().zip(bytes) {
+        *t = BYTE_BASE + i32::from(v);
+    }
+    (b, 1 + bytes.len().min(BLOCK - 1))
+}
+
+/// The source block of a measurement (the same for every measurement of a row).
+#[inline]
+pub fn source_block(src: &[u8]) -> FieldBlock {
+    block(if src.len() == 4 { SRC_IPV4 } else { SRC_IPV6 }, src)
 }
 
 /// Appends one measurement. `src` and `dst` are 4 or 16 network-order bytes of the same
@@ -156,41 +179,49 @@ pub fn encode_measurement(
     timestamp: Timestamp,
     order: usize,
 ) {
-    out.push(MEASUREMENT_START);
+    encode_with_source(out, &source_block(src), dst, rtt, timestamp, order);
+}
+
+/// [`encode_measurement`] with the source block already built ([`source_block`]).
+#[inline]
+pub fn encode_with_source(
+    out: &mut Vec<i32>,
+    src: &FieldBlock,
+    dst: &[u8],
+    rtt: Option<RttCode>,
+    timestamp: Timestamp,
+    order: usize,
+) {
+    let d = block(if dst.len() == 4 { DST_IPV4 } else { DST_IPV6 }, dst);
+    let r = match rtt {
+        Some(code) => block(RTT_START, &code.to_bytes()),
+        None => block(FAILED, &[]),
+    };
+    let t = match timestamp {
+        Timestamp::None => ([0; BLOCK], 0),
+        Timestamp::Absolute(t) => block(TIMESTAMP_ABS, &t.to_be_bytes()),
+        Timestamp::Delta(d) if d < 256 => block(TIMESTAMP_DELTA1, &[d as u8]),
+        Timestamp::Delta(d) => block(
+            TIMESTAMP_DELTA4,
+            &(d.min(u64::from(u32::MAX)) as u32).to_be_bytes(),
+        ),
+    };
+    // Blocks are copied whole and overlap-written: each next block starts at the
+    // previous one's real end. 1 + 3 × 17 + 17 slots hold any order.
+    let mut buf = [0i32; 1 + 4 * BLOCK];
+    buf[0] = MEASUREMENT_START;
+    let mut at = 1;
     for field in FIELD_ORDERS[order % 24] {
-        match field {
-            Field::Source => {
-                out.push(if src.len() == 4 { SRC_IPV4 } else { SRC_IPV6 });
-                push_bytes(out, src);
-            }
-            Field::Destination => {
-                out.push(if dst.len() == 4 { DST_IPV4 } else { DST_IPV6 });
-                push_bytes(out, dst);
-            }
-            Field::Result => match rtt {
-                Some(code) => {
-                    out.push(RTT_START);
-                    push_bytes(out, &code.to_bytes());
-                }
-                None => out.push(FAILED),
-            },
-            Field::Timestamp => match timestamp {
-                Timestamp::None => {}
-                Timestamp::Absolute(t) => {
-                    out.push(TIMESTAMP_ABS);
-                    push_bytes(out, &t.to_be_bytes());
-                }
-                Timestamp::Delta(d) if d < 256 => {
-                    out.push(TIMESTAMP_DELTA1);
-                    out.push(BYTE_BASE + d as i32);
-                }
-                Timestamp::Delta(d) => {
-                    out.push(TIMESTAMP_DELTA4);
-                    push_bytes(out, &(d.min(u64::from(u32::MAX)) as u32).to_be_bytes());
-                }
-            },
-        }
+        let (tokens, len) = match field {
+            Field::Source => src,
+            Field::Destination => &d,
+            Field::Result => &r,
+            Field::Timestamp => &t,
+        };
+        buf[at..at + BLOCK].copy_from_slice(tokens);
+        at += len;
     }
+    out.extend_from_slice(&buf[..at]);
 }
 
 /// The timestamp of a measurement a context continues from: `Absolute(t)` for the first
