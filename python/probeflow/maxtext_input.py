@@ -1,0 +1,312 @@
+"""MaxText input factories: probeflow batches behind MaxText's data-iterator interface.
+
+MaxText (0.2.5) builds its data iterators in
+``maxtext.input_pipeline.input_pipeline_interface.create_data_iterator``, which looks up
+its factories (``make_grain_train_iterator``, ``make_grain_eval_iterator``) as module
+names at call time and calls each as ``factory(config, mesh, process_indices)``.
+:func:`install` replaces the grain pair with :func:`make_train_iterator` and
+:func:`make_eval_iterator`, so a run configured as ``dataset_type=grain`` reads
+probeflow shards, and MaxText's grain checkpointing saves and restores the data stream.
+
+Data flow per host::
+
+    probeflow.Dataset (shard process_indices.index(jax.process_index()) of
+    len(process_indices), local batch = global batch // shard count)
+      -> NetworkBatchIterator   (MaxText's ``local_iterator``: get_state() -> bytes,
+                                 set_state(bytes); no save/load methods, so MaxText
+                                 writes process_<i>-of-<n>.json itself)
+      -> MultiHostDataLoadIterator (MaxText: numpy -> global jax.Array)
+
+The train stream is endless; the eval stream reads the ``test`` split once and starts
+again from the beginning on every ``iter()``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from typing import Any, Callable, Iterator
+
+import numpy as np
+
+from .dataset import Dataset
+
+
+class NetworkConfigError(ValueError):
+    """A ``network_*`` option is unknown or has a bad value."""
+
+
+def _bool(text: str) -> bool:
+    t = text.strip().lower()
+    if t in ("1", "true", "yes", "on"):
+        return True
+    if t in ("0", "false", "no", "off"):
+        return False
+    raise ValueError(f"expected true or false, got {text!r}")
+
+
+def _floats(n: int) -> Callable[[str], tuple[float, ...]]:
+    def parse(text: str) -> tuple[float, ...]:
+        parts = [p for p in text.replace("(", "").replace(")", "").replace("[", "").replace("]", "").split(",") if p.strip()]
+        if len(parts) != n:
+            raise ValueError(f"expected {n} comma-separated numbers, got {text!r}")
+        return tuple(float(p) for p in parts)
+
+    return parse
+
+
+@dataclasses.dataclass(frozen=True)
+class NetworkOptions:
+    """The ``network_*`` keys of a MaxText run (``network_`` prefix stripped).
+
+    ``train_files``/``eval_files``: a job output directory, its ``manifest.json``, a
+    glob or a shard file (eval reads the ``test`` split; default: the train files).
+    ``seed``: the reader's seed. ``packing``: default MaxText's ``packing``. The other
+    keys are ``probeflow.Dataset``'s options. ``batch_log``: a file that gets one JSON
+    line per batch handed to MaxText (sha256 of the arrays and the token arrays), for
+    debugging and tests.
+    """
+
+    train_files: str = ""
+    eval_files: str = ""
+    seed: int = 0
+    packing: bool | None = None
+    prefetch: int = 4
+    num_threads: int | None = None
+    block_rows: int = 256
+    contexts_per_row: int = 16
+    measurements_per_context: int = 30
+    tokens_per_measurement: int = 30
+    timestamp_modes: tuple[float, float, float] = (0.4, 0.3, 0.3)
+    partial_drop: tuple[float, float] = (0.1, 0.9)
+    strategy: str = "window"
+    batch_log: str = ""
+
+    @classmethod
+    def parsers(cls) -> dict[str, Callable[[str], Any]]:
+        return {
+            "train_files": str,
+            "eval_files": str,
+            "seed": int,
+            "packing": _bool,
+            "prefetch": int,
+            "num_threads": int,
+            "block_rows": int,
+            "contexts_per_row": int,
+            "measurements_per_context": int,
+            "tokens_per_measurement": int,
+            "timestamp_modes": _floats(3),
+            "partial_drop": _floats(2),
+            "strategy": str,
+            "batch_log": str,
+        }
+
+    @classmethod
+    def from_keys(cls, keys: dict[str, str]) -> "NetworkOptions":
+        """From ``{"network_seed": "3", …}`` (values as given on the command line)."""
+        parsers = cls.parsers()
+        values: dict[str, Any] = {}
+        for key, text in keys.items():
+            name = key[len("network_"):] if key.startswith("network_") else key
+            if name not in parsers:
+                known = ", ".join(f"network_{k}" for k in parsers)
+                raise NetworkConfigError(f"unknown key {key!r}; known keys: {known}")
+            try:
+                values[name] = parsers[name](text)
+            except ValueError as e:
+                raise NetworkConfigError(f"{key}={text!r}: {e}") from None
+        opts = cls(**values)
+        if not opts.train_files:
+            raise NetworkConfigError("network_train_files is required with dataset_type=network")
+        return opts
+
+    def reader_options(self) -> dict[str, Any]:
+        """The ``probeflow.Dataset`` keyword arguments these options set."""
+        out = dict(
+            seed=self.seed,
+            prefetch=self.prefetch,
+            block_rows=self.block_rows,
+            contexts_per_row=self.contexts_per_row,
+            measurements_per_context=self.measurements_per_context,
+            tokens_per_measurement=self.tokens_per_measurement,
+            timestamp_modes=self.timestamp_modes,
+            partial_drop=self.partial_drop,
+            strategy=self.strategy,
+        )
+        if self.num_threads is not None:
+            out["num_threads"] = self.num_threads
+        return out
+
+
+def batch_digest(batch: dict[str, np.ndarray]) -> str:
+    """sha256 over the batch's arrays in key order (their bytes, shapes and names)."""
+    h = hashlib.sha256()
+    for key in sorted(batch):
+        a = np.ascontiguousarray(batch[key])
+        h.update(f"{key}:{a.dtype.str}:{a.shape}".encode())
+        h.update(a.tobytes())
+    return h.hexdigest()
+
+
+class NetworkBatchIterator:
+    """One host's batches, as MaxText's ``MultiHostDataLoadIterator.local_iterator``.
+
+    ``get_state()`` returns the reader's JSON state as bytes; ``set_state(bytes)``
+    continues from it (batches already prefetched are discarded).
+    """
+
+    def __init__(self, dataset: Dataset, batch_log: str = "", stream: str = "train") -> None:
+        self._dataset = dataset
+        self._batch_log = batch_log
+        self._stream = stream
+
+    def __iter__(self) -> Iterator[dict[str, np.ndarray]]:
+        return self
+
+    def __next__(self) -> dict[str, np.ndarray]:
+        state = self._dataset.get_state() if self._batch_log else None
+        batch = next(self._dataset)
+        if self._batch_log:
+            self._log(batch, state)
+        return batch
+
+    def _log(self, batch: dict[str, np.ndarray], state: dict[str, Any] | None) -> None:
+        o = self._dataset.options
+        line = {
+            "stream": self._stream,
+            "shard_index": o["shard_index"],
+            "shard_count": o["shard_count"],
+            "position": [state["epoch"], state["block"], state["sequence"]] if state else None,
+            "sha256": batch_digest(batch),
+            "inputs": batch["inputs"].tolist(),
+            "inputs_segmentation": batch["inputs_segmentation"].tolist(),
+        }
+        with open(self._batch_log, "a", encoding="utf-8") as f:
+            f.write(json.dumps(line) + "\n")
+
+    def get_state(self) -> bytes:
+        return json.dumps(self._dataset.get_state(), sort_keys=True).encode()
+
+    def set_state(self, state: bytes) -> None:
+        try:
+            decoded = json.loads(bytes(state).decode())
+        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+            raise ValueError(f"not a probeflow iterator state: {e}") from None
+        self._dataset.set_state(decoded)
+
+    def close(self) -> None:
+        self._dataset.close()
+
+    def __repr__(self) -> str:
+        return f"NetworkBatchIterator({self._dataset!r})"
+
+
+class NetworkData:
+    """An iterable of batches: each ``iter()`` opens the stream from its beginning."""
+
+    def __init__(self, make_dataset: Callable[[], Dataset], batch_log: str, stream: str) -> None:
+        self._make_dataset = make_dataset
+        self._batch_log = batch_log
+        self._stream = stream
+        self._current: NetworkBatchIterator | None = None
+
+    def __iter__(self) -> NetworkBatchIterator:
+        if self._current is not None:
+            self._current.close()
+        self._current = NetworkBatchIterator(self._make_dataset(), self._batch_log, self._stream)
+        return self._current
+
+    def close(self) -> None:
+        if self._current is not None:
+            self._current.close()
+
+
+def _shard(process_indices: list[int]) -> tuple[int, int]:
+    import jax  # noqa: PLC0415  (MaxText brings it)
+
+    me = jax.process_index()
+    if me not in process_indices:
+        raise RuntimeError(f"process {me} is not among the data-loading processes {process_indices}")
+    return process_indices.index(me), len(process_indices)
+
+
+def _local_batch(global_batch: int, shard_count: int, what: str) -> int:
+    if global_batch % shard_count:
+        raise NetworkConfigError(
+            f"{what} ({global_batch}) must be divisible by the number of data-loading hosts ({shard_count})"
+        )
+    return global_batch // shard_count
+
+
+def _packing(options: NetworkOptions, config: Any) -> bool:
+    return bool(getattr(config, "packing", True)) if options.packing is None else options.packing
+
+
+def make_train_iterator(options: NetworkOptions, config: Any, mesh: Any, process_indices: list[int]):
+    """MaxText's train factory: an endless stream of this host's batches."""
+    from maxtext.input_pipeline import multihost_dataloading  # noqa: PLC0415
+
+    shard_index, shard_count = _shard(process_indices)
+    batch = _local_batch(config.global_batch_size_to_load, shard_count, "global_batch_size_to_load")
+
+    def make() -> Dataset:
+        return Dataset(
+            options.train_files,
+            split="train",
+            seq_len=config.max_target_length,
+            batch_size=batch,
+            shard_index=shard_index,
+            shard_count=shard_count,
+            packing=_packing(options, config),
+            **options.reader_options(),
+        )
+
+    data = NetworkData(make, options.batch_log, "train")
+    return multihost_dataloading.MultiHostDataLoadIterator(
+        data, mesh, getattr(config, "generate_padding_batch_train", False)
+    )
+
+
+def make_eval_iterator(options: NetworkOptions, config: Any, mesh: Any, process_indices: list[int]):
+    """MaxText's eval factory: the ``test`` split once, from the start on each ``iter()``."""
+    from maxtext.input_pipeline import multihost_dataloading  # noqa: PLC0415
+
+    shard_index, shard_count = _shard(process_indices)
+    batch = _local_batch(config.global_batch_size_to_load_eval, shard_count, "global_batch_size_to_load_eval")
+
+    def make() -> Dataset:
+        return Dataset(
+            options.eval_files or options.train_files,
+            split="test",
+            seq_len=config.max_target_length,
+            batch_size=batch,
+            shard_index=shard_index,
+            shard_count=shard_count,
+            packing=_packing(options, config),
+            num_epochs=1,
+            **options.reader_options(),
+        )
+
+    data = NetworkData(make, options.batch_log, "eval")
+    return multihost_dataloading.MultiHostDataLoadIterator(
+        data, mesh, getattr(config, "generate_padding_batch_eval", False)
+    )
+
+
+def install(options: NetworkOptions) -> None:
+    """Makes MaxText's grain factories build probeflow iterators with ``options``."""
+    from maxtext.input_pipeline import input_pipeline_interface as interface  # noqa: PLC0415
+
+    def train(config: Any, mesh: Any, process_indices: list[int]):
+        return make_train_iterator(options, config, mesh, process_indices)
+
+    def evaluate(config: Any, mesh: Any, process_indices: list[int]):
+        return make_eval_iterator(options, config, mesh, process_indices)
+
+    for name, factory in (("make_grain_train_iterator", train), ("make_grain_eval_iterator", evaluate)):
+        if not hasattr(interface, name):
+            raise RuntimeError(
+                f"this MaxText has no input_pipeline_interface.{name}; probeflow supports maxtext 0.2.5"
+            )
+        setattr(interface, name, factory)

@@ -1,0 +1,303 @@
+"""MaxText integration on CPU: real maxtext 0.2.5 trains a tiny model from probeflow shards.
+
+The data set is made by the preprocessing job (``coordinator generate`` + ``coordinator
+run``); what MaxText received is read back from ``network_batch_log`` and checked
+against the job's Parquet input with pyarrow. Runs in the Python 3.12 virtualenv that
+``tests/run`` sets up (``tests/requirements-maxtext.txt``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+import types
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+import pyarrow.parquet as pq
+import pytest
+
+import probeflow
+from probeflow import maxtext_input, tokenizer
+from probeflow.maxtext_input import NetworkConfigError, NetworkOptions
+from probeflow.maxtext_train import split_arguments
+
+ROOT = Path(__file__).resolve().parents[2]
+TARGET = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
+COORDINATOR = Path(os.environ.get("PROBEFLOW_COORDINATOR", TARGET / "debug" / "coordinator"))
+
+# The tiny model of the issue: 2 layers, width 64, vocabulary 267, sequences of 128.
+TINY = [
+    "hardware=cpu",
+    "skip_jax_distributed_system=true",
+    "max_target_length=128",
+    "per_device_batch_size=4",
+    "base_emb_dim=64",
+    "base_num_query_heads=2",
+    "base_num_kv_heads=2",
+    "head_dim=32",
+    "base_mlp_dim=128",
+    "base_num_decoder_layers=2",
+    "attention=dot_product",
+    "checkpoint_period=2",
+    "eval_interval=-1",
+    "log_period=1",
+]
+STEPS = 8
+STOP = 4
+
+
+def run(args, **kw):
+    proc = subprocess.run(args, capture_output=True, text=True, **kw)
+    if proc.returncode != 0:
+        raise AssertionError(f"{args[:4]} failed ({proc.returncode}):\n{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
+    return proc
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    """A job output (4 shards, train and test) and the truth from the job's input:
+    {src: {"timed": {(time, dst, code)}, "untimed": {(dst, code)}}}."""
+    d = tmp_path_factory.mktemp("network")
+    run([str(COORDINATOR), "generate", "--rows", "60000", "--out", str(d / "input"), "--seed", "4"])
+    job = d / "job.toml"
+    job.write_text(
+        f"""
+[input]
+url = "{d / 'input'}"
+[output]
+url = "{d / 'out'}"
+shards = 4
+[split]
+test_fraction = 0.2
+seed = 17
+[run]
+mode = "local"
+workers = 2
+memory_per_worker = "256MiB"
+scratch = "{d / 'scratch'}"
+"""
+    )
+    run([str(COORDINATOR), "run", str(job)])
+    truth: dict[str, dict] = defaultdict(lambda: {"timed": set(), "untimed": set()})
+    for f in sorted((d / "input").glob("*.parquet")):
+        t = pq.read_table(f).to_pydict()
+        for src, dst, rtt, time in zip(t["src_addr"], t["dst_addr"], t["rtt"], t["event_time"]):
+            code = probeflow.rtt_encode(rtt)
+            rows = truth[probeflow.canonical_addr(src)]
+            dst = probeflow.canonical_addr(dst)
+            rows["timed"].add((time, dst, code))
+            rows["untimed"].add((dst, code))
+    return d / "out", dict(truth)
+
+
+def train(out: Path, base: Path, run_name: str, steps: int, log: Path, extra=()) -> str:
+    """One MaxText training run through probeflow.maxtext_train; returns its output."""
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    proc = run(
+        [
+            sys.executable, "-m", "probeflow.maxtext_train", "network_small.yml",
+            "dataset_type=network", f"network_train_files={out}", f"network_batch_log={log}",
+            "network_seed=5", f"run_name={run_name}", f"base_output_directory={base}",
+            f"steps={steps}", *TINY, *extra,
+        ],
+        env=env,
+        cwd=base,
+    )
+    return proc.stdout + proc.stderr
+
+
+def batches(log: Path) -> list[dict]:
+    return [json.loads(line) for line in log.read_text().splitlines()]
+
+
+def losses(output: str) -> dict[int, float]:
+    return {
+        int(m.group(1)): float(m.group(2))
+        for m in re.finditer(r"completed step: (\d+), .*? loss: ([-+\w.]+)", output)
+    }
+
+
+@pytest.fixture(scope="module")
+def runs(data, tmp_path_factory):
+    """An uninterrupted run to STEPS, and one stopped after STOP steps then resumed."""
+    out, _ = data
+    base = tmp_path_factory.mktemp("maxtext")
+    full = train(out, base, "full", STEPS, base / "full.jsonl")
+    first = train(out, base, "resumed", STOP, base / "first.jsonl")
+    second = train(out, base, "resumed", STEPS, base / "second.jsonl")
+    return base, full, first, second
+
+
+def test_training_reads_probeflow_batches_and_checkpoints_the_stream(data, runs):
+    out, truth = data
+    base, full, _, _ = runs
+    loss = losses(full)
+    assert sorted(loss) == list(range(STEPS)), full[-3000:]
+    assert all(math.isfinite(x) for x in loss.values())
+    log = batches(base / "full.jsonl")
+    assert len(log) == STEPS
+    measurements = 0
+    for b in log:
+        inputs = np.array(b["inputs"], dtype=np.int32)
+        seg = np.array(b["inputs_segmentation"], dtype=np.int32)
+        assert inputs.shape == (4, 128)
+        assert (seg != 0).mean() > 0.75, "packed sequences are mostly tokens"
+        for i in range(inputs.shape[0]):
+            for ctx in tokenizer.segments(inputs[i], seg[i]):
+                ms = tokenizer.detokenize(ctx)
+                assert ms
+                rows = truth[ms[0]["src_addr"]]
+                for m in ms:
+                    assert m["src_addr"] == ms[0]["src_addr"]
+                    if m["time"] is not None:
+                        assert (m["time"], m["dst_addr"], m["rtt_code"]) in rows["timed"]
+                    else:
+                        assert (m["dst_addr"], m["rtt_code"]) in rows["untimed"]
+                    measurements += 1
+    assert measurements > STEPS * 4 * 3
+    # Every checkpoint holds the reader's state after the batches of its steps.
+    checkpoints = base / "full" / "checkpoints"
+    steps = sorted(int(p.name) for p in checkpoints.iterdir() if p.name.isdigit())
+    assert steps == [0, 2, 4, 6, STEPS - 1]
+    for step in steps[:-1]:
+        state = json.loads((checkpoints / str(step) / "iter" / "process_0-of-1.json").read_text())
+        assert [state["epoch"], state["block"], state["sequence"]] == log[step + 1]["position"]
+        assert state["seed"] == 5 and state["seq_len"] == 128 and state["batch_size"] == 4
+
+
+def test_resume_continues_the_exact_stream(runs):
+    base, _, first, second = runs
+    full = [b["sha256"] for b in batches(base / "full.jsonl")]
+    before = [b["sha256"] for b in batches(base / "first.jsonl")]
+    after = [b["sha256"] for b in batches(base / "second.jsonl")]
+    assert before == full[:STOP]
+    # The second run restored step STOP - 1 (model and data stream) and trained on.
+    assert sorted(losses(second)) == list(range(STOP, STEPS)), second[-3000:]
+    assert after == full[STOP:STEPS]
+
+
+def config(batch: int, seq: int = 128) -> types.SimpleNamespace:
+    """The MaxText config fields the factories read."""
+    return types.SimpleNamespace(
+        global_batch_size_to_load=batch,
+        global_batch_size_to_load_eval=batch,
+        max_target_length=seq,
+        packing=True,
+        generate_padding_batch_train=False,
+        generate_padding_batch_eval=False,
+    )
+
+
+def sources_of(batch: dict) -> set[str]:
+    found = set()
+    for i in range(batch["inputs"].shape[0]):
+        for ctx in tokenizer.segments(batch["inputs"][i], batch["inputs_segmentation"][i]):
+            found.add(tokenizer.detokenize(ctx)[0]["src_addr"])
+    return found
+
+
+def test_two_hosts_see_disjoint_rows(data, monkeypatch):
+    import jax
+    from jax.sharding import Mesh
+
+    out, _ = data
+    mesh = Mesh(np.array(jax.devices()), ("data",))
+    options = NetworkOptions(train_files=str(out), seed=2, prefetch=2)
+    seen_eval, seen_train = [], []
+    for host in (0, 1):
+        monkeypatch.setattr(jax, "process_index", lambda host=host: host)
+        evaluation = maxtext_input.make_eval_iterator(options, config(8), mesh, [0, 1])
+        local = evaluation.local_iterator
+        assert isinstance(local, maxtext_input.NetworkBatchIterator)
+        assert local._dataset.options["shard_index"] == host and local._dataset.options["batch_size"] == 4
+        seen_eval.append(set().union(*(sources_of(b) for b in local)))
+        training = maxtext_input.make_train_iterator(options, config(8), mesh, [0, 1])
+        seen_train.append(set().union(*(sources_of(next(training.local_iterator)) for _ in range(3))))
+        evaluation.close()
+        training.close()
+    assert seen_eval[0] and seen_eval[1] and not seen_eval[0] & seen_eval[1]
+    assert not seen_train[0] & seen_train[1]
+    # Together the hosts cover the test split: every row (one per source here).
+    test_rows = probeflow.RowDataSource(str(out), split="test")
+    assert seen_eval[0] | seen_eval[1] == {test_rows[i]["src_addr"] for i in range(len(test_rows))}
+
+
+def test_state_is_bytes_and_restores_after_prefetch(data):
+    import jax
+    from jax.sharding import Mesh
+
+    out, _ = data
+    mesh = Mesh(np.array(jax.devices()), ("data",))
+    options = NetworkOptions(train_files=str(out), prefetch=8)
+    # (MaxText's wrapper closes its local iterator when it is dropped: keep it.)
+    wrapper = maxtext_input.make_train_iterator(options, config(4), mesh, [0])
+    it = wrapper.local_iterator
+    # MaxText's grain checkpointing writes the state itself only without save/load.
+    assert not hasattr(it, "save") and not hasattr(it, "load")
+    for _ in range(5):
+        next(it)
+    state = it.get_state()
+    assert isinstance(state, bytes) and json.loads(state)["sequence"] == 20
+    expected = [maxtext_input.batch_digest(next(it)) for _ in range(6)]
+    it.set_state(state)  # batches already prefetched are dropped
+    assert [maxtext_input.batch_digest(next(it)) for _ in range(6)] == expected
+    other_wrapper = maxtext_input.make_train_iterator(options, config(4), mesh, [0])
+    other = other_wrapper.local_iterator
+    other.set_state(state)
+    assert [maxtext_input.batch_digest(next(other)) for _ in range(6)] == expected
+    with pytest.raises(ValueError, match="not a probeflow iterator state"):
+        other.set_state(b"\xff")
+    with pytest.raises(probeflow.ProbeflowError, match="seed"):
+        other.set_state(state.replace(b'"seed": 0', b'"seed": 9'))
+
+
+def test_eval_stream_is_finite_and_restarts(data):
+    import jax
+    from jax.sharding import Mesh
+
+    out, _ = data
+    mesh = Mesh(np.array(jax.devices()), ("data",))
+    evaluation = maxtext_input.make_eval_iterator(NetworkOptions(train_files=str(out)), config(4), mesh, [0])
+    first = [maxtext_input.batch_digest(b) for b in evaluation.local_iterator]
+    assert first
+    evaluation.reset()
+    again = [maxtext_input.batch_digest(b) for b in evaluation.local_iterator]
+    assert again == first
+
+
+def test_arguments_are_split_and_checked():
+    config_file, options, rest = split_arguments(
+        ["base.yml", "dataset_type=network", "network_train_files=/d", "network_seed=3",
+         "network_timestamp_modes=0.5,0.25,0.25", "steps=10"]
+    )
+    assert config_file == "base.yml" and options is not None
+    assert options.seed == 3 and options.timestamp_modes == (0.5, 0.25, 0.25)
+    assert rest == ["steps=10", "dataset_type=grain", "grain_train_files=/d", "grain_eval_files=/d"]
+    assert split_arguments(["base.yml", "dataset_type=synthetic"]) == ("base.yml", None, ["dataset_type=synthetic"])
+    bad = [
+        (["base.yml", "dataset_type=network"], "network_train_files is required"),
+        (["base.yml", "dataset_type=network", "network_train_files=/d", "network_sed=3"], "unknown key 'network_sed'"),
+        (["base.yml", "dataset_type=network", "network_train_files=/d", "network_seed=x"], "network_seed"),
+        (["base.yml", "network_train_files=/d"], "need dataset_type=network"),
+        (["dataset_type=network"], "config file"),
+        (["base.yml", "dataset_type=network", "network_train_files=/d", "grain_train_files=/e"], "cannot be combined"),
+    ]
+    for args, message in bad:
+        with pytest.raises(NetworkConfigError, match=message):
+            split_arguments(args)
+
+
+def test_cli_errors_exit_2(tmp_path):
+    proc = subprocess.run(
+        [sys.executable, "-m", "probeflow.maxtext_train", "network_small.yml", "dataset_type=network"],
+        capture_output=True, text=True,
+    )
+    assert proc.returncode == 2 and "network_train_files is required" in proc.stderr
+    proc = subprocess.run([sys.executable, "-m", "probeflow.maxtext_train", "--help"], capture_output=True, text=True)
+    assert proc.returncode == 0 and "network_train_files" in proc.stdout
