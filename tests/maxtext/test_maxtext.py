@@ -45,7 +45,6 @@ TINY = [
     "base_num_decoder_layers=2",
     "attention=dot_product",
     "checkpoint_period=2",
-    "eval_interval=-1",
     "log_period=1",
 ]
 STEPS = 8
@@ -112,8 +111,9 @@ def train(out: Path, base: Path, run_name: str, steps: int, log: Path, extra=())
     return proc.stdout + proc.stderr
 
 
-def batches(log: Path) -> list[dict]:
-    return [json.loads(line) for line in log.read_text().splitlines()]
+def batches(log: Path, stream: str = "train") -> list[dict]:
+    lines = [json.loads(line) for line in log.read_text().splitlines()]
+    return [b for b in lines if b["stream"] == stream]
 
 
 def losses(output: str) -> dict[int, float]:
@@ -128,9 +128,10 @@ def runs(data, tmp_path_factory):
     """An uninterrupted run to STEPS, and one stopped after STOP steps then resumed."""
     out, _ = data
     base = tmp_path_factory.mktemp("maxtext")
-    full = train(out, base, "full", STEPS, base / "full.jsonl")
-    first = train(out, base, "resumed", STOP, base / "first.jsonl")
-    second = train(out, base, "resumed", STEPS, base / "second.jsonl")
+    # The uninterrupted run also evaluates (the test split) every 4 steps.
+    full = train(out, base, "full", STEPS, base / "full.jsonl", ["eval_interval=4", "eval_steps=2"])
+    first = train(out, base, "resumed", STOP, base / "first.jsonl", ["eval_interval=-1"])
+    second = train(out, base, "resumed", STEPS, base / "second.jsonl", ["eval_interval=-1"])
     return base, full, first, second
 
 
@@ -161,6 +162,12 @@ def test_training_reads_probeflow_batches_and_checkpoints_the_stream(data, runs)
                         assert (m["dst_addr"], m["rtt_code"]) in rows["untimed"]
                     measurements += 1
     assert measurements > STEPS * 4 * 3
+    # MaxText evaluated after steps 0 and 4, each time the test split from its start.
+    evaluation = batches(base / "full.jsonl", "eval")
+    assert [b["position"] for b in evaluation] == [[0, 0, 0], [0, 0, 4]] * 2
+    assert evaluation[0]["sha256"] == evaluation[2]["sha256"]
+    evals = re.findall(r"Completed eval after train step (\d+), loss=([\d.]+)", full)
+    assert [int(step) for step, _ in evals] == [0, 4] and all(math.isfinite(float(x)) for _, x in evals)
     # Every checkpoint holds the reader's state after the batches of its steps.
     checkpoints = base / "full" / "checkpoints"
     steps = sorted(int(p.name) for p in checkpoints.iterdir() if p.name.isdigit())
