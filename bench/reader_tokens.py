@@ -1,6 +1,8 @@
-"""Training-reader benchmark (not a test): tokens/s of probeflow.Dataset from Python vs a
-straightforward pure-Python sampler (pyarrow rows → per-measurement Python tokens), on
-the same shard files, one core each, side by side in one run.
+"""Training-reader benchmark (not a test): tokens/s of probeflow.Dataset from Python vs
+two pure-Python samplers (pyarrow rows → per-measurement Python tokens), on the same
+shard files, one core each, side by side in one run: a lean one (the earlier design's
+shortcuts: no exact budgets, naive packing, no arrays) and a faithful port of the same
+sampler, packer and MaxText arrays.
 
     .venv/bin/python bench/reader_tokens.py [--rows 3000] [--seconds 5]
 
@@ -147,6 +149,144 @@ def python_tokens(path: str, seconds: float, seq_len: int) -> tuple[float, float
     return real / elapsed, 1 - real / max(total, 1)
 
 
+# --- a faithful pure-Python port of the same sampler and packer -------------------------
+# The Rust sampler's rules (ARCHITECTURE.md, "The sampler"): exact token budgets while
+# drawing, partial mode with a drawn drop rate and random interleaving, context splits,
+# best-fit-decreasing packing per block of rows, and the six MaxText arrays in numpy.
+
+def _faithful_row(record, seq_len, rng, out_contexts):
+    import bisect
+    import ipaddress
+    table = pa.ipc.open_stream(record).read_all()
+    src = ipaddress.ip_address(table.schema.metadata[b"probeflow.src_addr"].decode()).packed
+    times = table.column("event_time").to_pylist()
+    dsts = table.column("dst_addr").to_pylist()
+    codes = table.column("rtt").to_pylist()
+    n, width = len(times), len(src)
+    base = lambda i: 1 + 2 * (1 + width) + (1 if codes[i] is None else 3)  # noqa: E731
+    dtok = lambda a, b: 2 if max(0, b - a) < 256 else 5  # noqa: E731
+    small = n < seq_len // 30
+    for _ in range(1 if small else min(math.ceil(n / 30), 16)):
+        u = rng.random()
+        mode = "full" if u < 0.4 else "partial" if u < 0.7 else "none"
+        drop = 0.1 + 0.8 * rng.random() if mode == "partial" else (0.0 if mode == "full" else 1.0)
+        keep = lambda: mode == "full" or (mode == "partial" and rng.random() >= drop)  # noqa: E731
+        if small:
+            picks = [(i, keep()) for i in range(n)]
+        else:
+            w = max(1, min(n, int((n + 1) ** rng.random())))
+            off = rng.randrange(n - w + 1)
+            picks, timed, ts, total = [], [], 0, 0
+            for i in rng.sample(range(off, off + w), min(w, seq_len // 12 + 1)):
+                t_i = keep()
+                new_ts = ts
+                if t_i:
+                    at = bisect.bisect_left(timed, i)
+                    if not timed:
+                        new_ts = 9
+                    elif at == 0:
+                        new_ts = ts + dtok(times[i], times[timed[0]])
+                    elif at == len(timed):
+                        new_ts = ts + dtok(times[timed[-1]], times[i])
+                    else:
+                        a, b = times[timed[at - 1]], times[timed[at]]
+                        new_ts = ts + dtok(a, times[i]) + dtok(times[i], b) - dtok(a, b)
+                cost = base(i) + new_ts - ts
+                if total + cost > seq_len:
+                    break
+                total += cost
+                if t_i:
+                    timed.insert(at, i)
+                    ts = new_ts
+                picks.append((i, t_i))
+        picks.sort()
+        if mode == "none":
+            rng.shuffle(picks)
+        elif mode == "partial":
+            a = [p for p in picks if p[1]]
+            b = [p for p in picks if not p[1]]
+            rng.shuffle(b)
+            merged = []
+            while a or b:
+                if rng.randrange(len(a) + len(b)) < len(a):
+                    merged.append(a.pop(0))
+                else:
+                    merged.append(b.pop(0))
+            picks = merged
+        ctx, prev = [], None
+        for i, t_i in picks:
+            ts = None
+            if t_i:
+                ts = ("abs", times[i]) if prev is None else ("delta", max(0, times[i] - prev))
+            cost = base(i) + (0 if ts is None else 9 if ts[0] == "abs" else dtok(0, ts[1]))
+            if len(ctx) + cost > seq_len:
+                out_contexts.append(ctx)
+                ctx, prev = [], None
+                ts = ("abs", times[i]) if t_i else None
+            py_measurement(ctx, src, dsts[i], codes[i], ts, rng)
+            if t_i:
+                prev = times[i]
+        if ctx:
+            out_contexts.append(ctx)
+
+
+def _faithful_pack(contexts, seq_len, rng):
+    import bisect
+    order = list(range(len(contexts)))
+    rng.shuffle(order)
+    order.sort(key=lambda c: -len(contexts[c]))
+    seqs, rooms = [], []  # rooms: sorted (room, seq)
+    for c in order:
+        n = len(contexts[c])
+        k = bisect.bisect_left(rooms, (n, -1))
+        if k < len(rooms):
+            room, s = rooms.pop(k)
+            seqs[s].append(c)
+            room -= n
+        else:
+            seqs.append([c])
+            s, room = len(seqs) - 1, seq_len - n
+        if room >= 12:
+            bisect.insort(rooms, (room, s))
+    rng.shuffle(seqs)
+    return seqs
+
+
+def faithful_python_tokens(path: str, seconds: float, seq_len: int, batch: int = 16) -> tuple[float, float]:
+    import glob
+    reader = probeflow.ArrayRecordReader(glob.glob(path)[0])
+    rng = random.Random(0)
+    order = list(range(len(reader)))
+    rng.shuffle(order)
+    real = total = pos = 0
+    start = time.perf_counter()
+    while time.perf_counter() - start < seconds:
+        contexts = []
+        for r in order[pos % len(order): pos % len(order) + 256]:
+            _faithful_row(reader[r], seq_len, rng, contexts)
+        pos += 256
+        seqs = _faithful_pack(contexts, seq_len, rng)
+        for b in range(0, len(seqs), batch):
+            arrays = {k: np.zeros((batch, seq_len), np.int32) for k in ("inputs", "inputs_segmentation", "inputs_position")}
+            for row, ids in enumerate(seqs[b:b + batch]):
+                at = 0
+                for seg, c in enumerate(ids):
+                    toks = contexts[c]
+                    arrays["inputs"][row, at:at + len(toks)] = toks
+                    arrays["inputs_segmentation"][row, at:at + len(toks)] = seg + 1
+                    arrays["inputs_position"][row, at:at + len(toks)] = np.arange(len(toks))
+                    at += len(toks)
+            arrays["targets"] = np.pad(arrays["inputs"][:, 1:], ((0, 0), (0, 1)))
+            arrays["targets_segmentation"] = np.pad(arrays["inputs_segmentation"][:, 1:], ((0, 0), (0, 1)))
+            arrays["targets_position"] = arrays["inputs_position"].copy()
+            real += int(np.count_nonzero(arrays["inputs_segmentation"]))
+            total += batch * seq_len
+            if time.perf_counter() - start >= seconds:
+                break
+    elapsed = time.perf_counter() - start
+    return real / elapsed, 1 - real / max(total, 1)
+
+
 def rss_anon_mb() -> float:
     with open("/proc/self/status") as f:
         for line in f:
@@ -176,9 +316,12 @@ def main() -> None:
             print(f"probeflow.Dataset, {options:26} {tps:12,.0f} {pad:8.2%}")
         mem = rss_anon_mb()
         tps_py, pad_py = python_tokens(path, a.seconds, a.seq_len)
-        print(f"pure Python sampler, {'group_size:1,zstd:3':24} {tps_py:12,.0f} {pad_py:8.2%}")
+        print(f"pure Python, lean sampler, {'group_size:1,zstd:3':18} {tps_py:12,.0f} {pad_py:8.2%}")
+        tps_f, pad_f = faithful_python_tokens(path, a.seconds, a.seq_len)
+        print(f"pure Python, same sampler + packing, {'zstd:3':8} {tps_f:12,.0f} {pad_f:8.2%}")
         for options, tps in results.items():
-            print(f"ratio Rust ({options}) / pure Python: {tps / tps_py:,.0f}x")
+            print(f"ratio Rust ({options}) / lean pure Python: {tps / tps_py:,.0f}x, "
+                  f"/ faithful pure Python: {tps / tps_f:,.0f}x")
         print(f"RssAnon after the Rust runs: {mem:.0f} MB")
 
 
