@@ -15,6 +15,9 @@ This package wraps probeflow's Rust ``reader`` crate:
   :class:`RowDataSource` — random access to decoded rows.
 * :mod:`probeflow.tokenizer` — the 267-token vocabulary, detokenizer, pretty printer;
   :mod:`probeflow.grain` — Grain ``IterDataset`` adapter (imports ``grain``).
+* ``python -m probeflow.maxtext_train`` — train with MaxText on probeflow shards;
+  :mod:`probeflow.maxtext_input` — the MaxText input factories it installs (imports
+  ``maxtext`` when used). See docs/maxtext.md.
 
 Errors are :mod:`probeflow.errors` classes, ``OSError`` and ``IndexError``.
 """
