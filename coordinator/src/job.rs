@@ -15,7 +15,8 @@
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
-use probeflow_worker::actor::{CoordinatorMsg, TaskReply, WorkerActor, WorkerArgs};
+use probeflow_worker::actor::{CoordinatorMsg, TaskReply, Wire, WorkerActor, WorkerArgs};
+use probeflow_worker::cluster;
 use probeflow_worker::protocol::{
     Assignment, JobContext, MapOutput, ReduceOutput, TaskId, TaskOutput, TaskSpec,
 };
@@ -196,13 +197,17 @@ impl Actor for CoordinatorActor {
                         }
                     },
                 };
-                let _ = reply.send(answer);
+                let _ = reply.send(Wire::new(answer));
             }
             CoordinatorMsg::Heartbeat {
                 worker,
                 task,
                 attempt,
             } => {
+                let Wire(Ok(task)) = task else {
+                    tracing::warn!(%worker, "undecodable heartbeat refused");
+                    return Ok(());
+                };
                 if let Some(lease) = s.leases.get_mut(&task) {
                     if lease.attempt == attempt && lease.worker == worker {
                         lease.deadline = Instant::now() + s.lease;
@@ -215,6 +220,12 @@ impl Actor for CoordinatorActor {
                 attempt,
                 result,
             } => {
+                let Wire(Ok(task)) = task else {
+                    tracing::warn!(%worker, "undecodable result refused");
+                    return Ok(());
+                };
+                // A result that does not decode counts as a failed attempt.
+                let result = result.0.and_then(|r| r);
                 let holds = s
                     .leases
                     .get(&task)
@@ -355,13 +366,21 @@ pub async fn read_manifest(output: &StoreUrl) -> Result<Option<Manifest>> {
     }
 }
 
-/// Plans (or resumes) and runs a job in local mode.
+/// Plans (or resumes) and runs a job: with in-process worker actors (local mode), or
+/// with `worker` processes that join over the network (cluster mode).
 pub async fn run_job(spec: &JobSpec) -> Result<RunOutcome> {
-    if spec.run.mode == Mode::Cluster {
-        return Err(JobError::Runtime(
-            "[run] mode = \"cluster\" is not implemented yet; use mode = \"local\"".into(),
-        ));
-    }
+    // Check the cluster settings before touching the output.
+    let cluster = match spec.run.mode {
+        Mode::Local => None,
+        Mode::Cluster => {
+            let listen: std::net::SocketAddr =
+                spec.run.listen.parse().map_err(|e| JobError::Spec {
+                    file: "[run] listen".into(),
+                    what: format!("{:?}: expected ip:port ({e})", spec.run.listen),
+                })?;
+            Some((listen, cluster::load_cookie(None)?))
+        }
+    };
     let output = StoreUrl::parse(&spec.output.url)?;
     let fingerprint = spec.fingerprint();
 
@@ -481,6 +500,21 @@ pub async fn run_job(spec: &JobSpec) -> Result<RunOutcome> {
     let (coordinator, coordinator_handle) = Actor::spawn(None, CoordinatorActor, state)
         .await
         .map_err(|e| JobError::Runtime(format!("cannot start the coordinator actor: {e}")))?;
+    if let Some((listen, cookie)) = cluster {
+        let (node, result) =
+            serve_cluster(coordinator, coordinator_handle, rx, listen, cookie).await?;
+        node.stop(None);
+        let tasks_run = result??;
+        let totals = read_manifest(&output)
+            .await?
+            .map(|m| m.totals)
+            .unwrap_or_default();
+        return Ok(RunOutcome::Completed {
+            totals,
+            tasks_run,
+            tasks_resumed: resumed,
+        });
+    }
     let memory = spec.memory_bytes() as usize;
     let mut handles = Vec::new();
     let mut workers = Vec::new();
@@ -494,6 +528,7 @@ pub async fn run_job(spec: &JobSpec) -> Result<RunOutcome> {
             },
             heartbeat: Duration::from_secs(spec.run.lease_seconds.div_ceil(4).max(1)),
             request_timeout: Duration::from_secs(60),
+            done: Default::default(),
         };
         let (worker, h) = Actor::spawn(None, WorkerActor, args)
             .await
@@ -528,6 +563,36 @@ pub async fn run_job(spec: &JobSpec) -> Result<RunOutcome> {
         tasks_resumed: resumed,
     })
 }
+
+/// Cluster mode: the coordinator actor serves `worker` processes that join its node.
+/// After the job ends it keeps answering for a moment, so idle workers learn that the
+/// job is done and exit.
+type ActorResult = std::result::Result<Result<u64>, JobError>;
+
+async fn serve_cluster(
+    coordinator: ActorRef<CoordinatorMsg>,
+    coordinator_handle: tokio::task::JoinHandle<()>,
+    rx: oneshot::Receiver<Result<u64>>,
+    listen: std::net::SocketAddr,
+    cookie: String,
+) -> Result<(ActorRef<ractor_cluster::NodeServerMessage>, ActorResult)> {
+    let node = cluster::start_node("coordinator", listen, cookie).await?;
+    ractor::pg::join(
+        cluster::COORDINATOR_GROUP.to_string(),
+        vec![coordinator.get_cell()],
+    );
+    tracing::info!(%listen, "waiting for workers (worker --join {listen})");
+    let result = rx
+        .await
+        .map_err(|_| JobError::Runtime("the coordinator actor stopped unexpectedly".into()));
+    tokio::time::sleep(DONE_GRACE).await;
+    coordinator.stop(None);
+    let _ = coordinator_handle.await;
+    Ok((node, result))
+}
+
+/// How long a finished coordinator keeps telling polling workers that the job is done.
+const DONE_GRACE: Duration = Duration::from_secs(2);
 
 /// Refuses to resume if an input file changed since it was planned.
 async fn check_inputs_unchanged(inputs: &[InputFile]) -> Result<()> {

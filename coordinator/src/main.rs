@@ -64,7 +64,9 @@ enum Command {
 
 fn exit_code(e: &JobError) -> ExitCode {
     match e {
-        JobError::Spec { .. } | JobError::Conflict(_) => ExitCode::from(2),
+        JobError::Spec { .. }
+        | JobError::Conflict(_)
+        | JobError::Worker(probeflow_worker::WorkerError::Cluster(_)) => ExitCode::from(2),
         _ => ExitCode::from(1),
     }
 }

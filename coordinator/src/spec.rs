@@ -120,6 +120,9 @@ pub struct RunSpec {
     pub lease_seconds: u64,
     /// Rows per map task (default: from `memory_per_worker`).
     pub rows_per_map_task: Option<u64>,
+    /// Cluster mode: the address the coordinator listens on for workers.
+    #[serde(default = "default_listen")]
+    pub listen: String,
 }
 
 fn default_mode() -> Mode {
@@ -133,6 +136,9 @@ fn default_memory() -> String {
 }
 fn default_scratch() -> PathBuf {
     std::env::temp_dir().join("probeflow")
+}
+fn default_listen() -> String {
+    "0.0.0.0:7077".into()
 }
 fn default_attempts() -> u32 {
     3
@@ -151,33 +157,12 @@ impl Default for RunSpec {
             max_attempts: default_attempts(),
             lease_seconds: default_lease(),
             rows_per_map_task: None,
+            listen: default_listen(),
         }
     }
 }
 
-/// Parses `2GiB`, `512MiB`, `1.5GB`, `100000` (bytes).
-pub fn parse_bytes(text: &str) -> Option<u64> {
-    let t = text.trim();
-    let split = t
-        .find(|c: char| !(c.is_ascii_digit() || c == '.'))
-        .unwrap_or(t.len());
-    let (num, unit) = t.split_at(split);
-    let n: f64 = num.parse().ok()?;
-    let mult: f64 = match unit.trim().to_ascii_lowercase().as_str() {
-        "" | "b" => 1.0,
-        "k" | "kb" => 1e3,
-        "m" | "mb" => 1e6,
-        "g" | "gb" => 1e9,
-        "t" | "tb" => 1e12,
-        "kib" => 1024.0,
-        "mib" => 1024.0 * 1024.0,
-        "gib" => 1024.0 * 1024.0 * 1024.0,
-        "tib" => 1024f64.powi(4),
-        _ => return None,
-    };
-    let v = n * mult;
-    (v.is_finite() && v >= 0.0).then_some(v as u64)
-}
+pub use probeflow_worker::units::parse_bytes;
 
 impl JobSpec {
     /// Reads and validates a job file.
@@ -351,14 +336,5 @@ scratch = "/tmp/probeflow"
         let c = JobSpec::parse(&FULL.replace("seed = 17", "seed = 18"), "x").unwrap();
         assert_eq!(a.fingerprint(), b.fingerprint());
         assert_ne!(a.fingerprint(), c.fingerprint());
-    }
-
-    #[test]
-    fn sizes() {
-        assert_eq!(parse_bytes("2GiB"), Some(2 << 30));
-        assert_eq!(parse_bytes("512MiB"), Some(512 << 20));
-        assert_eq!(parse_bytes("1.5GB"), Some(1_500_000_000));
-        assert_eq!(parse_bytes("1000"), Some(1000));
-        assert_eq!(parse_bytes("lots"), None);
     }
 }

@@ -5,39 +5,76 @@
 //! reports [`CoordinatorMsg::Finished`] with the `(task, attempt)` it was given, and asks
 //! again. `Wait` means nothing is runnable yet (reduces wait for all maps); `Done` stops
 //! the worker. A panic inside a task is caught and reported as a failed attempt.
+//!
+//! The same messages travel between processes in cluster mode (`ractor_cluster`): their
+//! payloads are [`Wire`] values, JSON on the wire, carrying only metadata and URIs.
 
 use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use std::time::Duration;
 
 use futures::FutureExt;
-use ractor::{Actor, ActorProcessingErr, ActorRef, RpcReplyPort};
+use ractor::{Actor, ActorProcessingErr, ActorRef, BytesConvertable, RpcReplyPort};
+use ractor_cluster::{RactorClusterMessage, RactorMessage};
+use serde::{de::DeserializeOwned, Deserialize, Serialize};
 
 use crate::protocol::{Assignment, TaskId, TaskOutput};
 use crate::reduce::WorkerConfig;
 
-/// Messages to the coordinator actor.
+/// A message payload that may have crossed the network: JSON on the wire. Bytes from a
+/// peer that do not decode give `Err` (with the reason), which the receiver refuses,
+/// instead of a panic inside the actor system.
+#[derive(Debug, Clone)]
+pub struct Wire<T>(pub Result<T, String>);
+
+impl<T> Wire<T> {
+    pub fn new(value: T) -> Self {
+        Wire(Ok(value))
+    }
+}
+
+impl<T: Serialize + DeserializeOwned> BytesConvertable for Wire<T> {
+    fn into_bytes(self) -> Vec<u8> {
+        serde_json::to_vec(&self.0).unwrap_or_else(|e| {
+            serde_json::to_vec(&Err::<(), _>(format!("unencodable message: {e}")))
+                .unwrap_or_default()
+        })
+    }
+
+    fn from_bytes(bytes: Vec<u8>) -> Self {
+        Wire(
+            serde_json::from_slice::<Result<T, String>>(&bytes)
+                .unwrap_or_else(|e| Err(format!("undecodable message: {e}"))),
+        )
+    }
+}
+
+/// Messages to the coordinator actor (local or across the network).
+#[derive(RactorClusterMessage)]
 pub enum CoordinatorMsg {
+    #[rpc]
     RequestTask {
         worker: String,
-        reply: RpcReplyPort<TaskReply>,
+        reply: RpcReplyPort<Wire<TaskReply>>,
     },
     Heartbeat {
         worker: String,
-        task: TaskId,
+        task: Wire<TaskId>,
         attempt: u32,
     },
     Finished {
         worker: String,
-        task: TaskId,
+        task: Wire<TaskId>,
         attempt: u32,
-        result: Result<TaskOutput, String>,
+        result: Wire<Result<TaskOutput, String>>,
     },
     /// Periodic lease check (sent by the coordinator to itself).
     Tick,
 }
 
 /// The coordinator's answer to a task request.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum TaskReply {
     Task(Box<Assignment>),
     Wait,
@@ -45,6 +82,7 @@ pub enum TaskReply {
 }
 
 /// Messages to a worker actor.
+#[derive(RactorMessage)]
 pub enum WorkerMsg {
     Poll,
 }
@@ -55,6 +93,9 @@ pub struct WorkerArgs {
     pub config: WorkerConfig,
     pub heartbeat: Duration,
     pub request_timeout: Duration,
+    /// Set when the coordinator said the job is done (the other way a worker stops is
+    /// losing the coordinator).
+    pub done: Arc<AtomicBool>,
 }
 
 pub struct WorkerActor;
@@ -104,7 +145,12 @@ impl Actor for WorkerActor {
             )
             .await;
         let reply = match reply {
-            Ok(ractor::rpc::CallResult::Success(r)) => r,
+            Ok(ractor::rpc::CallResult::Success(Wire(Ok(r)))) => r,
+            Ok(ractor::rpc::CallResult::Success(Wire(Err(e)))) => {
+                tracing::warn!(worker = %name, error = %e, "bad answer from the coordinator; stopping");
+                myself.stop(None);
+                return Ok(());
+            }
             Ok(_) | Err(_) => {
                 // The coordinator is gone or slow: stop; it owns the job's fate.
                 tracing::warn!(worker = %name, "no answer from the coordinator; stopping");
@@ -113,7 +159,10 @@ impl Actor for WorkerActor {
             }
         };
         match reply {
-            TaskReply::Done => myself.stop(None),
+            TaskReply::Done => {
+                state.done.store(true, Ordering::SeqCst);
+                myself.stop(None)
+            }
             TaskReply::Wait => {
                 myself.send_after(Duration::from_millis(50), || WorkerMsg::Poll);
             }
@@ -132,7 +181,7 @@ impl Actor for WorkerActor {
                             tick.tick().await;
                             let msg = CoordinatorMsg::Heartbeat {
                                 worker: name.clone(),
-                                task,
+                                task: Wire::new(task),
                                 attempt,
                             };
                             if coordinator.cast(msg).is_err() {
@@ -160,9 +209,9 @@ impl Actor for WorkerActor {
                 };
                 let msg = CoordinatorMsg::Finished {
                     worker: name,
-                    task,
+                    task: Wire::new(task),
                     attempt,
-                    result,
+                    result: Wire::new(result),
                 };
                 if state.coordinator.cast(msg).is_err() {
                     myself.stop(None);

@@ -6,6 +6,10 @@ pub type Result<T, E = WorkerError> = std::result::Result<T, E>;
 /// Errors of map and reduce tasks and of the object-store layer.
 #[derive(Debug, thiserror::Error)]
 pub enum WorkerError {
+    /// Cluster mode: the cookie, the node, joining the coordinator.
+    #[error("cluster: {0}")]
+    Cluster(String),
+
     /// A URL or path that cannot be used as an object-store location.
     #[error("bad location {url:?}: {what}")]
     Url { url: String, what: String },

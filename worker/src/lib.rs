@@ -7,8 +7,10 @@
 //!   rows per source (`RowBuilder`) → `train`/`test` ArrayRecord shards.
 //! * [`store`]: object-store locations (local, `file://`, `s3://`).
 //! * [`actor`]: the worker actor that pulls tasks from the coordinator and runs them.
+//! * [`cluster`]: cluster mode: nodes, the cookie, finding the coordinator.
 
 pub mod actor;
+pub mod cluster;
 pub mod error;
 pub mod map;
 pub mod parquet_source;
@@ -16,6 +18,7 @@ pub mod protocol;
 pub mod reduce;
 pub mod shuffle;
 pub mod store;
+pub mod units;
 pub mod validate;
 
 pub use error::{Result, WorkerError};

@@ -1,14 +1,202 @@
-//! `worker`: joins a preprocessing cluster. Not implemented yet; exits with status 2.
+//! `worker --join host:port`: joins a preprocessing job running in cluster mode.
+//!
+//! Flags → validated plan → node (cookie from the environment) → connect to the
+//! coordinator's node (retrying with backoff, also after the coordinator restarts) →
+//! `--threads` worker actors pull tasks until the coordinator says the job is done.
+//!
+//! Exit codes: 0 the job is done; 1 runtime failure (e.g. the coordinator never came
+//! back); 2 bad flags or no usable cookie.
 
-fn main() {
-    if std::env::args().skip(1).any(|a| a == "--help" || a == "-h") {
-        println!(
-            "worker — joins a probeflow preprocessing cluster (coordinator at host:port).\n\n\
-             Not implemented yet: the preprocessing job comes with a later release.\n\
-             Today probeflow provides the shard format (probeflow-reader) and the Python package."
-        );
-        return;
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use clap::Parser;
+use probeflow_worker::actor::{WorkerActor, WorkerArgs};
+use probeflow_worker::cluster;
+use probeflow_worker::units::parse_bytes;
+use probeflow_worker::WorkerConfig;
+use ractor::Actor;
+
+/// Joins a probeflow preprocessing job (coordinator started with `[run] mode = "cluster"`).
+///
+/// The shared cookie comes from PROBEFLOW_COOKIE_FILE / PROBEFLOW_COOKIE (or
+/// --cookie-file), never from the command line.
+#[derive(Parser, Debug)]
+#[command(name = "worker", version)]
+struct Args {
+    /// The coordinator's address (its `[run] listen`), e.g. `10.0.0.5:7077`.
+    #[arg(long, value_name = "HOST:PORT")]
+    join: String,
+    /// Local directory for sort spills and shards before upload.
+    #[arg(long, default_value_os_t = std::env::temp_dir().join("probeflow-worker"))]
+    scratch: PathBuf,
+    /// Memory for one task's sort before it spills (e.g. `2GiB`).
+    #[arg(long, default_value = "2GiB")]
+    memory: String,
+    /// Tasks run at once (each gets `--memory`).
+    #[arg(long, default_value_t = 1)]
+    threads: usize,
+    /// This worker's name (unique in the cluster); default `<host>-<pid>`.
+    #[arg(long)]
+    name: Option<String>,
+    /// A file holding the cookie (instead of PROBEFLOW_COOKIE_FILE / PROBEFLOW_COOKIE).
+    #[arg(long, value_name = "PATH")]
+    cookie_file: Option<PathBuf>,
+    /// Address this worker's node listens on (port 0: any).
+    #[arg(long, default_value = "127.0.0.1:0")]
+    listen: SocketAddr,
+    /// Give up when the coordinator cannot be reached for this long (seconds).
+    #[arg(long, default_value_t = 300)]
+    give_up_after: u64,
+}
+
+/// What the flags ask for, checked.
+struct Plan {
+    join: String,
+    name: String,
+    config: WorkerConfig,
+    threads: usize,
+    listen: SocketAddr,
+    give_up_after: Duration,
+}
+
+fn plan(args: Args) -> anyhow::Result<Plan> {
+    let memory = parse_bytes(&args.memory)
+        .with_context(|| format!("--memory {:?}: expected a size such as 2GiB", args.memory))?;
+    if args.threads == 0 {
+        bail!("--threads must be at least 1");
     }
-    eprintln!("worker: the preprocessing job is not implemented yet (see README, \"Status\")");
-    std::process::exit(2);
+    if !args.join.contains(':') {
+        bail!("--join {:?}: expected host:port", args.join);
+    }
+    let host = std::env::var("HOSTNAME")
+        .ok()
+        .or_else(|| std::fs::read_to_string("/etc/hostname").ok())
+        .map(|h| h.trim().to_string())
+        .filter(|h| !h.is_empty())
+        .unwrap_or_else(|| "worker".into());
+    let name = args
+        .name
+        .unwrap_or_else(|| format!("{host}-{}", std::process::id()));
+    Ok(Plan {
+        join: args.join,
+        config: WorkerConfig {
+            scratch: args.scratch.join(&name),
+            memory_bytes: memory as usize,
+        },
+        name,
+        threads: args.threads,
+        listen: args.listen,
+        give_up_after: Duration::from_secs(args.give_up_after),
+    })
+}
+
+async fn run(plan: Plan, cookie: String) -> anyhow::Result<()> {
+    let node = cluster::start_node(&plan.name, plan.listen, cookie).await?;
+    let mut backoff = Duration::from_millis(200);
+    let mut unreachable_since = Instant::now();
+    loop {
+        // Connect (again) and wait for the coordinator actor to show up in the group.
+        let coordinator = match ractor_cluster::client_connect(&node, plan.join.as_str()).await {
+            Ok(()) => cluster::find_coordinator(Duration::from_secs(10)).await,
+            Err(e) => {
+                tracing::info!(coordinator = %plan.join, error = %e, "cannot connect yet");
+                None
+            }
+        };
+        let Some(coordinator) = coordinator else {
+            if unreachable_since.elapsed() > plan.give_up_after {
+                bail!(
+                    "the coordinator at {} was unreachable for {:?}; giving up",
+                    plan.join,
+                    plan.give_up_after
+                );
+            }
+            tokio::time::sleep(backoff).await;
+            backoff = (backoff * 2).min(Duration::from_secs(5));
+            continue;
+        };
+        tracing::info!(worker = %plan.name, coordinator = %plan.join, "joined");
+        backoff = Duration::from_millis(200);
+        let done = Arc::new(AtomicBool::new(false));
+        let mut handles = Vec::new();
+        for t in 0..plan.threads {
+            let name = if plan.threads == 1 {
+                plan.name.clone()
+            } else {
+                format!("{}/{t}", plan.name)
+            };
+            let args = WorkerArgs {
+                name,
+                coordinator: coordinator.clone(),
+                config: WorkerConfig {
+                    scratch: plan.config.scratch.join(t.to_string()),
+                    memory_bytes: plan.config.memory_bytes,
+                },
+                heartbeat: Duration::from_secs(2),
+                request_timeout: Duration::from_secs(30),
+                done: done.clone(),
+            };
+            let (_, handle) = Actor::spawn(None, WorkerActor, args)
+                .await
+                .context("cannot start a worker actor")?;
+            handles.push(handle);
+        }
+        for h in handles {
+            let _ = h.await;
+        }
+        if done.load(Ordering::SeqCst) {
+            tracing::info!(worker = %plan.name, "the job is done");
+            return Ok(());
+        }
+        tracing::warn!(worker = %plan.name, "lost the coordinator; reconnecting");
+        unreachable_since = Instant::now();
+    }
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_default_env()
+                .unwrap_or_else(|_| "info,ractor_cluster=warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .init();
+    let args = Args::parse();
+    let cookie = match cluster::load_cookie(args.cookie_file.as_deref()) {
+        Ok(c) => c,
+        Err(e) => {
+            eprintln!("worker: {e}");
+            return ExitCode::from(2);
+        }
+    };
+    let plan = match plan(args) {
+        Ok(p) => p,
+        Err(e) => {
+            eprintln!("worker: {e:#}");
+            return ExitCode::from(2);
+        }
+    };
+    let runtime = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            eprintln!("worker: cannot start the async runtime: {e}");
+            return ExitCode::from(1);
+        }
+    };
+    match runtime.block_on(run(plan, cookie)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("worker: {e:#}");
+            ExitCode::from(1)
+        }
+    }
 }

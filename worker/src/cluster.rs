@@ -1,0 +1,120 @@
+//! Cluster mode plumbing shared by the coordinator and the `worker` binary.
+//!
+//! Every process runs a `ractor_cluster` node. The coordinator's node listens on
+//! `[run] listen`; a worker's node dials it (`worker --join host:port`). Nodes
+//! authenticate each other with the shared cookie ([`load_cookie`]) before any message
+//! passes. The coordinator actor joins the process group [`COORDINATOR_GROUP`]; once a
+//! worker's node session is up, the group's member on that worker's node is a remote
+//! actor to which the worker actors send their [`crate::actor::CoordinatorMsg`]s.
+
+use std::net::SocketAddr;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use ractor::{Actor, ActorRef};
+use ractor_cluster::node::NodeConnectionMode;
+use ractor_cluster::{NodeServer, NodeServerMessage};
+
+use crate::actor::CoordinatorMsg;
+use crate::error::{Result, WorkerError};
+
+/// The process group the coordinator actor joins.
+pub const COORDINATOR_GROUP: &str = "probeflow.coordinator";
+/// The cookie itself.
+pub const COOKIE_ENV: &str = "PROBEFLOW_COOKIE";
+/// A file holding the cookie (e.g. a mounted Kubernetes secret).
+pub const COOKIE_FILE_ENV: &str = "PROBEFLOW_COOKIE_FILE";
+/// Shortest accepted cookie: 32 characters (128 bits as hex, `openssl rand -hex 16`).
+pub const MIN_COOKIE_CHARS: usize = 32;
+
+fn cluster(what: impl Into<String>) -> WorkerError {
+    WorkerError::Cluster(what.into())
+}
+
+/// The shared secret: from `file` if given, else the file named by
+/// `PROBEFLOW_COOKIE_FILE`, else `PROBEFLOW_COOKIE`. Never from a job file or a flag
+/// value (it would show in `ps` and in logs).
+pub fn load_cookie(file: Option<&Path>) -> Result<String> {
+    let from_env_file = std::env::var_os(COOKIE_FILE_ENV).map(std::path::PathBuf::from);
+    let cookie = match file.map(Path::to_path_buf).or(from_env_file) {
+        Some(path) => std::fs::read_to_string(&path).map_err(|e| {
+            cluster(format!(
+                "cannot read the cookie file {}: {e}",
+                path.display()
+            ))
+        })?,
+        None => std::env::var(COOKIE_ENV).map_err(|_| {
+            cluster(format!(
+                "no cookie: set {COOKIE_ENV} (e.g. `export {COOKIE_ENV}=$(openssl rand -hex 16)`) \
+                 or {COOKIE_FILE_ENV}, the same on every node"
+            ))
+        })?,
+    };
+    let cookie = cookie.trim().to_string();
+    if cookie.chars().count() < MIN_COOKIE_CHARS || cookie.chars().any(char::is_whitespace) {
+        return Err(cluster(format!(
+            "the cookie must be at least {MIN_COOKIE_CHARS} characters without spaces \
+             (128 random bits: `openssl rand -hex 16`)"
+        )));
+    }
+    Ok(cookie)
+}
+
+/// Starts this process's node, listening on `listen` (port 0: any free port).
+pub async fn start_node(
+    name: &str,
+    listen: SocketAddr,
+    cookie: String,
+) -> Result<ActorRef<NodeServerMessage>> {
+    let server = NodeServer::new(
+        listen.port(),
+        cookie,
+        name.to_string(),
+        listen.ip().to_string(),
+        None,
+        Some(NodeConnectionMode::Isolated),
+    )
+    .with_listen_addr(listen.ip());
+    let (node, _handle) = Actor::spawn(None, server, ())
+        .await
+        .map_err(|e| cluster(format!("cannot start the node on {listen}: {e}")))?;
+    Ok(node)
+}
+
+/// Waits until the coordinator actor is visible (its group member, local or remote).
+pub async fn find_coordinator(timeout: Duration) -> Option<ActorRef<CoordinatorMsg>> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let members = ractor::pg::get_members(&COORDINATOR_GROUP.to_string());
+        if let Some(cell) = members.into_iter().next() {
+            return Some(ActorRef::from(cell));
+        }
+        if Instant::now() >= deadline {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn short_or_missing_cookies_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let short = dir.path().join("short");
+        std::fs::write(&short, "secret\n").unwrap();
+        let err = load_cookie(Some(&short)).unwrap_err().to_string();
+        assert!(err.contains("at least 32 characters"), "{err}");
+        let good = dir.path().join("good");
+        std::fs::write(&good, "0123456789abcdef0123456789abcdef\n").unwrap();
+        assert_eq!(
+            load_cookie(Some(&good)).unwrap(),
+            "0123456789abcdef0123456789abcdef"
+        );
+        let missing = dir.path().join("missing");
+        let err = load_cookie(Some(&missing)).unwrap_err().to_string();
+        assert!(err.contains("cannot read the cookie file"), "{err}");
+    }
+}
