@@ -1,0 +1,273 @@
+"""Cluster mode: a coordinator process and `worker` processes on loopback.
+
+Each test starts real processes (`coordinator run` with `[run] mode = "cluster"`,
+`worker --join`), does something to them (SIGKILL, SIGSTOP, wrong cookie) and checks
+that the output is byte-identical to local mode's for the same job.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import signal
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pyarrow.parquet as pq
+import pytest
+
+from test_job import COORDINATOR, ROOT, TARGET, run
+
+WORKER = Path(os.environ.get("PROBEFLOW_WORKER", TARGET / "debug" / "worker"))
+COOKIE = "5f0c2a7be1d94c3e8a6b0d2f4c1e9a77"
+SHARDS = 4
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def job(tmp: Path, name: str, input_dir: Path, mode: str, port: int = 0, lease: int = 60) -> Path:
+    path = tmp / f"{name}.toml"
+    path.write_text(
+        f"""
+[input]
+url = "{input_dir}/*.parquet"
+[output]
+url = "{tmp / ('out-' + name)}"
+shards = {SHARDS}
+max_row_bytes = 65536
+[split]
+test_fraction = 0.25
+seed = 17
+[run]
+mode = "{mode}"
+workers = 2
+listen = "127.0.0.1:{port}"
+memory_per_worker = "256MiB"
+scratch = "{tmp / ('scratch-' + name)}"
+rows_per_map_task = 20000
+lease_seconds = {lease}
+"""
+    )
+    return path
+
+
+def env(cookie: str = COOKIE) -> dict:
+    e = dict(os.environ, PROBEFLOW_COOKIE=cookie, NO_COLOR="1",
+             RUST_LOG="info,probeflow_coordinator=debug,probeflow_worker=debug,worker=debug,ractor_cluster=info")
+    e.pop("PROBEFLOW_COOKIE_FILE", None)
+    return e
+
+
+class Cluster:
+    """A coordinator and its workers as child processes, with their logs."""
+
+    def __init__(self, tmp: Path, spec: Path, port: int):
+        self.tmp, self.spec, self.port = tmp, spec, port
+        self.logs = tmp / "logs"
+        self.logs.mkdir(exist_ok=True)
+        self.workers: dict[str, subprocess.Popen] = {}
+        self.coordinator = self.start_coordinator()
+
+    def start_coordinator(self) -> subprocess.Popen:
+        n = len(list(self.logs.glob("coordinator-*.log")))
+        out = open(self.logs / f"coordinator-{n}.log", "w")
+        proc = subprocess.Popen([str(COORDINATOR), "run", str(self.spec)], env=env(), stdout=out, stderr=out)
+        self.wait_listening()
+        return proc
+
+    def wait_listening(self, timeout: float = 30) -> None:
+        deadline = time.time() + timeout
+        while time.time() < deadline:
+            with socket.socket() as s:
+                if s.connect_ex(("127.0.0.1", self.port)) == 0:
+                    return
+            time.sleep(0.05)
+        raise AssertionError("the coordinator never listened")
+
+    def start_worker(self, name: str, cookie: str = COOKIE, give_up: int = 60) -> subprocess.Popen:
+        log = open(self.logs / f"{name}.log", "w")
+        proc = subprocess.Popen(
+            [str(WORKER), "--join", f"127.0.0.1:{self.port}", "--name", name, "--memory", "256MiB",
+             "--scratch", str(self.tmp / "worker-scratch"), "--give-up-after", str(give_up)],
+            env=env(cookie), stdout=log, stderr=log,
+        )
+        self.workers[name] = proc
+        return proc
+
+    def log(self, name: str) -> str:
+        return (self.logs / f"{name}.log").read_text()
+
+    def finish(self, timeout: float = 180) -> str:
+        self.coordinator.wait(timeout=timeout)
+        for w in self.workers.values():
+            try:
+                w.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                w.kill()
+        n = len(list(self.logs.glob("coordinator-*.log"))) - 1
+        return (self.logs / f"coordinator-{n}.log").read_text()
+
+    def kill_all(self) -> None:
+        for p in [self.coordinator, *self.workers.values()]:
+            if p.poll() is None:
+                p.kill()
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    """Input of several files (so there are several map tasks) and local mode's output."""
+    d = tmp_path_factory.mktemp("cluster")
+    inputs = d / "input"
+    inputs.mkdir()
+    for seed in (1, 2, 3):
+        g = d / f"gen-{seed}"
+        run(["generate", "--rows", "60000", "--out", str(g), "--seed", str(seed)])
+        for f in sorted(g.glob("*.parquet")):
+            f.rename(inputs / f"{seed}-{f.name}")
+    local = job(d, "local", inputs, "local")
+    run(["run", str(local)])
+    manifest = json.loads((d / "out-local" / "manifest.json").read_text())
+    manifest["_local"] = str(d / "out-local")
+    return d, inputs, manifest
+
+
+def same_output(out: Path, manifest: dict) -> None:
+    got = json.loads((out / "manifest.json").read_text())
+    assert [(s["path"], s["blake3"]) for s in got["shards"]] == [(s["path"], s["blake3"]) for s in manifest["shards"]]
+    local = Path(manifest["_local"])
+    for s in manifest["shards"]:
+        assert (out / s["path"]).read_bytes() == (local / s["path"]).read_bytes()
+    assert got["totals"] == manifest["totals"]
+
+
+def tasks_run(stdout: str) -> int:
+    m = re.search(r"\((\d+) tasks run, (\d+) resumed", stdout)
+    assert m, stdout[-2000:]
+    return int(m.group(1))
+
+
+def planned_tasks(out: Path) -> int:
+    record = json.loads((out / "_job" / "journal" / "job.json").read_text())
+    return len(record["maps"]) + record["shards"]
+
+
+def test_three_workers_give_local_bytes(tmp_path, data):
+    d, inputs, manifest = data
+    port = free_port()
+    c = Cluster(tmp_path, job(tmp_path, "c3", inputs, "cluster", port), port)
+    try:
+        for i in range(3):
+            c.start_worker(f"w{i}")
+        out = c.finish()
+    finally:
+        c.kill_all()
+    assert c.coordinator.returncode == 0, out[-3000:]
+    assert all(w.returncode == 0 for w in c.workers.values()), [c.log(n)[-2000:] for n in c.workers]
+    same_output(tmp_path / "out-c3", manifest)
+    assert tasks_run(out) == planned_tasks(tmp_path / "out-c3")
+    assert "lease expired" not in out
+
+
+def wait_for(predicate, timeout: float = 120) -> None:
+    deadline = time.time() + timeout
+    while not predicate():
+        if time.time() > deadline:
+            raise AssertionError("timed out")
+        time.sleep(0.02)
+
+
+@pytest.mark.parametrize("moment", ["map", "reduce"])
+def test_sigkill_a_worker_reruns_its_task_once(tmp_path, data, moment):
+    d, inputs, manifest = data
+    port = free_port()
+    out = tmp_path / f"out-kill-{moment}"
+    c = Cluster(tmp_path, job(tmp_path, f"kill-{moment}", inputs, "cluster", port, lease=4), port)
+    journal = out / "_job" / "journal"
+    try:
+        victim = c.start_worker("victim")
+        if moment == "map":
+            # The victim is alone at first, so it holds the first map task when killed.
+            wait_for(lambda: re.search(r"running.*map-", c.log("victim")) is not None)
+        else:
+            c.start_worker("helper")
+            wait_for(lambda: re.search(r"running.*reduce-", c.log("victim")) is not None, timeout=120)
+        victim.send_signal(signal.SIGKILL)
+        victim.wait()
+        c.start_worker("w1")
+        c.start_worker("w2")
+        stdout = c.finish()
+    finally:
+        c.kill_all()
+    assert c.coordinator.returncode == 0, stdout[-3000:]
+    same_output(out, manifest)
+    requeued = re.findall(r"lease expired; re-queued.*", stdout)
+    assert requeued and all("victim" in line for line in requeued), stdout[-3000:]
+    assert tasks_run(stdout) == planned_tasks(out) + len(requeued)
+
+
+def test_sigstop_past_the_lease_late_result_is_refused(tmp_path, data):
+    d, inputs, manifest = data
+    port = free_port()
+    out = tmp_path / "out-stop"
+    c = Cluster(tmp_path, job(tmp_path, "stop", inputs, "cluster", port, lease=3), port)
+    try:
+        sleeper = c.start_worker("sleeper")
+        wait_for(lambda: re.search(r"running.*map-", c.log("sleeper")) is not None)
+        sleeper.send_signal(signal.SIGSTOP)
+        c.start_worker("w1")
+        wait_for(lambda: "lease expired" in c.log("coordinator-0"), timeout=60)
+        sleeper.send_signal(signal.SIGCONT)
+        stdout = c.finish()
+    finally:
+        c.kill_all()
+    assert c.coordinator.returncode == 0, stdout[-3000:]
+    same_output(out, manifest)
+    assert re.search(r"lease expired; re-queued.*sleeper|sleeper.*lease expired", stdout)
+    assert "late or duplicate result refused" in stdout, stdout[-3000:]
+
+
+def test_wrong_cookie_is_rejected(tmp_path, data):
+    d, inputs, manifest = data
+    port = free_port()
+    c = Cluster(tmp_path, job(tmp_path, "cookie", inputs, "cluster", port), port)
+    try:
+        intruder = c.start_worker("intruder", cookie="ffffffffffffffffffffffffffffffff", give_up=3)
+        intruder.wait(timeout=60)
+        assert intruder.returncode == 1
+        assert "unreachable" in c.log("intruder")
+        assert not (tmp_path / "out-cookie" / "_job" / "journal" / "map-00000.json").exists()
+        c.start_worker("w1")
+        stdout = c.finish()
+    finally:
+        c.kill_all()
+    assert c.coordinator.returncode == 0
+    same_output(tmp_path / "out-cookie", manifest)
+    # The coordinator's node refused the session and logged it.
+    assert re.search(r'"intruder@127\.0\.0\.1".*auth_fail', stdout), stdout[-3000:]
+
+
+def test_cluster_settings_are_checked(tmp_path, data):
+    d, inputs, _ = data
+    spec = job(tmp_path, "nocookie", inputs, "cluster", free_port())
+    e = env()
+    e.pop("PROBEFLOW_COOKIE")
+    proc = subprocess.run([str(COORDINATOR), "run", str(spec)], env=e, capture_output=True, text=True)
+    assert proc.returncode == 2 and "PROBEFLOW_COOKIE" in proc.stderr
+    short = subprocess.run([str(COORDINATOR), "run", str(spec)], env=env("short"), capture_output=True, text=True)
+    assert short.returncode == 2 and "at least 32 characters" in short.stderr
+    bad = job(tmp_path, "badlisten", inputs, "cluster", 1)
+    bad.write_text(bad.read_text().replace('listen = "127.0.0.1:1"', 'listen = "nowhere"'))
+    proc = subprocess.run([str(COORDINATOR), "run", str(bad)], env=env(), capture_output=True, text=True)
+    assert proc.returncode == 2 and "listen" in proc.stderr
+    w = subprocess.run([str(WORKER), "--join", "127.0.0.1:1", "--memory", "lots"], env=env(),
+                       capture_output=True, text=True)
+    assert w.returncode == 2 and "--memory" in w.stderr
+    w = subprocess.run([str(WORKER), "--help"], capture_output=True, text=True)
+    assert w.returncode == 0 and "--join" in w.stdout
