@@ -271,3 +271,32 @@ def test_cluster_settings_are_checked(tmp_path, data):
     assert w.returncode == 2 and "--memory" in w.stderr
     w = subprocess.run([str(WORKER), "--help"], capture_output=True, text=True)
     assert w.returncode == 0 and "--join" in w.stdout
+
+
+def test_coordinator_killed_and_restarted_workers_reconnect(tmp_path, data):
+    d, inputs, manifest = data
+    port = free_port()
+    out = tmp_path / "out-restart"
+    journal = out / "_job" / "journal"
+    c = Cluster(tmp_path, job(tmp_path, "restart", inputs, "cluster", port), port)
+    try:
+        c.start_worker("w1")
+        c.start_worker("w2")
+        wait_for(lambda: len(list(journal.glob("map-*.json"))) >= 1)
+        c.coordinator.send_signal(signal.SIGKILL)
+        c.coordinator.wait()
+        done_before = len(list(journal.glob("*-*.json")))
+        planned = planned_tasks(out)
+        assert 0 < done_before < planned
+        time.sleep(1)  # the workers notice and start reconnecting
+        c.coordinator = c.start_coordinator()
+        stdout = c.finish()
+    finally:
+        c.kill_all()
+    assert c.coordinator.returncode == 0, stdout[-3000:]
+    assert all(w.returncode == 0 for w in c.workers.values()), [c.log(n)[-2000:] for n in c.workers]
+    same_output(out, manifest)
+    assert f"{planned - done_before} tasks run, {done_before} resumed from the journal" in stdout, stdout[-2000:]
+    for n in c.workers:
+        log = c.log(n)
+        assert "lost the coordinator; reconnecting" in log and log.count("joined") == 2, log[-2000:]
