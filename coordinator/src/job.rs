@@ -255,6 +255,29 @@ impl Actor for CoordinatorActor {
                     }
                 }
             }
+            CoordinatorMsg::NodeLost { node } => {
+                let prefix = format!("{node}/");
+                let lost: Vec<TaskId> = s
+                    .leases
+                    .iter()
+                    .filter(|(_, l)| l.worker == node || l.worker.starts_with(&prefix))
+                    .map(|(id, _)| *id)
+                    .collect();
+                for id in lost {
+                    if let Some(lease) = s.leases.remove(&id) {
+                        tracing::warn!(worker = %lease.worker, task = %id, attempt = lease.attempt, "worker node lost; re-queued");
+                        if lease.attempt >= s.max_attempts {
+                            s.finish(Err(JobError::TaskFailed {
+                                task: id.to_string(),
+                                attempts: lease.attempt,
+                                error: format!("worker node {node} lost"),
+                            }));
+                            break;
+                        }
+                        s.pending.push_front(lease.spec);
+                    }
+                }
+            }
             CoordinatorMsg::Tick => {
                 let now = Instant::now();
                 let expired: Vec<TaskId> = s
@@ -577,6 +600,11 @@ async fn serve_cluster(
     cookie: String,
 ) -> Result<(ActorRef<ractor_cluster::NodeServerMessage>, ActorResult)> {
     let node = cluster::start_node("coordinator", listen, cookie).await?;
+    node.cast(ractor_cluster::NodeServerMessage::SubscribeToEvents {
+        id: "probeflow-coordinator".into(),
+        subscription: Box::new(cluster::NodeLossNotifier(coordinator.clone())),
+    })
+    .map_err(|e| JobError::Runtime(format!("cannot watch worker nodes: {e}")))?;
     ractor::pg::join(
         cluster::COORDINATOR_GROUP.to_string(),
         vec![coordinator.get_cell()],

@@ -69,6 +69,9 @@ pub enum CoordinatorMsg {
         attempt: u32,
         result: Wire<Result<TaskOutput, String>>,
     },
+    /// A worker node's session ended (cluster mode): its leases are re-queued at once
+    /// instead of waiting for them to expire.
+    NodeLost { node: String },
     /// Periodic lease check (sent by the coordinator to itself).
     Tick,
 }

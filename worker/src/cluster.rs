@@ -81,6 +81,24 @@ pub async fn start_node(
     Ok(node)
 }
 
+/// Tells the coordinator actor when a worker node's session ends (the fast path of
+/// failure detection; leases renewed by heartbeats catch what the transport never
+/// reports, such as a hung or partitioned worker).
+pub struct NodeLossNotifier(pub ActorRef<CoordinatorMsg>);
+
+impl ractor_cluster::NodeEventSubscription for NodeLossNotifier {
+    fn node_session_opened(&self, _: ractor_cluster::node::NodeServerSessionInformation) {}
+
+    fn node_session_authenticated(&self, _: ractor_cluster::node::NodeServerSessionInformation) {}
+
+    fn node_session_disconnected(&self, ses: ractor_cluster::node::NodeServerSessionInformation) {
+        if let Some(peer) = ses.peer_name {
+            let node = peer.name.split('@').next().unwrap_or_default().to_string();
+            let _ = self.0.cast(CoordinatorMsg::NodeLost { node });
+        }
+    }
+}
+
 /// Waits until the coordinator actor is visible (its group member, local or remote).
 pub async fn find_coordinator(timeout: Duration) -> Option<ActorRef<CoordinatorMsg>> {
     let deadline = Instant::now() + timeout;
