@@ -18,7 +18,8 @@ use std::time::{Duration, Instant};
 use probeflow_worker::actor::{CoordinatorMsg, TaskReply, Wire, WorkerActor, WorkerArgs};
 use probeflow_worker::cluster;
 use probeflow_worker::protocol::{
-    Assignment, JobContext, MapOutput, ReduceOutput, TaskId, TaskOutput, TaskSpec,
+    Assignment, JobContext, MapOutput, ReduceOutput, Registration, TaskId, TaskOutput, TaskSpec,
+    PROTOCOL_VERSION,
 };
 use probeflow_worker::store::StoreUrl;
 use probeflow_worker::WorkerConfig;
@@ -72,6 +73,8 @@ pub struct CoordinatorState {
     done: Option<oneshot::Sender<Result<u64>>>,
     tasks_run: u64,
     progress: Progress,
+    /// Connected worker processes (cluster mode), by node name.
+    workers: HashMap<String, Registration>,
 }
 
 pub struct CoordinatorActor;
@@ -169,6 +172,32 @@ impl Actor for CoordinatorActor {
         s: &mut CoordinatorState,
     ) -> std::result::Result<(), ActorProcessingErr> {
         match msg {
+            CoordinatorMsg::Register {
+                registration,
+                reply,
+            } => {
+                let answer = match registration.0 {
+                    Err(e) => Err(e),
+                    Ok(r) if r.version != PROTOCOL_VERSION => Err(format!(
+                        "worker {} speaks protocol {}, this coordinator {PROTOCOL_VERSION}: \
+                         run the same probeflow release everywhere",
+                        r.worker, r.version
+                    )),
+                    Ok(r) if s.workers.contains_key(&r.worker) => Err(format!(
+                        "a worker named {:?} is already connected; worker names must be unique",
+                        r.worker
+                    )),
+                    Ok(r) => {
+                        tracing::info!(worker = %r.worker, capacity = r.capacity, memory = r.memory_bytes, "worker joined");
+                        s.workers.insert(r.worker.clone(), r);
+                        Ok(())
+                    }
+                };
+                if let Err(e) = &answer {
+                    tracing::warn!(error = %e, "worker refused");
+                }
+                let _ = reply.send(Wire::new(answer));
+            }
             CoordinatorMsg::RequestTask { worker, reply } => {
                 let answer = match s.phase {
                     Phase::Finished => TaskReply::Done,
@@ -256,11 +285,21 @@ impl Actor for CoordinatorActor {
                 }
             }
             CoordinatorMsg::NodeLost { node } => {
-                let prefix = format!("{node}/");
+                let Some(worker) = s
+                    .workers
+                    .iter()
+                    .find(|(_, r)| r.node == node)
+                    .map(|(w, _)| w.clone())
+                else {
+                    return Ok(()); // not a registered worker (e.g. refused)
+                };
+                s.workers.remove(&worker);
+                tracing::info!(%worker, "worker left");
+                let prefix = format!("{worker}/");
                 let lost: Vec<TaskId> = s
                     .leases
                     .iter()
-                    .filter(|(_, l)| l.worker == node || l.worker.starts_with(&prefix))
+                    .filter(|(_, l)| l.worker == worker || l.worker.starts_with(&prefix))
                     .map(|(id, _)| *id)
                     .collect();
                 for id in lost {
@@ -270,7 +309,7 @@ impl Actor for CoordinatorActor {
                             s.finish(Err(JobError::TaskFailed {
                                 task: id.to_string(),
                                 attempts: lease.attempt,
-                                error: format!("worker node {node} lost"),
+                                error: format!("worker {worker} lost"),
                             }));
                             break;
                         }
@@ -497,6 +536,7 @@ pub async fn run_job(spec: &JobSpec) -> Result<RunOutcome> {
         done: None,
         tasks_run: 0,
         progress,
+        workers: HashMap::new(),
         record: record.clone(),
     };
     for m in &record.maps {

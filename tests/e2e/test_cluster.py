@@ -234,7 +234,7 @@ def test_sigstop_past_the_lease_late_result_is_refused(tmp_path, data):
     assert "late or duplicate result refused" in stdout, stdout[-3000:]
 
 
-def test_wrong_cookie_is_rejected(tmp_path, data):
+def test_wrong_cookie_and_duplicate_names_are_rejected(tmp_path, data):
     d, inputs, manifest = data
     port = free_port()
     c = Cluster(tmp_path, job(tmp_path, "cookie", inputs, "cluster", port), port)
@@ -245,13 +245,22 @@ def test_wrong_cookie_is_rejected(tmp_path, data):
         assert "unreachable" in c.log("intruder")
         assert not (tmp_path / "out-cookie" / "_job" / "journal" / "map-00000.json").exists()
         c.start_worker("w1")
+        wait_for(lambda: "joined" in c.log("w1"))
+        # A second worker of the same name is refused (exit 2) and the job goes on.
+        twin = subprocess.run(
+            [str(WORKER), "--join", f"127.0.0.1:{port}", "--name", "w1", "--memory", "256MiB",
+             "--scratch", str(tmp_path / "twin")],
+            env=env(), capture_output=True, text=True, timeout=60,
+        )
+        assert twin.returncode == 2 and "already connected" in twin.stderr, twin.stderr[-2000:]
         stdout = c.finish()
     finally:
         c.kill_all()
     assert c.coordinator.returncode == 0
+    assert c.workers["w1"].returncode == 0
     same_output(tmp_path / "out-cookie", manifest)
     # The coordinator's node refused the session and logged it.
-    assert re.search(r'"intruder@127\.0\.0\.1".*auth_fail', stdout), stdout[-3000:]
+    assert re.search(r'"intruder~[^"]*@127\.0\.0\.1".*auth_fail', stdout), stdout[-3000:]
 
 
 def test_cluster_settings_are_checked(tmp_path, data):

@@ -19,7 +19,7 @@ use ractor::{Actor, ActorProcessingErr, ActorRef, BytesConvertable, RpcReplyPort
 use ractor_cluster::{RactorClusterMessage, RactorMessage};
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 
-use crate::protocol::{Assignment, TaskId, TaskOutput};
+use crate::protocol::{Assignment, Registration, TaskId, TaskOutput};
 use crate::reduce::WorkerConfig;
 
 /// A message payload that may have crossed the network: JSON on the wire. Bytes from a
@@ -53,6 +53,13 @@ impl<T: Serialize + DeserializeOwned> BytesConvertable for Wire<T> {
 /// Messages to the coordinator actor (local or across the network).
 #[derive(RactorClusterMessage)]
 pub enum CoordinatorMsg {
+    /// A worker process joins (cluster mode); refused with the reason for a duplicate
+    /// name or another protocol version.
+    #[rpc]
+    Register {
+        registration: Wire<Registration>,
+        reply: RpcReplyPort<Wire<Result<(), String>>>,
+    },
     #[rpc]
     RequestTask {
         worker: String,

@@ -60,6 +60,20 @@ pub fn load_cookie(file: Option<&Path>) -> Result<String> {
     Ok(cookie)
 }
 
+/// A transport node name for a worker: its name plus this process's id and start time.
+pub fn unique_node_name(worker: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.subsec_nanos())
+        .unwrap_or_default();
+    format!("{worker}~{}-{nanos:08x}", std::process::id())
+}
+
+/// The node name of a node session's peer (`name@host` on the wire).
+pub fn peer_node(full: &str) -> &str {
+    full.rsplit_once('@').map_or(full, |(node, _)| node)
+}
+
 /// Starts this process's node, listening on `listen` (port 0: any free port).
 pub async fn start_node(
     name: &str,
@@ -93,7 +107,7 @@ impl ractor_cluster::NodeEventSubscription for NodeLossNotifier {
 
     fn node_session_disconnected(&self, ses: ractor_cluster::node::NodeServerSessionInformation) {
         if let Some(peer) = ses.peer_name {
-            let node = peer.name.split('@').next().unwrap_or_default().to_string();
+            let node = peer_node(&peer.name).to_string();
             let _ = self.0.cast(CoordinatorMsg::NodeLost { node });
         }
     }

@@ -5,7 +5,8 @@
 //! `--threads` worker actors pull tasks until the coordinator says the job is done.
 //!
 //! Exit codes: 0 the job is done; 1 runtime failure (e.g. the coordinator never came
-//! back); 2 bad flags or no usable cookie.
+//! back); 2 bad flags, no usable cookie, or refused by the coordinator (a worker of that
+//! name is already connected, or another protocol version).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -16,10 +17,12 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use clap::Parser;
-use probeflow_worker::actor::{WorkerActor, WorkerArgs};
+use probeflow_worker::actor::{CoordinatorMsg, Wire, WorkerActor, WorkerArgs};
 use probeflow_worker::cluster;
+use probeflow_worker::protocol::{Registration, PROTOCOL_VERSION};
 use probeflow_worker::units::parse_bytes;
 use probeflow_worker::WorkerConfig;
+use ractor::rpc::CallResult;
 use ractor::Actor;
 
 /// Joins a probeflow preprocessing job (coordinator started with `[run] mode = "cluster"`).
@@ -96,8 +99,21 @@ fn plan(args: Args) -> anyhow::Result<Plan> {
     })
 }
 
+/// The coordinator refused this worker (duplicate name, other version): no retry.
+#[derive(Debug)]
+struct Refused(String);
+
+impl std::fmt::Display for Refused {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "the coordinator refused this worker: {}", self.0)
+    }
+}
+
+impl std::error::Error for Refused {}
+
 async fn run(plan: Plan, cookie: String) -> anyhow::Result<()> {
-    let node = cluster::start_node(&plan.name, plan.listen, cookie).await?;
+    let node_name = cluster::unique_node_name(&plan.name);
+    let node = cluster::start_node(&node_name, plan.listen, cookie).await?;
     let mut backoff = Duration::from_millis(200);
     let mut unreachable_since = Instant::now();
     loop {
@@ -121,6 +137,31 @@ async fn run(plan: Plan, cookie: String) -> anyhow::Result<()> {
             backoff = (backoff * 2).min(Duration::from_secs(5));
             continue;
         };
+        let registration = Registration {
+            worker: plan.name.clone(),
+            node: node_name.clone(),
+            capacity: plan.threads as u32,
+            memory_bytes: plan.config.memory_bytes as u64,
+            version: PROTOCOL_VERSION,
+        };
+        let answer = coordinator
+            .call(
+                |reply| CoordinatorMsg::Register {
+                    registration: Wire::new(registration),
+                    reply,
+                },
+                Some(Duration::from_secs(10)),
+            )
+            .await;
+        match answer {
+            Ok(CallResult::Success(Wire(Ok(Ok(()))))) => {}
+            Ok(CallResult::Success(Wire(Ok(Err(refusal))))) => return Err(Refused(refusal).into()),
+            other => {
+                tracing::info!(coordinator = %plan.join, "no answer to the registration ({other:?}); retrying");
+                tokio::time::sleep(backoff).await;
+                continue;
+            }
+        }
         tracing::info!(worker = %plan.name, coordinator = %plan.join, "joined");
         backoff = Duration::from_millis(200);
         let done = Arc::new(AtomicBool::new(false));
@@ -196,7 +237,11 @@ fn main() -> ExitCode {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("worker: {e:#}");
-            ExitCode::from(1)
+            if e.downcast_ref::<Refused>().is_some() {
+                ExitCode::from(2)
+            } else {
+                ExitCode::from(1)
+            }
         }
     }
 }

@@ -9,6 +9,24 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
+/// Version of the coordinator ↔ worker messages; a worker of another version is refused.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// What a worker process says when it joins (cluster mode).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Registration {
+    /// The worker's name, unique among the connected workers.
+    pub worker: String,
+    /// Its transport node name (the worker name plus a per-process suffix, so that a
+    /// second process with the same worker name cannot displace the first one's session).
+    pub node: String,
+    /// Tasks it runs at once.
+    pub capacity: u32,
+    /// Sort memory per task.
+    pub memory_bytes: u64,
+    pub version: u32,
+}
+
 /// Column names in the input Parquet files.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
