@@ -180,6 +180,7 @@ impl Actor for WorkerActor {
                 let task = assignment.task.id();
                 let attempt = assignment.attempt;
                 tracing::debug!(worker = %name, %task, attempt, "running");
+                let started = std::time::Instant::now();
                 let beat = {
                     let coordinator = state.coordinator.clone();
                     let name = name.clone();
@@ -205,6 +206,14 @@ impl Actor for WorkerActor {
                         .catch_unwind()
                         .await;
                 beat.abort();
+                tracing::debug!(
+                    worker = %name,
+                    %task,
+                    attempt,
+                    ms = started.elapsed().as_millis() as u64,
+                    ok = matches!(result, Ok(Ok(_))),
+                    "task ended"
+                );
                 let result = match result {
                     Ok(Ok(output)) => Ok(output),
                     Ok(Err(e)) => Err(e.to_string()),
