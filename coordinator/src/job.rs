@@ -89,6 +89,32 @@ impl CoordinatorState {
         }
     }
 
+    /// Takes back the leases `which` selects and re-queues their tasks (logged as
+    /// `"{event}; re-queued"`); a task out of attempts fails the job with `why`.
+    fn revoke_leases(&mut self, which: impl Fn(&Lease) -> bool, event: &str, why: &str) {
+        let ids: Vec<TaskId> = self
+            .leases
+            .iter()
+            .filter(|(_, l)| which(l))
+            .map(|(id, _)| *id)
+            .collect();
+        for id in ids {
+            let Some(lease) = self.leases.remove(&id) else {
+                continue;
+            };
+            tracing::warn!(worker = %lease.worker, task = %id, attempt = lease.attempt, "{event}; re-queued");
+            if lease.attempt >= self.max_attempts {
+                self.finish(Err(JobError::TaskFailed {
+                    task: id.to_string(),
+                    attempts: lease.attempt,
+                    error: why.to_string(),
+                }));
+                return;
+            }
+            self.pending.push_front(lease.spec);
+        }
+    }
+
     fn start_reduces(&mut self) {
         let maps: Vec<(usize, &MapOutput)> = self.maps.iter().map(|(i, m)| (*i, m)).collect();
         for task in plan::plan_reduces(self.job.shards, &maps) {
@@ -296,49 +322,19 @@ impl Actor for CoordinatorActor {
                 s.workers.remove(&worker);
                 tracing::info!(%worker, "worker left");
                 let prefix = format!("{worker}/");
-                let lost: Vec<TaskId> = s
-                    .leases
-                    .iter()
-                    .filter(|(_, l)| l.worker == worker || l.worker.starts_with(&prefix))
-                    .map(|(id, _)| *id)
-                    .collect();
-                for id in lost {
-                    if let Some(lease) = s.leases.remove(&id) {
-                        tracing::warn!(worker = %lease.worker, task = %id, attempt = lease.attempt, "worker node lost; re-queued");
-                        if lease.attempt >= s.max_attempts {
-                            s.finish(Err(JobError::TaskFailed {
-                                task: id.to_string(),
-                                attempts: lease.attempt,
-                                error: format!("worker {worker} lost"),
-                            }));
-                            break;
-                        }
-                        s.pending.push_front(lease.spec);
-                    }
-                }
+                s.revoke_leases(
+                    |l| l.worker == worker || l.worker.starts_with(&prefix),
+                    "worker node lost",
+                    &format!("worker {worker} lost"),
+                );
             }
             CoordinatorMsg::Tick => {
                 let now = Instant::now();
-                let expired: Vec<TaskId> = s
-                    .leases
-                    .iter()
-                    .filter(|(_, l)| l.deadline < now)
-                    .map(|(id, _)| *id)
-                    .collect();
-                for id in expired {
-                    if let Some(lease) = s.leases.remove(&id) {
-                        tracing::warn!(worker = %lease.worker, task = %id, attempt = lease.attempt, "lease expired; re-queued");
-                        if lease.attempt >= s.max_attempts {
-                            s.finish(Err(JobError::TaskFailed {
-                                task: id.to_string(),
-                                attempts: lease.attempt,
-                                error: "lease expired (worker silent)".into(),
-                            }));
-                            break;
-                        }
-                        s.pending.push_front(lease.spec);
-                    }
-                }
+                s.revoke_leases(
+                    |l| l.deadline < now,
+                    "lease expired",
+                    "lease expired (worker silent)",
+                );
                 s.progress.tick();
                 if !matches!(s.phase, Phase::Finished) {
                     myself.send_after(Duration::from_millis(500), || CoordinatorMsg::Tick);
