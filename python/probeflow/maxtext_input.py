@@ -243,55 +243,41 @@ def _packing(options: NetworkOptions, config: Any) -> bool:
     return bool(getattr(config, "packing", True)) if options.packing is None else options.packing
 
 
-def make_train_iterator(options: NetworkOptions, config: Any, mesh: Any, process_indices: list[int]):
-    """MaxText's train factory: an endless stream of this host's batches."""
+def _make_iterator(options: NetworkOptions, config: Any, mesh: Any, process_indices: list[int], stream: str):
+    """This host's share of the ``train`` (endless) or ``eval`` (the test split once)
+    stream, wrapped in MaxText's ``MultiHostDataLoadIterator``."""
     from maxtext.input_pipeline import multihost_dataloading  # noqa: PLC0415
 
+    train = stream == "train"
     shard_index, shard_count = _shard(process_indices)
-    batch = _local_batch(config.global_batch_size_to_load, shard_count, "global_batch_size_to_load")
+    batch_key = "global_batch_size_to_load" if train else "global_batch_size_to_load_eval"
+    batch = _local_batch(getattr(config, batch_key), shard_count, batch_key)
 
     def make() -> Dataset:
         return Dataset(
-            options.train_files,
-            split="train",
+            options.train_files if train else (options.eval_files or options.train_files),
+            split="train" if train else "test",
             seq_len=config.max_target_length,
             batch_size=batch,
             shard_index=shard_index,
             shard_count=shard_count,
             packing=_packing(options, config),
+            num_epochs=None if train else 1,
             **options.reader_options(),
         )
 
-    data = NetworkData(make, options.batch_log, "train")
-    return multihost_dataloading.MultiHostDataLoadIterator(
-        data, mesh, getattr(config, "generate_padding_batch_train", False)
-    )
+    padding = getattr(config, f"generate_padding_batch_{stream}", False)
+    return multihost_dataloading.MultiHostDataLoadIterator(NetworkData(make, options.batch_log, stream), mesh, padding)
+
+
+def make_train_iterator(options: NetworkOptions, config: Any, mesh: Any, process_indices: list[int]):
+    """MaxText's train factory: an endless stream of this host's batches."""
+    return _make_iterator(options, config, mesh, process_indices, "train")
 
 
 def make_eval_iterator(options: NetworkOptions, config: Any, mesh: Any, process_indices: list[int]):
     """MaxText's eval factory: the ``test`` split once, from the start on each ``iter()``."""
-    from maxtext.input_pipeline import multihost_dataloading  # noqa: PLC0415
-
-    shard_index, shard_count = _shard(process_indices)
-    batch = _local_batch(config.global_batch_size_to_load_eval, shard_count, "global_batch_size_to_load_eval")
-
-    def make() -> Dataset:
-        return Dataset(
-            options.eval_files or options.train_files,
-            split="test",
-            seq_len=config.max_target_length,
-            batch_size=batch,
-            shard_index=shard_index,
-            shard_count=shard_count,
-            packing=_packing(options, config),
-            num_epochs=1,
-            **options.reader_options(),
-        )
-
-    data = NetworkData(make, options.batch_log, "eval")
-    return multihost_dataloading.MultiHostDataLoadIterator(
-        data, mesh, getattr(config, "generate_padding_batch_eval", False)
-    )
+    return _make_iterator(options, config, mesh, process_indices, "eval")
 
 
 def install(options: NetworkOptions) -> None:
