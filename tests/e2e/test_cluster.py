@@ -244,8 +244,10 @@ def test_wrong_cookie_and_duplicate_names_are_rejected(tmp_path, data):
         assert intruder.returncode == 1
         assert "unreachable" in c.log("intruder")
         assert not (tmp_path / "out-cookie" / "_job" / "journal" / "map-00000.json").exists()
+        # A connection that never says anything does not keep a worker out.
+        idle = socket.create_connection(("127.0.0.1", port))
         c.start_worker("w1")
-        wait_for(lambda: "joined" in c.log("w1"))
+        wait_for(lambda: "joined" in c.log("w1"), timeout=30)
         # A second worker of the same name is refused (exit 2) and the job goes on.
         twin = subprocess.run(
             [str(WORKER), "--join", f"127.0.0.1:{port}", "--name", "w1", "--memory", "256MiB",
@@ -254,6 +256,7 @@ def test_wrong_cookie_and_duplicate_names_are_rejected(tmp_path, data):
         )
         assert twin.returncode == 2 and "already connected" in twin.stderr, twin.stderr[-2000:]
         stdout = c.finish()
+        idle.close()
     finally:
         c.kill_all()
     assert c.coordinator.returncode == 0
