@@ -656,7 +656,7 @@ async fn serve_cluster(
 }
 
 /// How long a finished coordinator keeps telling polling workers that the job is done.
-const DONE_GRACE: Duration = Duration::from_secs(2);
+const DONE_GRACE: Duration = Duration::from_secs(5);
 
 /// Refuses to resume if an input file changed since it was planned.
 async fn check_inputs_unchanged(inputs: &[InputFile]) -> Result<()> {

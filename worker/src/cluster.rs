@@ -114,15 +114,26 @@ impl ractor_cluster::NodeEventSubscription for NodeLossNotifier {
 }
 
 /// Waits until the coordinator actor is visible (its group member, local or remote).
-pub async fn find_coordinator(timeout: Duration) -> Option<ActorRef<CoordinatorMsg>> {
-    let deadline = Instant::now() + timeout;
+/// Gives up early when `node` has no session left (e.g. the peer that accepted the
+/// connection was a coordinator going down).
+pub async fn find_coordinator(
+    node: &ActorRef<NodeServerMessage>,
+    timeout: Duration,
+) -> Option<ActorRef<CoordinatorMsg>> {
+    let start = Instant::now();
     loop {
         let members = ractor::pg::get_members(&COORDINATOR_GROUP.to_string());
         if let Some(cell) = members.into_iter().next() {
             return Some(ActorRef::from(cell));
         }
-        if Instant::now() >= deadline {
+        if start.elapsed() >= timeout {
             return None;
+        }
+        if start.elapsed() > Duration::from_millis(500) {
+            let sessions = ractor::call_t!(node, NodeServerMessage::GetSessions, 1000);
+            if sessions.is_ok_and(|s| s.is_empty()) {
+                return None;
+            }
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }

@@ -119,7 +119,7 @@ async fn run(plan: Plan, cookie: String) -> anyhow::Result<()> {
     loop {
         // Connect (again) and wait for the coordinator actor to show up in the group.
         let coordinator = match ractor_cluster::client_connect(&node, plan.join.as_str()).await {
-            Ok(()) => cluster::find_coordinator(Duration::from_secs(10)).await,
+            Ok(()) => cluster::find_coordinator(&node, Duration::from_secs(10)).await,
             Err(e) => {
                 tracing::info!(coordinator = %plan.join, error = %e, "cannot connect yet");
                 None
