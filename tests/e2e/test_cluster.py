@@ -16,20 +16,13 @@ import subprocess
 import time
 from pathlib import Path
 
-import pyarrow.parquet as pq
 import pytest
 
-from test_job import COORDINATOR, ROOT, TARGET, run
+from test_job import COORDINATOR, TARGET, free_port, run
 
 WORKER = Path(os.environ.get("PROBEFLOW_WORKER", TARGET / "debug" / "worker"))
 COOKIE = "5f0c2a7be1d94c3e8a6b0d2f4c1e9a77"
 SHARDS = 4
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def job(tmp: Path, name: str, input_dir: Path, mode: str, port: int = 0, lease: int = 60) -> Path:
@@ -190,7 +183,6 @@ def test_sigkill_a_worker_reruns_its_task_once(tmp_path, data, moment):
     out = tmp_path / f"out-kill-{moment}"
     # A long lease: the requeue must come from the node session ending (the fast path).
     c = Cluster(tmp_path, job(tmp_path, f"kill-{moment}", inputs, "cluster", port, lease=120), port)
-    journal = out / "_job" / "journal"
     try:
         victim = c.start_worker("victim")
         if moment == "map":

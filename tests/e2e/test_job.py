@@ -13,6 +13,7 @@ import json
 import math
 import os
 import signal
+import socket
 import subprocess
 import time
 from collections import defaultdict
@@ -31,6 +32,13 @@ COORDINATOR = Path(os.environ.get("PROBEFLOW_COORDINATOR", TARGET / "debug" / "c
 SHARDS = 4
 MAX_ROW = 64 * 1024
 SEED, FRACTION = 17, 0.25
+
+
+def free_port() -> int:
+    """A TCP port free on 127.0.0.1 now (for servers the tests start)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def run(args, check=True, **kw):

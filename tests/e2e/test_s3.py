@@ -12,29 +12,23 @@ import json
 import os
 import shutil
 import signal
-import socket
 import subprocess
+import sys
 import time
 from pathlib import Path
 
 import boto3
 import pytest
 
-from test_job import COORDINATOR, job_file, run
+from test_job import COORDINATOR, free_port, job_file, run
 
 BUCKET = "probeflow-e2e"
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 @pytest.fixture(scope="module")
 def s3(tmp_path_factory):
     """A moto S3 server on 127.0.0.1; yields (boto3 client, environment for the job)."""
-    moto = shutil.which("moto_server") or str(Path(os.sys.executable).parent / "moto_server")
+    moto = shutil.which("moto_server") or str(Path(sys.executable).parent / "moto_server")
     port = free_port()
     log = open(tmp_path_factory.mktemp("moto") / "moto.log", "w")
     server = subprocess.Popen([moto, "-H", "127.0.0.1", "-p", str(port)], stdout=log, stderr=log)
@@ -77,15 +71,21 @@ def keys(client, prefix: str) -> list[str]:
     return sorted(out)
 
 
+def staged_input(tmp_path: Path, client, prefix: str, rows: int, seed: int, workers: int) -> Path:
+    """Generates input locally, uploads it under `prefix/` with boto3, runs the job on the
+    local copy; returns that local output (the reference)."""
+    local_input = tmp_path / "input"
+    run(["generate", "--rows", str(rows), "--out", str(local_input), "--seed", str(seed)])
+    for f in sorted(local_input.glob("*.parquet")):
+        client.upload_file(str(f), BUCKET, f"{prefix}/{f.name}")
+    local_out = tmp_path / "out-local"
+    run(["run", str(job_file(tmp_path, "local", f"{local_input}/*.parquet", local_out, workers=workers))])
+    return local_out
+
+
 def test_s3_input_and_output_give_the_local_bytes(tmp_path, s3):
     client, env = s3
-    local_input = tmp_path / "input"
-    run(["generate", "--rows", "120000", "--out", str(local_input), "--seed", "8"])
-    for f in sorted(local_input.glob("*.parquet")):
-        client.upload_file(str(f), BUCKET, f"input/{f.name}")
-
-    local_out = tmp_path / "out-local"
-    run(["run", str(job_file(tmp_path, "local", f"{local_input}/*.parquet", local_out))])
+    local_out = staged_input(tmp_path, client, "input", 120_000, 8, workers=2)
     spec = job_file(tmp_path, "s3", f"s3://{BUCKET}/input/*.parquet", f"s3://{BUCKET}/out")
     done = run(["run", str(spec)], env=env)
     assert "done." in done.stdout
@@ -112,12 +112,7 @@ def test_s3_input_and_output_give_the_local_bytes(tmp_path, s3):
 
 def test_s3_sigkill_then_resume(tmp_path, s3):
     client, env = s3
-    local_input = tmp_path / "input"
-    run(["generate", "--rows", "200000", "--out", str(local_input), "--seed", "9"])
-    for f in sorted(local_input.glob("*.parquet")):
-        client.upload_file(str(f), BUCKET, f"crash-input/{f.name}")
-    local_out = tmp_path / "out-local"
-    run(["run", str(job_file(tmp_path, "local", f"{local_input}/*.parquet", local_out, workers=1))])
+    local_out = staged_input(tmp_path, client, "crash-input", 200_000, 9, workers=1)
     spec = job_file(tmp_path, "s3", f"s3://{BUCKET}/crash-input/*.parquet", f"s3://{BUCKET}/crash-out",
                     workers=1)
     proc = subprocess.Popen([str(COORDINATOR), "run", str(spec)], env=env,
