@@ -22,6 +22,7 @@ use probeflow_worker::protocol::{
     PROTOCOL_VERSION,
 };
 use probeflow_worker::store::StoreUrl;
+use probeflow_worker::tls::{ClusterTls, TlsFiles};
 use probeflow_worker::WorkerConfig;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tokio::sync::oneshot;
@@ -429,14 +430,35 @@ pub async fn read_manifest(output: &StoreUrl) -> Result<Option<Manifest>> {
 pub async fn run_job(spec: &JobSpec) -> Result<RunOutcome> {
     // Check the cluster settings before touching the output.
     let cluster = match spec.run.mode {
-        Mode::Local => None,
+        Mode::Local => {
+            if spec.run.tls.is_some() {
+                tracing::warn!("[run.tls] is ignored in local mode");
+            }
+            None
+        }
         Mode::Cluster => {
             let listen: std::net::SocketAddr =
                 spec.run.listen.parse().map_err(|e| JobError::Spec {
                     file: "[run] listen".into(),
                     what: format!("{:?}: expected ip:port ({e})", spec.run.listen),
                 })?;
-            Some((listen, cluster::load_cookie(None)?))
+            let tls = match &spec.run.tls {
+                None => None,
+                Some(t) => {
+                    let files = TlsFiles {
+                        cert: t.cert.clone(),
+                        key: t.key.clone(),
+                        ca: t.ca.clone(),
+                    };
+                    let timeout = Duration::from_secs(t.handshake_timeout_seconds);
+                    Some((ClusterTls::load(&files)?, timeout))
+                }
+            };
+            Some(ClusterSettings {
+                listen,
+                cookie: cluster::load_cookie(None)?,
+                tls,
+            })
         }
     };
     let output = StoreUrl::parse(&spec.output.url)?;
@@ -559,9 +581,8 @@ pub async fn run_job(spec: &JobSpec) -> Result<RunOutcome> {
     let (coordinator, coordinator_handle) = Actor::spawn(None, CoordinatorActor, state)
         .await
         .map_err(|e| JobError::Runtime(format!("cannot start the coordinator actor: {e}")))?;
-    if let Some((listen, cookie)) = cluster {
-        let (node, result) =
-            serve_cluster(coordinator, coordinator_handle, rx, listen, cookie).await?;
+    if let Some(settings) = cluster {
+        let (node, result) = serve_cluster(coordinator, coordinator_handle, rx, settings).await?;
         node.stop(None);
         let tasks_run = result??;
         let totals = read_manifest(&output)
@@ -588,6 +609,7 @@ pub async fn run_job(spec: &JobSpec) -> Result<RunOutcome> {
             heartbeat: Duration::from_secs(spec.run.lease_seconds.div_ceil(4).max(1)),
             request_timeout: Duration::from_secs(60),
             done: Default::default(),
+            park_before_report: false,
         };
         let (worker, h) = Actor::spawn(None, WorkerActor, args)
             .await
@@ -628,14 +650,27 @@ pub async fn run_job(spec: &JobSpec) -> Result<RunOutcome> {
 /// job is done and exit.
 type ActorResult = std::result::Result<Result<u64>, JobError>;
 
+/// Cluster mode's settings, checked before the output is touched.
+struct ClusterSettings {
+    listen: std::net::SocketAddr,
+    cookie: String,
+    /// The loaded certificates and the handshake timeout.
+    tls: Option<(ClusterTls, Duration)>,
+}
+
 async fn serve_cluster(
     coordinator: ActorRef<CoordinatorMsg>,
     coordinator_handle: tokio::task::JoinHandle<()>,
     rx: oneshot::Receiver<Result<u64>>,
-    listen: std::net::SocketAddr,
-    cookie: String,
+    settings: ClusterSettings,
 ) -> Result<(ActorRef<ractor_cluster::NodeServerMessage>, ActorResult)> {
-    let node = cluster::start_node("coordinator", listen, cookie).await?;
+    let ClusterSettings {
+        listen,
+        cookie,
+        tls,
+    } = settings;
+    let (node, tls_listener) =
+        cluster::start_coordinator_node(listen, cookie, tls.as_ref().map(|(t, d)| (t, *d))).await?;
     node.cast(ractor_cluster::NodeServerMessage::SubscribeToEvents {
         id: "probeflow-coordinator".into(),
         subscription: Box::new(cluster::NodeLossNotifier(coordinator.clone())),
@@ -645,11 +680,16 @@ async fn serve_cluster(
         cluster::COORDINATOR_GROUP.to_string(),
         vec![coordinator.get_cell()],
     );
-    tracing::info!(%listen, "waiting for workers (worker --join {listen})");
+    tracing::info!(
+        %listen,
+        tls = tls_listener.is_some(),
+        "waiting for workers (worker --join {listen})"
+    );
     let result = rx
         .await
         .map_err(|_| JobError::Runtime("the coordinator actor stopped unexpectedly".into()));
     tokio::time::sleep(DONE_GRACE).await;
+    drop(tls_listener);
     coordinator.stop(None);
     let _ = coordinator_handle.await;
     Ok((node, result))

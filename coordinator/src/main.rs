@@ -66,7 +66,8 @@ fn exit_code(e: &JobError) -> ExitCode {
     match e {
         JobError::Spec { .. }
         | JobError::Conflict(_)
-        | JobError::Worker(probeflow_worker::WorkerError::Cluster(_)) => ExitCode::from(2),
+        | JobError::Worker(probeflow_worker::WorkerError::Cluster(_))
+        | JobError::Worker(probeflow_worker::WorkerError::Tls(_)) => ExitCode::from(2),
         _ => ExitCode::from(1),
     }
 }
@@ -92,6 +93,7 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let cli = Cli::parse();
     let runtime = match tokio::runtime::Builder::new_multi_thread()

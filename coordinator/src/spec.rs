@@ -123,6 +123,25 @@ pub struct RunSpec {
     /// Cluster mode: the address the coordinator listens on for workers.
     #[serde(default = "default_listen")]
     pub listen: String,
+    /// Cluster mode: mutual TLS between the coordinator and the workers (optional).
+    pub tls: Option<TlsSpec>,
+}
+
+/// `[run.tls]`: the coordinator's certificate and key, and the CA that signs every
+/// node's certificate (PEM files; relative paths are relative to the current directory).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsSpec {
+    pub cert: PathBuf,
+    pub key: PathBuf,
+    pub ca: PathBuf,
+    /// A connection that has not finished its TLS handshake by then is closed.
+    #[serde(default = "default_handshake_timeout")]
+    pub handshake_timeout_seconds: u64,
+}
+
+fn default_handshake_timeout() -> u64 {
+    10
 }
 
 fn default_mode() -> Mode {
@@ -158,6 +177,7 @@ impl Default for RunSpec {
             lease_seconds: default_lease(),
             rows_per_map_task: None,
             listen: default_listen(),
+            tls: None,
         }
     }
 }
@@ -233,6 +253,11 @@ impl JobSpec {
         }
         if self.run.lease_seconds == 0 {
             return Err("[run] lease_seconds must be at least 1".into());
+        }
+        if let Some(tls) = &self.run.tls {
+            if tls.handshake_timeout_seconds == 0 {
+                return Err("[run.tls] handshake_timeout_seconds must be at least 1".into());
+            }
         }
         match parse_bytes(&self.run.memory_per_worker) {
             Some(b) if b >= 64 << 20 => {}
@@ -327,6 +352,9 @@ scratch = "/tmp/probeflow"
         .unwrap_err()
         .to_string();
         assert!(err.contains("y.toml") && err.contains("workers"), "{err}");
+        let no_ca = format!("{FULL}[run.tls]\ncert = \"c.pem\"\nkey = \"c.key\"\n");
+        let err = JobSpec::parse(&no_ca, "x.toml").unwrap_err().to_string();
+        assert!(err.contains("missing field `ca`"), "{err}");
     }
 
     #[test]
@@ -335,6 +363,10 @@ scratch = "/tmp/probeflow"
         let b = JobSpec::parse(&FULL.replace("workers = 2", "workers = 4"), "x").unwrap();
         let c = JobSpec::parse(&FULL.replace("seed = 17", "seed = 18"), "x").unwrap();
         assert_eq!(a.fingerprint(), b.fingerprint());
+        let tls = format!("{FULL}[run.tls]\ncert = \"c.pem\"\nkey = \"c.key\"\nca = \"ca.pem\"\n");
+        let d = JobSpec::parse(&tls, "x").unwrap();
+        assert_eq!(d.run.tls.as_ref().unwrap().handshake_timeout_seconds, 10);
+        assert_eq!(a.fingerprint(), d.fingerprint());
         assert_ne!(a.fingerprint(), c.fingerprint());
     }
 }

@@ -12,6 +12,7 @@ import os
 import re
 import signal
 import socket
+import ssl
 import subprocess
 import time
 from pathlib import Path
@@ -25,8 +26,16 @@ COOKIE = "5f0c2a7be1d94c3e8a6b0d2f4c1e9a77"
 SHARDS = 4
 
 
-def job(tmp: Path, name: str, input_dir: Path, mode: str, port: int = 0, lease: int = 60) -> Path:
+def job(tmp: Path, name: str, input_dir: Path, mode: str, port: int = 0, lease: int = 60,
+        tls: Path | None = None, handshake_timeout: int = 10) -> Path:
     path = tmp / f"{name}.toml"
+    tls_table = "" if tls is None else f"""
+[run.tls]
+cert = "{tls / 'coordinator.pem'}"
+key = "{tls / 'coordinator.key'}"
+ca = "{tls / 'ca.pem'}"
+handshake_timeout_seconds = {handshake_timeout}
+"""
     path.write_text(
         f"""
 [input]
@@ -46,9 +55,24 @@ memory_per_worker = "256MiB"
 scratch = "{tmp / ('scratch-' + name)}"
 rows_per_map_task = 20000
 lease_seconds = {lease}
-"""
+{tls_table}"""
     )
     return path
+
+
+MAKE_CERTS = Path(__file__).resolve().parents[2] / "infra" / "make-certs"
+
+
+def make_certs(where: Path, workers: int) -> Path:
+    """A CA, a coordinator certificate for 127.0.0.1 and worker-1..N, by infra/make-certs."""
+    subprocess.run([str(MAKE_CERTS), str(where), "--host", "127.0.0.1", "--host", "localhost",
+                    "--workers", str(workers)], check=True, capture_output=True)
+    return where
+
+
+def tls_flags(certs: Path, leaf: str, ca: Path | None = None) -> list[str]:
+    return ["--tls-cert", str(certs / f"{leaf}.pem"), "--tls-key", str(certs / f"{leaf}.key"),
+            "--tls-ca", str((ca or certs) / "ca.pem")]
 
 
 def env(cookie: str = COOKIE) -> dict:
@@ -84,12 +108,16 @@ class Cluster:
             time.sleep(0.05)
         raise AssertionError("the coordinator never listened")
 
-    def start_worker(self, name: str, cookie: str = COOKIE, give_up: int = 60) -> subprocess.Popen:
+    def start_worker(self, name: str, cookie: str = COOKIE, give_up: int = 60,
+                     extra: list[str] = (), fault: str | None = None) -> subprocess.Popen:
         log = open(self.logs / f"{name}.log", "w")
+        e = env(cookie)
+        if fault:
+            e["PROBEFLOW_FAULT"] = fault
         proc = subprocess.Popen(
             [str(WORKER), "--join", f"127.0.0.1:{self.port}", "--name", name, "--memory", "256MiB",
-             "--scratch", str(self.tmp / "worker-scratch"), "--give-up-after", str(give_up)],
-            env=env(cookie), stdout=log, stderr=log,
+             "--scratch", str(self.tmp / "worker-scratch"), "--give-up-after", str(give_up), *extra],
+            env=e, stdout=log, stderr=log,
         )
         self.workers[name] = proc
         return proc
@@ -176,7 +204,7 @@ def wait_for(predicate, timeout: float = 120) -> None:
         time.sleep(0.02)
 
 
-@pytest.mark.parametrize("moment", ["map", "reduce"])
+@pytest.mark.parametrize("moment", ["map", "reduce", "report"])
 def test_sigkill_a_worker_reruns_its_task_once(tmp_path, data, moment):
     d, inputs, manifest = data
     port = free_port()
@@ -184,8 +212,12 @@ def test_sigkill_a_worker_reruns_its_task_once(tmp_path, data, moment):
     # A long lease: the requeue must come from the node session ending (the fast path).
     c = Cluster(tmp_path, job(tmp_path, f"kill-{moment}", inputs, "cluster", port, lease=120), port)
     try:
-        victim = c.start_worker("victim")
-        if moment == "map":
+        victim = c.start_worker("victim", fault="park-before-report" if moment == "report" else None)
+        if moment == "report":
+            # The victim wrote its first task's outputs and is about to report them.
+            wait_for(lambda: "parked before reporting" in c.log("victim"))
+            assert re.search(r"task ended.*ok=true", c.log("victim")), c.log("victim")[-2000:]
+        elif moment == "map":
             # The victim is alone at first, so it holds the first map task when killed.
             wait_for(lambda: re.search(r"running.*map-", c.log("victim")) is not None)
         else:
@@ -258,6 +290,78 @@ def test_wrong_cookie_and_duplicate_names_are_rejected(tmp_path, data):
     assert re.search(r'"intruder~[^"]*@127\.0\.0\.1".*auth_fail', stdout), stdout[-3000:]
 
 
+def test_mutual_tls_admits_only_certified_workers(tmp_path, data):
+    d, inputs, manifest = data
+    certs = make_certs(tmp_path / "certs", workers=2)
+    other = make_certs(tmp_path / "other-ca", workers=1)
+    port = free_port()
+    out = tmp_path / "out-tls"
+    c = Cluster(tmp_path, job(tmp_path, "tls", inputs, "cluster", port, tls=certs, handshake_timeout=2), port)
+    try:
+        # Silent TCP connections, held open throughout.
+        idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(3)]
+        # A plain-TCP worker, a worker whose certificate another CA signed, and a worker
+        # that does not trust the coordinator's name: none gets in.
+        strangers = {
+            "plain": c.start_worker("plain", give_up=3),
+            "foreign": c.start_worker("foreign", give_up=3, extra=tls_flags(other, "worker-1", ca=certs)),
+            "misnamed": c.start_worker("misnamed", give_up=3,
+                                       extra=[*tls_flags(certs, "worker-1"), "--tls-server-name", "elsewhere"]),
+        }
+        # A TLS client without a certificate is refused by the coordinator.
+        context = ssl.create_default_context(cafile=str(certs / "ca.pem"))
+        with socket.create_connection(("127.0.0.1", port)) as raw:
+            with context.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
+                with pytest.raises(ssl.SSLError, match="CERTIFICATE_REQUIRED"):
+                    tls.recv(1)
+        for name, proc in strangers.items():
+            proc.wait(timeout=60)
+            assert proc.returncode == 1, (name, c.log(name)[-2000:])
+            assert "joined" not in c.log(name)
+        assert "requires TLS" in c.log("plain") and "refused this worker's certificate" in c.log("foreign")
+        assert "certificate not valid for name" in c.log("misnamed"), c.log("misnamed")[-2000:]
+        assert not (out / "_job" / "journal" / "map-00000.json").exists()
+        # Certified workers join while the silent connections are still open.
+        c.start_worker("w1", extra=tls_flags(certs, "worker-1"))
+        c.start_worker("w2", extra=tls_flags(certs, "worker-2"))
+        wait_for(lambda: "joined" in c.log("w1") and "joined" in c.log("w2"), timeout=30)
+        stdout = c.finish()
+        for s in idle:
+            s.close()
+    finally:
+        c.kill_all()
+    assert c.coordinator.returncode == 0, stdout[-3000:]
+    assert c.workers["w1"].returncode == 0 and c.workers["w2"].returncode == 0
+    same_output(out, manifest)
+    refused = [line for line in stdout.splitlines() if "TLS handshake failed" in line]
+    assert any("peer sent no certificates" in line for line in refused), stdout[-4000:]
+    assert any("does not speak TLS" in line for line in refused), stdout[-4000:]
+    assert any("UnknownIssuer" in line for line in refused), stdout[-4000:]
+    assert "TLS handshake timed out after 2s" in stdout, stdout[-4000:]
+    # No stranger's node ever reached the cookie handshake.
+    assert not re.search(r"(plain|foreign|misnamed)~", stdout), stdout[-4000:]
+
+
+def test_tls_settings_are_checked(tmp_path, data):
+    d, inputs, _ = data
+    certs = make_certs(tmp_path / "certs", workers=1)
+    spec = job(tmp_path, "badtls", inputs, "cluster", free_port(), tls=certs)
+    spec.write_text(spec.read_text().replace("coordinator.key", "missing.key"))
+    proc = subprocess.run([str(COORDINATOR), "run", str(spec)], env=env(), capture_output=True, text=True)
+    assert proc.returncode == 2 and "missing.key" in proc.stderr, proc.stderr
+    assert not (tmp_path / "out-badtls").exists()
+    spec.write_text(spec.read_text().replace("missing.key", "worker-1.key"))
+    proc = subprocess.run([str(COORDINATOR), "run", str(spec)], env=env(), capture_output=True, text=True)
+    assert proc.returncode == 2 and "does the key belong to the certificate" in proc.stderr, proc.stderr
+    base = [str(WORKER), "--join", "127.0.0.1:1", "--give-up-after", "1"]
+    w = subprocess.run([*base, "--tls-cert", str(certs / "worker-1.pem")], env=env(), capture_output=True, text=True)
+    assert w.returncode == 2 and "--tls-key" in w.stderr, w.stderr
+    flags = tls_flags(certs, "worker-1")
+    flags[flags.index("--tls-ca") + 1] = str(certs / "ca.key")
+    w = subprocess.run([*base, *flags], env=env(), capture_output=True, text=True)
+    assert w.returncode == 2 and "ca.key" in w.stderr and "no certificate" in w.stderr, w.stderr
+
+
 def test_cluster_settings_are_checked(tmp_path, data):
     d, inputs, _ = data
     spec = job(tmp_path, "nocookie", inputs, "cluster", free_port())
@@ -274,8 +378,11 @@ def test_cluster_settings_are_checked(tmp_path, data):
     w = subprocess.run([str(WORKER), "--join", "127.0.0.1:1", "--memory", "lots"], env=env(),
                        capture_output=True, text=True)
     assert w.returncode == 2 and "--memory" in w.stderr
+    w = subprocess.run([str(WORKER), "--join", "127.0.0.1:1"], env=dict(env(), PROBEFLOW_FAULT="crash"),
+                       capture_output=True, text=True)
+    assert w.returncode == 2 and "PROBEFLOW_FAULT" in w.stderr
     w = subprocess.run([str(WORKER), "--help"], capture_output=True, text=True)
-    assert w.returncode == 0 and "--join" in w.stdout
+    assert w.returncode == 0 and "--join" in w.stdout and "--tls-cert" in w.stdout
 
 
 def test_coordinator_killed_and_restarted_workers_reconnect(tmp_path, data):

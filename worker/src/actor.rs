@@ -106,6 +106,9 @@ pub struct WorkerArgs {
     /// Set when the coordinator said the job is done (the other way a worker stops is
     /// losing the coordinator).
     pub done: Arc<AtomicBool>,
+    /// Fault injection for tests: after a task's outputs are written, wait forever
+    /// instead of reporting (so a test can kill the worker "while reporting").
+    pub park_before_report: bool,
 }
 
 pub struct WorkerActor;
@@ -226,6 +229,10 @@ impl Actor for WorkerActor {
                             .unwrap_or("unknown panic")
                     )),
                 };
+                if state.park_before_report {
+                    tracing::warn!(worker = %name, %task, "fault injection: parked before reporting");
+                    std::future::pending::<()>().await;
+                }
                 let msg = CoordinatorMsg::Finished {
                     worker: name,
                     task: Wire::new(task),

@@ -6,6 +6,9 @@
 //! passes. The coordinator actor joins the process group [`COORDINATOR_GROUP`]; once a
 //! worker's node session is up, the group's member on that worker's node is a remote
 //! actor to which the worker actors send their [`crate::actor::CoordinatorMsg`]s.
+//!
+//! With TLS ([`crate::tls`]) every connection is mutually authenticated by certificate
+//! before the cookie handshake runs inside it.
 
 use std::net::SocketAddr;
 use std::path::Path;
@@ -13,10 +16,11 @@ use std::time::{Duration, Instant};
 
 use ractor::{Actor, ActorRef};
 use ractor_cluster::node::NodeConnectionMode;
-use ractor_cluster::{NodeServer, NodeServerMessage};
+use ractor_cluster::{IncomingEncryptionMode, NodeServer, NodeServerMessage};
 
 use crate::actor::CoordinatorMsg;
 use crate::error::{Result, WorkerError};
+use crate::tls::{ClusterTls, TlsListener};
 
 /// The process group the coordinator actor joins.
 pub const COORDINATOR_GROUP: &str = "probeflow.coordinator";
@@ -74,18 +78,20 @@ pub fn peer_node(full: &str) -> &str {
     full.rsplit_once('@').map_or(full, |(node, _)| node)
 }
 
-/// Starts this process's node, listening on `listen` (port 0: any free port).
+/// Starts this process's node, listening on `listen` (port 0: any free port). With
+/// `tls`, the listener requires TLS with a client certificate signed by the CA.
 pub async fn start_node(
     name: &str,
     listen: SocketAddr,
     cookie: String,
+    tls: Option<&ClusterTls>,
 ) -> Result<ActorRef<NodeServerMessage>> {
     let server = NodeServer::new(
         listen.port(),
         cookie,
         name.to_string(),
         listen.ip().to_string(),
-        None,
+        tls.map(|t| IncomingEncryptionMode::Tls(t.acceptor())),
         Some(NodeConnectionMode::Isolated),
     )
     .with_listen_addr(listen.ip());
@@ -93,6 +99,32 @@ pub async fn start_node(
         .await
         .map_err(|e| cluster(format!("cannot start the node on {listen}: {e}")))?;
     Ok(node)
+}
+
+/// The coordinator's node, serving workers on `listen`.
+///
+/// Without TLS the node's own listener serves `listen`. With TLS a [`TlsListener`]
+/// serves it (one handshake task per connection, under `handshake_timeout`), and the
+/// node's own listener, which would run handshakes inline, is confined to a loopback
+/// port that nothing dials (still TLS-only). Keep the returned listener alive as long
+/// as the node should accept workers.
+pub async fn start_coordinator_node(
+    listen: SocketAddr,
+    cookie: String,
+    tls: Option<(&ClusterTls, Duration)>,
+) -> Result<(ActorRef<NodeServerMessage>, Option<TlsListener>)> {
+    let Some((tls, handshake_timeout)) = tls else {
+        return Ok((start_node("coordinator", listen, cookie, None).await?, None));
+    };
+    let loopback = SocketAddr::from(([127, 0, 0, 1], 0));
+    let node = start_node("coordinator", loopback, cookie, Some(tls)).await?;
+    match TlsListener::bind(listen, node.clone(), tls.acceptor(), handshake_timeout).await {
+        Ok(listener) => Ok((node, Some(listener))),
+        Err(e) => {
+            node.stop(None);
+            Err(e)
+        }
+    }
 }
 
 /// Tells the coordinator actor when a worker node's session ends (the fast path of

@@ -10,6 +10,10 @@ pub enum WorkerError {
     #[error("cluster: {0}")]
     Cluster(String),
 
+    /// Cluster mode with TLS: unusable certificate files, a failed handshake.
+    #[error("tls: {0}")]
+    Tls(String),
+
     /// A URL or path that cannot be used as an object-store location.
     #[error("bad location {url:?}: {what}")]
     Url { url: String, what: String },

@@ -8,6 +8,7 @@
 //! * [`store`]: object-store locations (local, `file://`, `s3://`).
 //! * [`actor`]: the worker actor that pulls tasks from the coordinator and runs them.
 //! * [`cluster`]: cluster mode: nodes, the cookie, finding the coordinator.
+//! * [`tls`]: cluster mode's optional mutual TLS.
 
 pub mod actor;
 pub mod cluster;
@@ -18,6 +19,7 @@ pub mod protocol;
 pub mod reduce;
 pub mod shuffle;
 pub mod store;
+pub mod tls;
 pub mod units;
 pub mod validate;
 

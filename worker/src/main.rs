@@ -4,9 +4,12 @@
 //! coordinator's node (retrying with backoff, also after the coordinator restarts) →
 //! `--threads` worker actors pull tasks until the coordinator says the job is done.
 //!
+//! With `--tls-cert/--tls-key/--tls-ca` the connection is mutual TLS (the coordinator's
+//! job file then has `[run.tls]`).
+//!
 //! Exit codes: 0 the job is done; 1 runtime failure (e.g. the coordinator never came
-//! back); 2 bad flags, no usable cookie, or refused by the coordinator (a worker of that
-//! name is already connected, or another protocol version).
+//! back); 2 bad flags, no usable cookie or certificates, or refused by the coordinator
+//! (a worker of that name is already connected, or another protocol version).
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -20,10 +23,12 @@ use clap::Parser;
 use probeflow_worker::actor::{CoordinatorMsg, Wire, WorkerActor, WorkerArgs};
 use probeflow_worker::cluster;
 use probeflow_worker::protocol::{Registration, PROTOCOL_VERSION};
+use probeflow_worker::tls::{self, ClusterTls, TlsFiles};
 use probeflow_worker::units::parse_bytes;
 use probeflow_worker::WorkerConfig;
 use ractor::rpc::CallResult;
 use ractor::Actor;
+use tokio_rustls::rustls::pki_types::ServerName;
 
 /// Joins a probeflow preprocessing job (coordinator started with `[run] mode = "cluster"`).
 ///
@@ -56,6 +61,30 @@ struct Args {
     /// Give up when the coordinator cannot be reached for this long (seconds).
     #[arg(long, default_value_t = 300)]
     give_up_after: u64,
+    /// Mutual TLS: this worker's certificate (PEM; needs --tls-key and --tls-ca). Use it
+    /// when the coordinator's job file has a `[run.tls]` table.
+    #[arg(long, value_name = "PATH", requires_all = ["tls_key", "tls_ca"])]
+    tls_cert: Option<PathBuf>,
+    /// Mutual TLS: the private key of --tls-cert (PEM).
+    #[arg(long, value_name = "PATH", requires_all = ["tls_cert", "tls_ca"])]
+    tls_key: Option<PathBuf>,
+    /// Mutual TLS: the CA certificate that signed the coordinator's and the workers'
+    /// certificates (PEM).
+    #[arg(long, value_name = "PATH", requires_all = ["tls_cert", "tls_key"])]
+    tls_ca: Option<PathBuf>,
+    /// Mutual TLS: the name the coordinator's certificate must be valid for (default:
+    /// the host of --join).
+    #[arg(long, value_name = "NAME", requires = "tls_ca")]
+    tls_server_name: Option<String>,
+}
+
+/// How long dialling the coordinator plus the TLS handshake may take.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Mutual TLS settings, loaded.
+struct TlsPlan {
+    tls: ClusterTls,
+    server_name: ServerName<'static>,
 }
 
 /// What the flags ask for, checked.
@@ -66,7 +95,13 @@ struct Plan {
     threads: usize,
     listen: SocketAddr,
     give_up_after: Duration,
+    tls: Option<TlsPlan>,
+    /// `PROBEFLOW_FAULT=park-before-report` (tests only).
+    park_before_report: bool,
 }
+
+/// Fault injection for the tests, from the environment (not a flag: it is not for users).
+const FAULT_ENV: &str = "PROBEFLOW_FAULT";
 
 fn plan(args: Args) -> anyhow::Result<Plan> {
     let memory = parse_bytes(&args.memory)
@@ -83,6 +118,20 @@ fn plan(args: Args) -> anyhow::Result<Plan> {
         .map(|h| h.trim().to_string())
         .filter(|h| !h.is_empty())
         .unwrap_or_else(|| "worker".into());
+    let tls = match (&args.tls_cert, &args.tls_key, &args.tls_ca) {
+        (Some(cert), Some(key), Some(ca)) => {
+            let files = TlsFiles {
+                cert: cert.clone(),
+                key: key.clone(),
+                ca: ca.clone(),
+            };
+            Some(TlsPlan {
+                tls: ClusterTls::load(&files)?,
+                server_name: tls::server_name(&args.join, args.tls_server_name.as_deref())?,
+            })
+        }
+        _ => None,
+    };
     let name = args
         .name
         .unwrap_or_else(|| format!("{host}-{}", std::process::id()));
@@ -96,6 +145,12 @@ fn plan(args: Args) -> anyhow::Result<Plan> {
         threads: args.threads,
         listen: args.listen,
         give_up_after: Duration::from_secs(args.give_up_after),
+        tls,
+        park_before_report: match std::env::var(FAULT_ENV).as_deref() {
+            Err(_) | Ok("") => false,
+            Ok("park-before-report") => true,
+            Ok(other) => bail!("{FAULT_ENV}={other:?}: the only fault is park-before-report"),
+        },
     })
 }
 
@@ -113,22 +168,47 @@ impl std::error::Error for Refused {}
 
 async fn run(plan: Plan, cookie: String) -> anyhow::Result<()> {
     let node_name = cluster::unique_node_name(&plan.name);
-    let node = cluster::start_node(&node_name, plan.listen, cookie).await?;
+    let tls = plan.tls.as_ref().map(|t| &t.tls);
+    let node = cluster::start_node(&node_name, plan.listen, cookie, tls).await?;
     let mut backoff = Duration::from_millis(200);
     let mut unreachable_since = Instant::now();
     loop {
         // Connect (again) and wait for the coordinator actor to show up in the group.
-        let coordinator = match ractor_cluster::client_connect(&node, plan.join.as_str()).await {
-            Ok(()) => cluster::find_coordinator(&node, Duration::from_secs(10)).await,
+        let connected = match &plan.tls {
+            None => ractor_cluster::client_connect(&node, plan.join.as_str())
+                .await
+                .map_err(|e| e.to_string()),
+            Some(t) => tls::connect(
+                &node,
+                &plan.join,
+                t.tls.connector(),
+                t.server_name.clone(),
+                CONNECT_TIMEOUT,
+            )
+            .await
+            .map_err(|e| e.to_string()),
+        };
+        let (coordinator, problem) = match connected {
+            Ok(()) => (
+                cluster::find_coordinator(&node, Duration::from_secs(10)).await,
+                if plan.tls.is_some() {
+                    "the coordinator closed the connection (a different cookie, or it refused \
+                     this worker's certificate: see its log)"
+                } else {
+                    "the coordinator closed the connection (a different cookie, or it requires \
+                     TLS: --tls-cert/--tls-key/--tls-ca)"
+                }
+                .to_string(),
+            ),
             Err(e) => {
                 tracing::info!(coordinator = %plan.join, error = %e, "cannot connect yet");
-                None
+                (None, e)
             }
         };
         let Some(coordinator) = coordinator else {
             if unreachable_since.elapsed() > plan.give_up_after {
                 bail!(
-                    "the coordinator at {} was unreachable for {:?}; giving up",
+                    "the coordinator at {} was unreachable for {:?}; giving up (last: {problem})",
                     plan.join,
                     plan.give_up_after
                 );
@@ -182,6 +262,7 @@ async fn run(plan: Plan, cookie: String) -> anyhow::Result<()> {
                 heartbeat: Duration::from_secs(2),
                 request_timeout: Duration::from_secs(30),
                 done: done.clone(),
+                park_before_report: plan.park_before_report,
             };
             let (_, handle) = Actor::spawn(None, WorkerActor, args)
                 .await
@@ -207,6 +288,7 @@ fn main() -> ExitCode {
                 .unwrap_or_else(|_| "info,ractor_cluster=warn".into()),
         )
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let args = Args::parse();
     let cookie = match cluster::load_cookie(args.cookie_file.as_deref()) {
