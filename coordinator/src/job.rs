@@ -288,6 +288,9 @@ impl Actor for CoordinatorActor {
                     .is_some_and(|l| l.attempt == attempt && l.worker == worker);
                 if !holds {
                     tracing::info!(%worker, %task, attempt, "late or duplicate result refused");
+                    if let (Phase::Finished, Ok(TaskOutput::Map(m))) = (&s.phase, &result) {
+                        discard_late_map_output(&s.job, m, &worker).await;
+                    }
                     return Ok(());
                 }
                 let lease = s.leases.remove(&task);
@@ -343,6 +346,20 @@ impl Actor for CoordinatorActor {
             }
         }
         Ok(())
+    }
+}
+
+/// A refused map result that arrived after the job finished: its shuffle file may have
+/// been written after the job removed `_job/shuffle`.
+async fn discard_late_map_output(job: &JobContext, out: &MapOutput, worker: &str) {
+    match probeflow_worker::map::discard_late_output(job, out).await {
+        Ok(true) => {
+            tracing::info!(%worker, file = %out.shuffle_file, "removed a late attempt's shuffle file")
+        }
+        Ok(false) => {}
+        Err(e) => {
+            tracing::warn!(%worker, error = %e, "cannot remove a late attempt's shuffle file")
+        }
     }
 }
 
@@ -610,6 +627,7 @@ pub async fn run_job(spec: &JobSpec) -> Result<RunOutcome> {
             request_timeout: Duration::from_secs(60),
             done: Default::default(),
             park_before_report: false,
+            job_output: Default::default(),
         };
         let (worker, h) = Actor::spawn(None, WorkerActor, args)
             .await

@@ -258,6 +258,30 @@ def test_sigstop_past_the_lease_late_result_is_refused(tmp_path, data):
     assert "late or duplicate result refused" in stdout, stdout[-3000:]
 
 
+def test_a_worker_away_at_the_end_learns_the_job_is_done(tmp_path, data):
+    d, inputs, manifest = data
+    port = free_port()
+    out = tmp_path / "out-away"
+    c = Cluster(tmp_path, job(tmp_path, "away", inputs, "cluster", port, lease=3), port)
+    try:
+        away = c.start_worker("away", give_up=120)
+        wait_for(lambda: re.search(r"running.*map-", c.log("away")) is not None)
+        away.send_signal(signal.SIGSTOP)
+        c.start_worker("w1")
+        c.coordinator.wait(timeout=180)  # the job ends, and the coordinator exits, without it
+        away.send_signal(signal.SIGCONT)
+        away.wait(timeout=30)  # far less than --give-up-after
+    finally:
+        c.kill_all()
+    assert c.coordinator.returncode == 0
+    same_output(out, manifest)
+    assert away.returncode == 0, c.log("away")[-3000:]
+    assert "the job finished while this worker was away" in c.log("away")
+    # Its late map attempt wrote a shuffle file after the job had removed them; it is gone.
+    assert "its shuffle file is removed" in c.log("away"), c.log("away")[-3000:]
+    assert list((out / "_job" / "shuffle").glob("*")) == []
+
+
 def test_wrong_cookie_and_duplicate_names_are_rejected(tmp_path, data):
     d, inputs, manifest = data
     port = free_port()

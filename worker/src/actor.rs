@@ -106,6 +106,9 @@ pub struct WorkerArgs {
     /// Set when the coordinator said the job is done (the other way a worker stops is
     /// losing the coordinator).
     pub done: Arc<AtomicBool>,
+    /// The job's output URL, from the first task (lets a worker that lost the
+    /// coordinator see whether the job finished without it).
+    pub job_output: Arc<std::sync::OnceLock<String>>,
     /// Fault injection for tests: after a task's outputs are written, wait forever
     /// instead of reporting (so a test can kill the worker "while reporting").
     pub park_before_report: bool,
@@ -182,6 +185,7 @@ impl Actor for WorkerActor {
             TaskReply::Task(assignment) => {
                 let task = assignment.task.id();
                 let attempt = assignment.attempt;
+                let _ = state.job_output.set(assignment.job.output.clone());
                 tracing::debug!(worker = %name, %task, attempt, "running");
                 let started = std::time::Instant::now();
                 let beat = {
@@ -233,13 +237,29 @@ impl Actor for WorkerActor {
                     tracing::warn!(worker = %name, %task, "fault injection: parked before reporting");
                     std::future::pending::<()>().await;
                 }
+                // Kept in case the report cannot be delivered (see below).
+                let map_output = match &result {
+                    Ok(TaskOutput::Map(m)) => Some(m.clone()),
+                    _ => None,
+                };
                 let msg = CoordinatorMsg::Finished {
-                    worker: name,
+                    worker: name.clone(),
                     task: Wire::new(task),
                     attempt,
                     result: Wire::new(result),
                 };
                 if state.coordinator.cast(msg).is_err() {
+                    if let Some(m) = &map_output {
+                        match crate::map::discard_late_output(&assignment.job, m).await {
+                            Ok(true) => {
+                                tracing::info!(worker = %name, %task, "the job finished without this attempt; its shuffle file is removed")
+                            }
+                            Ok(false) => {}
+                            Err(e) => {
+                                tracing::warn!(worker = %name, %task, error = %e, "cannot remove this attempt's shuffle file")
+                            }
+                        }
+                    }
                     myself.stop(None);
                     return Ok(());
                 }

@@ -23,6 +23,7 @@ use clap::Parser;
 use probeflow_worker::actor::{CoordinatorMsg, Wire, WorkerActor, WorkerArgs};
 use probeflow_worker::cluster;
 use probeflow_worker::protocol::{Registration, PROTOCOL_VERSION};
+use probeflow_worker::store::StoreUrl;
 use probeflow_worker::tls::{self, ClusterTls, TlsFiles};
 use probeflow_worker::units::parse_bytes;
 use probeflow_worker::WorkerConfig;
@@ -172,6 +173,7 @@ async fn run(plan: Plan, cookie: String) -> anyhow::Result<()> {
     let node = cluster::start_node(&node_name, plan.listen, cookie, tls).await?;
     let mut backoff = Duration::from_millis(200);
     let mut unreachable_since = Instant::now();
+    let job_output = Arc::new(std::sync::OnceLock::new());
     loop {
         // Connect (again) and wait for the coordinator actor to show up in the group.
         let connected = match &plan.tls {
@@ -206,6 +208,10 @@ async fn run(plan: Plan, cookie: String) -> anyhow::Result<()> {
             }
         };
         let Some(coordinator) = coordinator else {
+            if job_finished(&job_output).await {
+                tracing::info!(worker = %plan.name, "the job finished while this worker was away (its output has _SUCCESS)");
+                return Ok(());
+            }
             if unreachable_since.elapsed() > plan.give_up_after {
                 bail!(
                     "the coordinator at {} was unreachable for {:?}; giving up (last: {problem})",
@@ -263,6 +269,7 @@ async fn run(plan: Plan, cookie: String) -> anyhow::Result<()> {
                 request_timeout: Duration::from_secs(30),
                 done: done.clone(),
                 park_before_report: plan.park_before_report,
+                job_output: job_output.clone(),
             };
             let (_, handle) = Actor::spawn(None, WorkerActor, args)
                 .await
@@ -278,6 +285,26 @@ async fn run(plan: Plan, cookie: String) -> anyhow::Result<()> {
         }
         tracing::warn!(worker = %plan.name, "lost the coordinator; reconnecting");
         unreachable_since = Instant::now();
+    }
+}
+
+/// Whether the output of the job this worker worked for is complete. The coordinator
+/// writes `_SUCCESS` last, so a worker that lost the coordinator at the end of the job
+/// can tell "done" from "coordinator down". False when unknown (no task seen yet, or the
+/// store cannot be read).
+async fn job_finished(job_output: &std::sync::OnceLock<String>) -> bool {
+    let Some(url) = job_output.get() else {
+        return false;
+    };
+    let Ok(output) = StoreUrl::parse(url) else {
+        return false;
+    };
+    match output.exists(&output.child("_SUCCESS")).await {
+        Ok(found) => found,
+        Err(e) => {
+            tracing::debug!(output = %url, error = %e, "cannot check the job's output");
+            false
+        }
     }
 }
 

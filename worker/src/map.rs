@@ -28,6 +28,21 @@ pub fn rejects_path(index: usize) -> String {
     format!("rejects/part-{index:05}.parquet")
 }
 
+/// Removes the shuffle file of a map result that was never accepted, once the job is
+/// complete. A late attempt (its worker hung past the lease, or lost the coordinator)
+/// can write its shuffle file after the finished job removed `_job/shuffle`; the
+/// coordinator writes `_SUCCESS` before that removal, so checking `_SUCCESS` after the
+/// write is enough. While the job runs, the file is the live one and stays. Returns
+/// whether it removed the file.
+pub async fn discard_late_output(job: &JobContext, out: &MapOutput) -> Result<bool> {
+    let output = StoreUrl::parse(&job.output)?;
+    if !output.exists(&output.child("_SUCCESS")).await? {
+        return Ok(false);
+    }
+    output.delete(&output.child(&out.shuffle_file)).await?;
+    Ok(true)
+}
+
 pub async fn run_map(
     task: &MapTask,
     job: &JobContext,
@@ -176,4 +191,43 @@ pub async fn row_groups(url: &str, size: u64) -> Result<Vec<u64>> {
         .iter()
         .map(|rg| rg.num_rows().max(0) as u64)
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::InputColumns;
+
+    #[tokio::test]
+    async fn a_late_shuffle_file_is_removed_only_once_the_job_is_complete() {
+        let dir = tempfile::tempdir().unwrap();
+        let job = JobContext {
+            output: dir.path().display().to_string(),
+            shards: 4,
+            max_row_bytes: 1 << 20,
+            array_record_options: String::new(),
+            split_seed: 1,
+            test_fraction: 0.0,
+            columns: InputColumns::default(),
+        };
+        let late = MapOutput {
+            shuffle_file: shuffle_path(3),
+            segments: BTreeMap::new(),
+            input_rows: 0,
+            kept_rows: 0,
+            rejected: BTreeMap::new(),
+            rejects_file: None,
+        };
+        let file = dir.path().join(&late.shuffle_file);
+        std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+        std::fs::write(&file, b"shuffle").unwrap();
+        // The job still runs: the file is the live one.
+        assert!(!discard_late_output(&job, &late).await.unwrap());
+        assert!(file.exists());
+        std::fs::write(dir.path().join("_SUCCESS"), b"").unwrap();
+        assert!(discard_late_output(&job, &late).await.unwrap());
+        assert!(!file.exists());
+        // Already gone: still fine.
+        assert!(discard_late_output(&job, &late).await.unwrap());
+    }
 }

@@ -158,13 +158,18 @@ impl StoreUrl {
         Ok(found)
     }
 
+    /// Deletes one object; a missing one is not an error.
+    pub async fn delete(&self, path: &Path) -> Result<()> {
+        match self.store.delete(path).await {
+            Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
+            Err(e) => Err(WorkerError::store(self.display(path), e)),
+        }
+    }
+
     /// Deletes everything under `prefix` (relative to the root).
     pub async fn delete_prefix(&self, prefix: &str) -> Result<()> {
         for meta in self.list(prefix).await? {
-            match self.store.delete(&meta.location).await {
-                Ok(()) | Err(object_store::Error::NotFound { .. }) => {}
-                Err(e) => return Err(WorkerError::store(self.display(&meta.location), e)),
-            }
+            self.delete(&meta.location).await?;
         }
         Ok(())
     }
