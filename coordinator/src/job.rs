@@ -706,7 +706,7 @@ async fn serve_cluster(
     let result = rx
         .await
         .map_err(|_| JobError::Runtime("the coordinator actor stopped unexpectedly".into()));
-    tokio::time::sleep(DONE_GRACE).await;
+    linger_until_workers_leave(&node).await;
     drop(tls_listener);
     coordinator.stop(None);
     let _ = coordinator_handle.await;
@@ -715,6 +715,19 @@ async fn serve_cluster(
 
 /// How long a finished coordinator keeps telling polling workers that the job is done.
 const DONE_GRACE: Duration = Duration::from_secs(5);
+
+/// After the job: answers "done" to the workers still connected until they have all
+/// left (each exits when told), or for [`DONE_GRACE`] at most.
+async fn linger_until_workers_leave(node: &ActorRef<ractor_cluster::NodeServerMessage>) {
+    let deadline = Instant::now() + DONE_GRACE;
+    while Instant::now() < deadline {
+        let sessions = ractor::call_t!(node, ractor_cluster::NodeServerMessage::GetSessions, 1000);
+        if sessions.is_ok_and(|s| s.is_empty()) {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
 
 /// Refuses to resume if an input file changed since it was planned.
 async fn check_inputs_unchanged(inputs: &[InputFile]) -> Result<()> {
