@@ -194,11 +194,11 @@ async fn run(plan: Plan, cookie: String) -> anyhow::Result<()> {
             Ok(()) => (
                 cluster::find_coordinator(&node, Duration::from_secs(10)).await,
                 if plan.tls.is_some() {
-                    "the coordinator closed the connection (a different cookie, or it refused \
-                     this worker's certificate: see its log)"
+                    "connected, but the coordinator never answered (a different cookie, or it \
+                     refused this worker's certificate: see its log)"
                 } else {
-                    "the coordinator closed the connection (a different cookie, or it requires \
-                     TLS: --tls-cert/--tls-key/--tls-ca)"
+                    "connected, but the coordinator never answered (a different cookie, or it \
+                     requires TLS: --tls-cert/--tls-key/--tls-ca)"
                 }
                 .to_string(),
             ),
@@ -289,7 +289,7 @@ async fn run(plan: Plan, cookie: String) -> anyhow::Result<()> {
 }
 
 /// Whether the output of the job this worker worked for is complete. The coordinator
-/// writes `_SUCCESS` last, so a worker that lost the coordinator at the end of the job
+/// writes `_SUCCESS` after the manifest, when no task is left, so a worker that lost the coordinator at the end of the job
 /// can tell "done" from "coordinator down". False when unknown (no task seen yet, or the
 /// store cannot be read).
 async fn job_finished(job_output: &std::sync::OnceLock<String>) -> bool {
