@@ -237,15 +237,21 @@ def test_sigkill_a_worker_reruns_its_task_once(tmp_path, data, moment):
     assert tasks_run(stdout) == planned_tasks(out) + len(requeued)
 
 
+def stopped_in_a_map(c: Cluster, name: str, **worker) -> subprocess.Popen:
+    """Starts worker `name` alone and SIGSTOPs it while it runs its first map task."""
+    proc = c.start_worker(name, **worker)
+    wait_for(lambda: re.search(r"running.*map-", c.log(name)) is not None)
+    proc.send_signal(signal.SIGSTOP)
+    return proc
+
+
 def test_sigstop_past_the_lease_late_result_is_refused(tmp_path, data):
     d, inputs, manifest = data
     port = free_port()
     out = tmp_path / "out-stop"
     c = Cluster(tmp_path, job(tmp_path, "stop", inputs, "cluster", port, lease=3), port)
     try:
-        sleeper = c.start_worker("sleeper")
-        wait_for(lambda: re.search(r"running.*map-", c.log("sleeper")) is not None)
-        sleeper.send_signal(signal.SIGSTOP)
+        sleeper = stopped_in_a_map(c, "sleeper")
         c.start_worker("w1")
         wait_for(lambda: "lease expired" in c.log("coordinator-0"), timeout=60)
         sleeper.send_signal(signal.SIGCONT)
@@ -264,9 +270,7 @@ def test_a_worker_away_at_the_end_learns_the_job_is_done(tmp_path, data):
     out = tmp_path / "out-away"
     c = Cluster(tmp_path, job(tmp_path, "away", inputs, "cluster", port, lease=3), port)
     try:
-        away = c.start_worker("away", give_up=120)
-        wait_for(lambda: re.search(r"running.*map-", c.log("away")) is not None)
-        away.send_signal(signal.SIGSTOP)
+        away = stopped_in_a_map(c, "away", give_up=120)
         c.start_worker("w1")
         c.coordinator.wait(timeout=180)  # the job ends, and the coordinator exits, without it
         away.send_signal(signal.SIGCONT)
