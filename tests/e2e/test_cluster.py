@@ -92,6 +92,14 @@ class Cluster:
         self.workers: dict[str, subprocess.Popen] = {}
         self.coordinator = self.start_coordinator()
 
+    @classmethod
+    def for_job(cls, tmp: Path, inputs: Path, name: str, **job_options) -> "Cluster":
+        """A cluster-mode job `name` on a free port (output: `tmp/out-<name>`), its coordinator started."""
+        port = free_port()
+        c = cls(tmp, job(tmp, name, inputs, "cluster", port, **job_options), port)
+        c.out = tmp / f"out-{name}"
+        return c
+
     def start_coordinator(self) -> subprocess.Popen:
         n = len(list(self.logs.glob("coordinator-*.log")))
         out = open(self.logs / f"coordinator-{n}.log", "w")
@@ -181,8 +189,7 @@ def planned_tasks(out: Path) -> int:
 
 def test_three_workers_give_local_bytes(tmp_path, data):
     d, inputs, manifest = data
-    port = free_port()
-    c = Cluster(tmp_path, job(tmp_path, "c3", inputs, "cluster", port), port)
+    c = Cluster.for_job(tmp_path, inputs, "c3")
     try:
         for i in range(3):
             c.start_worker(f"w{i}")
@@ -207,10 +214,9 @@ def wait_for(predicate, timeout: float = 120) -> None:
 @pytest.mark.parametrize("moment", ["map", "reduce", "report"])
 def test_sigkill_a_worker_reruns_its_task_once(tmp_path, data, moment):
     d, inputs, manifest = data
-    port = free_port()
-    out = tmp_path / f"out-kill-{moment}"
     # A long lease: the requeue must come from the node session ending (the fast path).
-    c = Cluster(tmp_path, job(tmp_path, f"kill-{moment}", inputs, "cluster", port, lease=120), port)
+    c = Cluster.for_job(tmp_path, inputs, f"kill-{moment}", lease=120)
+    out = c.out
     try:
         victim = c.start_worker("victim", fault="park-before-report" if moment == "report" else None)
         if moment == "report":
@@ -247,9 +253,8 @@ def stopped_in_a_map(c: Cluster, name: str, **worker) -> subprocess.Popen:
 
 def test_sigstop_past_the_lease_late_result_is_refused(tmp_path, data):
     d, inputs, manifest = data
-    port = free_port()
-    out = tmp_path / "out-stop"
-    c = Cluster(tmp_path, job(tmp_path, "stop", inputs, "cluster", port, lease=3), port)
+    c = Cluster.for_job(tmp_path, inputs, "stop", lease=3)
+    out = c.out
     try:
         sleeper = stopped_in_a_map(c, "sleeper")
         c.start_worker("w1")
@@ -266,9 +271,8 @@ def test_sigstop_past_the_lease_late_result_is_refused(tmp_path, data):
 
 def test_a_worker_away_at_the_end_learns_the_job_is_done(tmp_path, data):
     d, inputs, manifest = data
-    port = free_port()
-    out = tmp_path / "out-away"
-    c = Cluster(tmp_path, job(tmp_path, "away", inputs, "cluster", port, lease=3), port)
+    c = Cluster.for_job(tmp_path, inputs, "away", lease=3)
+    out = c.out
     try:
         away = stopped_in_a_map(c, "away", give_up=120)
         c.start_worker("w1")
@@ -288,8 +292,7 @@ def test_a_worker_away_at_the_end_learns_the_job_is_done(tmp_path, data):
 
 def test_wrong_cookie_and_duplicate_names_are_rejected(tmp_path, data):
     d, inputs, manifest = data
-    port = free_port()
-    c = Cluster(tmp_path, job(tmp_path, "cookie", inputs, "cluster", port), port)
+    c = Cluster.for_job(tmp_path, inputs, "cookie")
     try:
         intruder = c.start_worker("intruder", cookie="ffffffffffffffffffffffffffffffff", give_up=3)
         intruder.wait(timeout=60)
@@ -297,12 +300,12 @@ def test_wrong_cookie_and_duplicate_names_are_rejected(tmp_path, data):
         assert "unreachable" in c.log("intruder")
         assert not (tmp_path / "out-cookie" / "_job" / "journal" / "map-00000.json").exists()
         # A connection that never says anything does not keep a worker out.
-        idle = socket.create_connection(("127.0.0.1", port))
+        idle = socket.create_connection(("127.0.0.1", c.port))
         c.start_worker("w1")
         wait_for(lambda: "joined" in c.log("w1"), timeout=30)
         # A second worker of the same name is refused (exit 2) and the job goes on.
         twin = subprocess.run(
-            [str(WORKER), "--join", f"127.0.0.1:{port}", "--name", "w1", "--memory", "256MiB",
+            [str(WORKER), "--join", f"127.0.0.1:{c.port}", "--name", "w1", "--memory", "256MiB",
              "--scratch", str(tmp_path / "twin")],
             env=env(), capture_output=True, text=True, timeout=60,
         )
@@ -322,12 +325,11 @@ def test_mutual_tls_admits_only_certified_workers(tmp_path, data):
     d, inputs, manifest = data
     certs = make_certs(tmp_path / "certs", workers=2)
     other = make_certs(tmp_path / "other-ca", workers=1)
-    port = free_port()
-    out = tmp_path / "out-tls"
-    c = Cluster(tmp_path, job(tmp_path, "tls", inputs, "cluster", port, tls=certs, handshake_timeout=2), port)
+    c = Cluster.for_job(tmp_path, inputs, "tls", tls=certs, handshake_timeout=2)
+    out = c.out
     try:
         # Silent TCP connections, held open throughout.
-        idle = [socket.create_connection(("127.0.0.1", port)) for _ in range(3)]
+        idle = [socket.create_connection(("127.0.0.1", c.port)) for _ in range(3)]
         # A plain-TCP worker, a worker whose certificate another CA signed, and a worker
         # that does not trust the coordinator's name: none gets in.
         strangers = {
@@ -338,7 +340,7 @@ def test_mutual_tls_admits_only_certified_workers(tmp_path, data):
         }
         # A TLS client without a certificate is refused by the coordinator.
         context = ssl.create_default_context(cafile=str(certs / "ca.pem"))
-        with socket.create_connection(("127.0.0.1", port)) as raw:
+        with socket.create_connection(("127.0.0.1", c.port)) as raw:
             with context.wrap_socket(raw, server_hostname="127.0.0.1") as tls:
                 with pytest.raises(ssl.SSLError, match="CERTIFICATE_REQUIRED"):
                     tls.recv(1)
@@ -415,10 +417,9 @@ def test_cluster_settings_are_checked(tmp_path, data):
 
 def test_coordinator_killed_and_restarted_workers_reconnect(tmp_path, data):
     d, inputs, manifest = data
-    port = free_port()
-    out = tmp_path / "out-restart"
+    c = Cluster.for_job(tmp_path, inputs, "restart")
+    out = c.out
     journal = out / "_job" / "journal"
-    c = Cluster(tmp_path, job(tmp_path, "restart", inputs, "cluster", port), port)
     try:
         c.start_worker("w1")
         c.start_worker("w2")
