@@ -15,7 +15,7 @@ pub enum JobError {
     Conflict(String),
 
     /// A task failed more often than allowed; the job stops.
-    #[error("{task} failed {attempts} times; last error: {error}")]
+    #[error("{task} failed after {attempts} attempt(s); last error: {error}")]
     TaskFailed {
         task: String,
         attempts: u32,
@@ -25,6 +25,10 @@ pub enum JobError {
     /// The journal or manifest cannot be read.
     #[error("{path}: {what}")]
     Journal { path: String, what: String },
+
+    /// A finished output that does not match its manifest (`coordinator verify`).
+    #[error("{output}: verification failed: {what}")]
+    Verify { output: String, what: String },
 
     #[error(transparent)]
     Worker(#[from] WorkerError),

@@ -18,8 +18,8 @@ use std::time::{Duration, Instant};
 use probeflow_worker::actor::{CoordinatorMsg, TaskReply, Wire, WorkerActor, WorkerArgs};
 use probeflow_worker::cluster;
 use probeflow_worker::protocol::{
-    Assignment, JobContext, MapOutput, ReduceOutput, Registration, TaskId, TaskOutput, TaskSpec,
-    PROTOCOL_VERSION,
+    Assignment, JobContext, MapOutput, ReduceOutput, Registration, TaskFailure, TaskId, TaskOutput,
+    TaskSpec, PROTOCOL_VERSION,
 };
 use probeflow_worker::store::StoreUrl;
 use probeflow_worker::tls::{ClusterTls, TlsFiles};
@@ -281,7 +281,12 @@ impl Actor for CoordinatorActor {
                     return Ok(());
                 };
                 // A result that does not decode counts as a failed attempt.
-                let result = result.0.and_then(|r| r);
+                let result = result.0.unwrap_or_else(|error| {
+                    Err(TaskFailure {
+                        error,
+                        retryable: true,
+                    })
+                });
                 let holds = s
                     .leases
                     .get(&task)
@@ -300,13 +305,13 @@ impl Actor for CoordinatorActor {
                             s.finish(Err(e));
                         }
                     }
-                    Err(error) => {
-                        tracing::warn!(%worker, %task, attempt, %error, "task failed");
-                        if attempt >= s.max_attempts {
+                    Err(failure) => {
+                        tracing::warn!(%worker, %task, attempt, error = %failure, retryable = failure.retryable, "task failed");
+                        if attempt >= s.max_attempts || !failure.retryable {
                             s.finish(Err(JobError::TaskFailed {
                                 task: task.to_string(),
                                 attempts: attempt,
-                                error,
+                                error: failure.error,
                             }));
                         } else if let Some(lease) = lease {
                             s.pending.push_front(lease.spec);
@@ -410,7 +415,7 @@ async fn finalize(
         manifest_version: journal::MANIFEST_VERSION,
         job_fingerprint: record.fingerprint.clone(),
         row_format_version: probeflow_reader::row::codec::ROW_FORMAT_VERSION.to_string(),
-        tokenizer_version: journal::TOKENIZER_VERSION.to_string(),
+        tokenizer_version: probeflow_reader::tokenizer::TOKENIZER_VERSION.to_string(),
         partition_function: journal::PARTITION_FUNCTION.to_string(),
         split_function: journal::SPLIT_FUNCTION.to_string(),
         shards_per_split: job.shards,
@@ -418,6 +423,7 @@ async fn finalize(
         test_fraction: job.test_fraction,
         max_row_bytes: job.max_row_bytes,
         array_record_options: job.array_record_options.clone(),
+        plausible: job.plausible,
         inputs: record.inputs.clone(),
         shards,
         rejects,
@@ -526,7 +532,11 @@ pub async fn run_job(spec: &JobSpec) -> Result<RunOutcome> {
                 (None, None) => return Err(JobError::Runtime("no input".into())),
             };
             let (inputs, maps) = plan::plan_maps(&url, spec.rows_per_map_task()).await?;
+            let planned_at = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs());
             let record = JobRecord {
+                plausible: spec.plausible(planned_at),
                 version: journal::JOURNAL_VERSION,
                 fingerprint: fingerprint.clone(),
                 spec: serde_json::to_value(spec).map_err(|e| JobError::Runtime(e.to_string()))?,
@@ -540,7 +550,7 @@ pub async fn run_job(spec: &JobSpec) -> Result<RunOutcome> {
     };
     check_inputs_unchanged(&record.inputs).await?;
 
-    let job = spec.job_context();
+    let job = spec.job_context(record.plausible);
     let resumed = (journal.maps.len() + journal.reduces.len()) as u64;
     let total_rows: u64 = record.inputs.iter().map(|f| f.rows).sum();
     let progress = Progress::new(record.maps.len() as u64, u64::from(job.shards), total_rows);

@@ -12,16 +12,14 @@
 
 use std::collections::BTreeMap;
 
-use probeflow_worker::protocol::{MapOutput, MapTask, ReduceOutput, ShardInfo};
+use probeflow_worker::protocol::{MapOutput, MapTask, Plausible, ReduceOutput, ShardInfo};
 use probeflow_worker::store::StoreUrl;
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 
 use crate::error::{JobError, Result};
 
-pub const JOURNAL_VERSION: u32 = 1;
-pub const MANIFEST_VERSION: u32 = 1;
-/// The tokenizer (vocabulary of 267) the rows are made for.
-pub const TOKENIZER_VERSION: &str = "1";
+pub const JOURNAL_VERSION: u32 = 2;
+pub const MANIFEST_VERSION: u32 = 2;
 
 /// One input file as planned.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -42,6 +40,8 @@ pub struct JobRecord {
     pub inputs: Vec<InputFile>,
     pub maps: Vec<MapTask>,
     pub shards: u32,
+    /// The plausibility limits, resolved when the job was planned.
+    pub plausible: Plausible,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -135,6 +135,9 @@ pub struct Manifest {
     pub test_fraction: f64,
     pub max_row_bytes: usize,
     pub array_record_options: String,
+    /// The unit of integer event times, the event-time window and the RTT ceiling the
+    /// rows were checked against.
+    pub plausible: Plausible,
     pub inputs: Vec<InputFile>,
     pub shards: Vec<ShardInfo>,
     pub rejects: Vec<String>,

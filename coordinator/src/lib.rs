@@ -7,6 +7,7 @@
 //! * [`journal`]: the per-task journal under `<output>/_job/` and `manifest.json`.
 //! * [`synthetic`]: RIPE-Atlas-like demo input.
 //! * [`inspect`], [`status`]: human views of shards and of a job's state.
+//! * [`verify`]: a finished output checked against its manifest.
 
 pub mod error;
 pub mod inspect;
@@ -17,6 +18,7 @@ pub mod progress;
 pub mod spec;
 pub mod status;
 pub mod synthetic;
+pub mod verify;
 
 pub use error::{JobError, Result};
 pub use probeflow_worker as worker;

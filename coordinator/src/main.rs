@@ -8,7 +8,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use probeflow_coordinator::job::{run_job, RunOutcome};
 use probeflow_coordinator::spec::JobSpec;
-use probeflow_coordinator::{inspect, status, synthetic, JobError};
+use probeflow_coordinator::{inspect, status, synthetic, verify, JobError};
 use probeflow_worker::store::StoreUrl;
 
 /// The demo job, compiled in so `coordinator run` works with nothing else.
@@ -35,6 +35,12 @@ enum Command {
     },
     /// Print the state of a running or finished job.
     Status {
+        /// The job's [output] url.
+        output: String,
+    },
+    /// Check a finished output against its manifest: every shard's size, blake3 and
+    /// row count, and no unlisted shard files. Exit 1 names the first problem.
+    Verify {
         /// The job's [output] url.
         output: String,
     },
@@ -141,6 +147,16 @@ fn main() -> ExitCode {
             }
             Command::Status { output } => {
                 print!("{}", status::status(&output).await?);
+                Ok(())
+            }
+            Command::Verify { output } => {
+                let v = verify::verify(&output).await?;
+                println!(
+                    "{output}: ok: {} shards, {} rows, {:.1} MB match the manifest",
+                    v.shards,
+                    v.rows,
+                    v.bytes as f64 / 1e6
+                );
                 Ok(())
             }
             Command::Inspect { shard, row, limit } => {

@@ -8,7 +8,10 @@
 use std::path::{Path, PathBuf};
 
 use probeflow_reader::array_record::WriterOptions;
-use probeflow_worker::protocol::{InputColumns, JobContext};
+use probeflow_worker::protocol::{
+    InputColumns, JobContext, Plausible, TimeUnit, DEFAULT_EARLIEST_EVENT_TIME,
+    DEFAULT_LATEST_EVENT_TIME_MARGIN_SECONDS, DEFAULT_MAX_RTT_MS,
+};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{JobError, Result};
@@ -33,6 +36,39 @@ pub struct InputSpec {
     pub synthetic: Option<SyntheticSpec>,
     #[serde(default)]
     pub columns: InputColumns,
+    /// The unit of integer `event_time` values: `"s"` (default), `"ms"`, `"us"`, `"ns"`.
+    #[serde(default)]
+    pub time_unit: TimeUnit,
+    /// Rows with an earlier event time are rejected (`implausible_event_time`):
+    /// RFC 3339 (`2000-01-01T00:00:00Z`) or a UTC date (`2000-01-01`).
+    #[serde(default = "default_earliest_event_time")]
+    pub earliest_event_time: String,
+    /// Rows with a later event time are rejected; default: one day after the job is
+    /// planned (fixed in the journal and the manifest from then on).
+    pub latest_event_time: Option<String>,
+    /// RTTs above this (ms), and infinite ones, are rejected.
+    #[serde(default = "default_max_rtt_ms")]
+    pub max_rtt_ms: f64,
+}
+
+fn default_earliest_event_time() -> String {
+    "2000-01-01T00:00:00Z".into()
+}
+fn default_max_rtt_ms() -> f64 {
+    DEFAULT_MAX_RTT_MS
+}
+
+/// Unix seconds of an RFC 3339 time or a UTC date (`YYYY-MM-DD`).
+fn parse_instant(text: &str) -> std::result::Result<u64, String> {
+    let seconds = match chrono::DateTime::parse_from_rfc3339(text) {
+        Ok(t) => t.timestamp(),
+        Err(_) => chrono::NaiveDate::parse_from_str(text, "%Y-%m-%d")
+            .map_err(|_| format!("{text:?} is not an RFC 3339 time (2000-01-01T00:00:00Z) or a date (2000-01-01)"))?
+            .and_time(chrono::NaiveTime::MIN)
+            .and_utc()
+            .timestamp(),
+    };
+    u64::try_from(seconds).map_err(|_| format!("{text:?} is before 1970"))
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -220,6 +256,23 @@ impl JobSpec {
             }
             _ => {}
         }
+        let earliest = parse_instant(&self.input.earliest_event_time)
+            .map_err(|e| format!("[input] earliest_event_time: {e}"))?;
+        if let Some(latest) = &self.input.latest_event_time {
+            let latest =
+                parse_instant(latest).map_err(|e| format!("[input] latest_event_time: {e}"))?;
+            if latest <= earliest {
+                return Err(format!(
+                    "[input] latest_event_time ({latest}) must be after earliest_event_time ({earliest})"
+                ));
+            }
+        }
+        if !(self.input.max_rtt_ms.is_finite() && self.input.max_rtt_ms > 0.0) {
+            return Err(format!(
+                "[input] max_rtt_ms must be a positive number of milliseconds, got {}",
+                self.input.max_rtt_ms
+            ));
+        }
         if self.output.url.is_empty() {
             return Err("[output] url is empty".into());
         }
@@ -297,7 +350,29 @@ impl JobSpec {
             .to_string()
     }
 
-    pub fn job_context(&self) -> JobContext {
+    /// The plausibility limits of a job planned at `planned_at` (Unix seconds): the
+    /// window's default end is one day later. Call once, when planning; resumes use
+    /// the journaled value.
+    pub fn plausible(&self, planned_at: u64) -> Plausible {
+        // validate() checked both instants.
+        let earliest =
+            parse_instant(&self.input.earliest_event_time).unwrap_or(DEFAULT_EARLIEST_EVENT_TIME);
+        let latest = self
+            .input
+            .latest_event_time
+            .as_deref()
+            .and_then(|t| parse_instant(t).ok())
+            .unwrap_or(planned_at + DEFAULT_LATEST_EVENT_TIME_MARGIN_SECONDS);
+        Plausible {
+            time_unit: self.input.time_unit,
+            earliest_event_time: earliest,
+            latest_event_time: latest,
+            max_rtt_ms: self.input.max_rtt_ms,
+        }
+    }
+
+    /// What every task needs, with the limits resolved when the job was planned.
+    pub fn job_context(&self, plausible: Plausible) -> JobContext {
         JobContext {
             output: self.output.url.clone(),
             shards: self.output.shards,
@@ -306,6 +381,7 @@ impl JobSpec {
             split_seed: self.split.seed,
             test_fraction: self.split.test_fraction,
             columns: self.input.columns.clone(),
+            plausible,
         }
     }
 }
@@ -355,6 +431,36 @@ scratch = "/tmp/probeflow"
         let no_ca = format!("{FULL}[run.tls]\ncert = \"c.pem\"\nkey = \"c.key\"\n");
         let err = JobSpec::parse(&no_ca, "x.toml").unwrap_err().to_string();
         assert!(err.contains("missing field `ca`"), "{err}");
+    }
+
+    #[test]
+    fn plausibility_settings_are_checked_and_resolved() {
+        let spec = JobSpec::parse(FULL, "x.toml").unwrap();
+        let p = spec.plausible(1_800_000_000);
+        assert_eq!(p.time_unit, TimeUnit::S);
+        assert_eq!(p.earliest_event_time, 946_684_800);
+        assert_eq!(p.latest_event_time, 1_800_000_000 + 86_400);
+        assert_eq!(p.max_rtt_ms, 60_000.0);
+        let set = FULL.replace(
+            "[output]",
+            "time_unit = \"ms\"\nearliest_event_time = \"2020-01-01\"\nlatest_event_time = \"2021-01-01T00:00:00+01:00\"\nmax_rtt_ms = 5000\n[output]",
+        );
+        let p = JobSpec::parse(&set, "x.toml").unwrap().plausible(0);
+        assert_eq!(p.time_unit, TimeUnit::Ms);
+        assert_eq!(p.earliest_event_time, 1_577_836_800);
+        assert_eq!(p.latest_event_time, 1_609_459_200 - 3_600);
+        assert_eq!(p.max_rtt_ms, 5000.0);
+        for (bad, what) in [
+            ("time_unit = \"min\"", "time_unit"),
+            ("earliest_event_time = \"yesterday\"", "earliest_event_time"),
+            ("latest_event_time = \"1999-01-01\"", "must be after"),
+            ("max_rtt_ms = -1", "max_rtt_ms"),
+            ("max_rtt_ms = inf", "max_rtt_ms"),
+        ] {
+            let text = FULL.replace("[output]", &format!("{bad}\n[output]"));
+            let err = JobSpec::parse(&text, "x.toml").unwrap_err().to_string();
+            assert!(err.contains(what), "{bad}: {err}");
+        }
     }
 
     #[test]

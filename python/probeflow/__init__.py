@@ -41,7 +41,7 @@ from ._native import (
     src_id,
 )
 from .dataset import Dataset, RowDataSource
-from .errors import FormatError, InvalidInputError, OptionsError, ProbeflowError
+from .errors import FormatError, InvalidInputError, OptionsError, OutputError, ProbeflowError
 
 __all__ = [
     "DEFAULT_ARRAY_RECORD_OPTIONS",
@@ -54,6 +54,7 @@ __all__ = [
     "FormatError",
     "InvalidInputError",
     "OptionsError",
+    "OutputError",
     "ProbeflowError",
     "build_rows",
     "canonical_addr",

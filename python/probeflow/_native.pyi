@@ -152,6 +152,7 @@ class _Loader:
         timestamp_modes: tuple[float, float, float],
         partial_drop: tuple[float, float],
         strategy: str,
+        verify: bool = False,
     ) -> None: ...
     def next_batch(self) -> dict[str, npt.NDArray[np.int32]] | None: ...
     def state_json(self) -> str: ...
@@ -167,8 +168,10 @@ class _Loader:
 def _after_fork_in_child() -> None:
     """Marks this process as a fork child: loaders start fresh producer threads."""
 
-def resolve_shards(path: str, split: str) -> list[str]:
-    """The shard files of ``split`` named by ``path`` (directory, manifest, glob, file)."""
+def resolve_shards(paths: list[str], split: str, verify: bool = False) -> list[str]:
+    """The shard files of ``split`` named by ``paths`` (directories, manifests, globs,
+    files), checked: ``_SUCCESS``, versions, split, one output; ``verify`` also checks
+    sizes, blake3 and rows against the manifest. Raises OutputError or FormatError."""
 
 def encode_measurement(
     src: str,

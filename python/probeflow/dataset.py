@@ -45,7 +45,11 @@ class Dataset:
     Args:
         path: a job output directory or its ``manifest.json``, a glob such as
             ``"out/train/shard-*.array_record"``, one shard file, or a list of them.
-        split: ``"train"`` or ``"test"`` (used with a manifest).
+            Only finished outputs are read (``_SUCCESS``, known format and tokenizer
+            versions); files of a job output must be in its manifest.
+        split: ``"train"`` or ``"test"``. Globs and files honour it too: a file in
+            another split's directory raises :class:`~probeflow.OutputError`, as do
+            shards of several outputs (another manifest or another ``-of-N``).
         seq_len: tokens per sequence (the context length).
         batch_size: sequences per batch.
         seed: seeds the epoch order and every sampling draw.
@@ -88,6 +92,7 @@ class Dataset:
         timestamp_modes: tuple[float, float, float] = (0.4, 0.3, 0.3),
         partial_drop: tuple[float, float] = (0.1, 0.9),
         strategy: str = "window",
+        verify: bool = False,
     ) -> None:
         if (shard_index is None) != (shard_count is None):
             raise ValueError("give both shard_index and shard_count, or neither")
@@ -121,7 +126,7 @@ class Dataset:
             strategy=strategy,
         )
         self._path = paths
-        self._loader = _native._Loader(paths, **self._options)
+        self._loader = _native._Loader(paths, **self._options, verify=verify)
 
     @property
     def options(self) -> dict[str, Any]:
@@ -188,9 +193,9 @@ class RowDataSource:
     and numpy columns. For users who sample in Python.
     """
 
-    def __init__(self, path: PathLike, split: str = "train") -> None:
+    def __init__(self, path: PathLike, split: str = "train", *, verify: bool = False) -> None:
         paths = [path] if isinstance(path, (str, os.PathLike)) else list(path)
-        self._files = [f for p in paths for f in _native.resolve_shards(os.fspath(p), split)]
+        self._files = _native.resolve_shards([os.fspath(p) for p in paths], split, verify)
         self._path = path
         self._split = split
         self._readers = [_native.ArrayRecordReader(f) for f in self._files]

@@ -9,6 +9,10 @@ hierarchy (and onto Python's own ``OSError`` family and ``IndexError``):
 * :class:`InvalidInputError` — a value cannot be used (bad address, NaN RTT,
   measurements out of time order …). Also a ``ValueError``.
 * :class:`OptionsError` — an ArrayRecord option string is invalid. Also a ``ValueError``.
+* :class:`OutputError` — a job output (or shard files) that must not be read as asked:
+  the job has not finished (no ``_SUCCESS``), its format or tokenizer version is not
+  this reader's, its manifest names a path outside the output, or the files belong to
+  another split or to several outputs. Also a ``ValueError``.
 
 I/O problems raise ``FileNotFoundError``, ``PermissionError`` or ``OSError``; an
 index out of range raises ``IndexError``.
@@ -16,7 +20,7 @@ index out of range raises ``IndexError``.
 
 from __future__ import annotations
 
-__all__ = ["ProbeflowError", "FormatError", "InvalidInputError", "OptionsError"]
+__all__ = ["ProbeflowError", "FormatError", "InvalidInputError", "OptionsError", "OutputError"]
 
 
 class ProbeflowError(Exception):
@@ -33,3 +37,8 @@ class InvalidInputError(ProbeflowError, ValueError):
 
 class OptionsError(ProbeflowError, ValueError):
     """An invalid ArrayRecord writer option string."""
+
+
+class OutputError(ProbeflowError, ValueError):
+    """A job output that must not be read as asked (unfinished, other version, paths
+    outside it, another split, several outputs mixed)."""

@@ -30,6 +30,7 @@ from typing import Any, Callable, Iterator
 
 import numpy as np
 
+from ._native import resolve_shards
 from .dataset import Dataset
 
 
@@ -61,7 +62,8 @@ class NetworkOptions:
     """The ``network_*`` keys of a MaxText run (``network_`` prefix stripped).
 
     ``train_files``/``eval_files``: a job output directory, its ``manifest.json``, a
-    glob or a shard file (eval reads the ``test`` split; default: the train files).
+    glob or a shard file (eval reads the ``test`` split; default: the train files;
+    a glob of ``train/`` shards has no test split and is refused for eval).
     ``seed``: the reader's seed. ``packing``: default MaxText's ``packing``. The other
     keys are ``probeflow.Dataset``'s options. ``batch_log``: a file that gets one JSON
     line per batch handed to MaxText (sha256 of the arrays and the token arrays), for
@@ -243,6 +245,15 @@ def _packing(options: NetworkOptions, config: Any) -> bool:
     return bool(getattr(config, "packing", True)) if options.packing is None else options.packing
 
 
+def eval_source(options: NetworkOptions) -> str:
+    """Where the eval stream reads the ``test`` split: ``eval_files``, else the train
+    files' output. Checked now: a glob or file list of ``train/`` shards has no test
+    split and raises :class:`~probeflow.OutputError`; eval never reads train rows."""
+    path = options.eval_files or options.train_files
+    resolve_shards([path], "test")
+    return path
+
+
 def _make_iterator(options: NetworkOptions, config: Any, mesh: Any, process_indices: list[int], stream: str):
     """This host's share of the ``train`` (endless) or ``eval`` (the test split once)
     stream, wrapped in MaxText's ``MultiHostDataLoadIterator``."""
@@ -253,9 +264,11 @@ def _make_iterator(options: NetworkOptions, config: Any, mesh: Any, process_indi
     batch_key = "global_batch_size_to_load" if train else "global_batch_size_to_load_eval"
     batch = _local_batch(getattr(config, batch_key), shard_count, batch_key)
 
+    path = options.train_files if train else eval_source(options)
+
     def make() -> Dataset:
         return Dataset(
-            options.train_files if train else (options.eval_files or options.train_files),
+            path,
             split="train" if train else "test",
             seq_len=config.max_target_length,
             batch_size=batch,

@@ -51,7 +51,7 @@ impl PyLoader {
     #[pyo3(signature = (path, split, seq_len, batch_size, seed, shard_index, shard_count,
         packing, prefetch, num_threads, num_epochs, drop_remainder, block_rows,
         contexts_per_row, measurements_per_context, tokens_per_measurement,
-        timestamp_modes, partial_drop, strategy))]
+        timestamp_modes, partial_drop, strategy, verify=false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -74,6 +74,7 @@ impl PyLoader {
         timestamp_modes: (f64, f64, f64),
         partial_drop: (f64, f64),
         strategy: &str,
+        verify: bool,
     ) -> PyResult<Self> {
         let paths: Vec<String> = match path.extract::<String>() {
             Ok(p) => vec![p],
@@ -105,10 +106,7 @@ impl PyLoader {
         let split = split.to_string();
         let (loader, files) = py
             .detach(move || -> probeflow_reader::Result<(Loader, Vec<String>)> {
-                let mut files = Vec::new();
-                for p in &paths {
-                    files.extend(RowSource::resolve(p, &split)?);
-                }
+                let files = probeflow_reader::output::resolve(&paths, &split, verify)?;
                 let rows = RowSource::open(&files)?;
                 let names = files.iter().map(|f| f.display().to_string()).collect();
                 Ok((Loader::new(rows, options)?, names))
@@ -298,11 +296,18 @@ pub fn token_name(id: i32) -> String {
     tokenizer::token_name(id)
 }
 
-/// The shard files of `split` named by `path` (output directory, manifest, glob or
-/// file), in global row order.
+/// The shard files of `split` named by `paths` (output directories, manifests, globs
+/// or files), in global row order, checked (`_SUCCESS`, versions, split, one output);
+/// `verify` also checks every file's size, blake3 and rows against the manifest.
 #[pyfunction]
-pub fn resolve_shards(py: Python<'_>, path: String, split: String) -> PyResult<Vec<String>> {
-    py.detach(move || RowSource::resolve(&path, &split))
+#[pyo3(signature = (paths, split, verify=false))]
+pub fn resolve_shards(
+    py: Python<'_>,
+    paths: Vec<String>,
+    split: String,
+    verify: bool,
+) -> PyResult<Vec<String>> {
+    py.detach(move || probeflow_reader::output::resolve(&paths, &split, verify))
         .map(|files| files.iter().map(|f| f.display().to_string()).collect())
         .map_err(py_err)
 }

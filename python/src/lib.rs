@@ -42,6 +42,7 @@ fn py_err(e: Error) -> PyErr {
         Error::Corrupt { .. } | Error::Unsupported { .. } | Error::Row(_) => "FormatError",
         Error::Options { .. } => "OptionsError",
         Error::Input(_) => "InvalidInputError",
+        Error::Output { .. } => "OutputError",
         Error::Arrow(_) => "ProbeflowError",
     };
     Python::attach(|py| {

@@ -16,7 +16,7 @@
 //! bounded channel; after `fork` the child starts a fresh producer from the last
 //! delivered position instead of touching the parent's threads.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender};
 use std::sync::Arc;
@@ -49,107 +49,13 @@ impl std::fmt::Debug for RowSource {
     }
 }
 
-fn io_err(path: &Path, e: std::io::Error) -> Error {
-    Error::Io {
-        path: path.to_path_buf(),
-        source: e,
-    }
-}
-
-/// Matches a file name against a pattern with `*` wildcards.
-fn wildcard(pattern: &str, name: &str) -> bool {
-    let parts: Vec<&str> = pattern.split('*').collect();
-    if parts.len() == 1 {
-        return pattern == name;
-    }
-    let mut rest = name;
-    for (i, part) in parts.iter().enumerate() {
-        if i == 0 {
-            match rest.strip_prefix(part) {
-                Some(r) => rest = r,
-                None => return false,
-            }
-        } else if i == parts.len() - 1 {
-            return rest.ends_with(part);
-        } else {
-            match rest.find(part) {
-                Some(k) => rest = &rest[k + part.len()..],
-                None => return false,
-            }
-        }
-    }
-    true
-}
-
-#[derive(Deserialize)]
-struct ManifestShard {
-    split: String,
-    path: String,
-}
-
-#[derive(Deserialize)]
-struct ManifestFile {
-    shards: Vec<ManifestShard>,
-}
-
 impl RowSource {
     /// The shard files of `split` named by `path`: a job's output directory (its
     /// `manifest.json`), a `manifest.json`, a glob of `.array_record` files (`*` in the
-    /// file name), or one file. Files from a glob are sorted by name.
+    /// file name), or one file, with the checks of [`crate::output::resolve`]. Files
+    /// from a glob are sorted by name.
     pub fn resolve(path: &str, split: &str) -> Result<Vec<PathBuf>> {
-        let p = Path::new(path);
-        let manifest = if p.is_dir() {
-            Some(p.join("manifest.json"))
-        } else if p.file_name().is_some_and(|n| n == "manifest.json") {
-            Some(p.to_path_buf())
-        } else {
-            None
-        };
-        if let Some(m) = manifest {
-            let text = std::fs::read_to_string(&m).map_err(|e| io_err(&m, e))?;
-            let parsed: ManifestFile = serde_json::from_str(&text).map_err(|e| {
-                Error::Input(format!("{}: not a probeflow manifest: {e}", m.display()))
-            })?;
-            let root = m.parent().unwrap_or(Path::new("."));
-            let files: Vec<PathBuf> = parsed
-                .shards
-                .iter()
-                .filter(|s| s.split == split)
-                .map(|s| root.join(&s.path))
-                .collect();
-            if files.is_empty() {
-                return Err(Error::Input(format!(
-                    "{}: no shards for split {split:?}",
-                    m.display()
-                )));
-            }
-            return Ok(files);
-        }
-        let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
-        if name.contains('*') {
-            let dir = p
-                .parent()
-                .filter(|d| !d.as_os_str().is_empty())
-                .unwrap_or(Path::new("."));
-            let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
-                .map_err(|e| io_err(dir, e))?
-                .filter_map(|e| e.ok())
-                .filter(|e| e.file_name().to_str().is_some_and(|n| wildcard(name, n)))
-                .map(|e| e.path())
-                .collect();
-            files.sort();
-            if files.is_empty() {
-                return Err(Error::Input(format!("{path}: no files match")));
-            }
-            return Ok(files);
-        }
-        if !p.exists() {
-            return Err(io_err(
-                p,
-                std::io::Error::from(std::io::ErrorKind::NotFound),
-            ));
-        }
-        Ok(vec![p.to_path_buf()])
+        crate::output::resolve(&[path.to_string()], split, false)
     }
 
     /// Opens (memory-maps) the given shard files.
@@ -766,7 +672,7 @@ mod tests {
     use crate::row::{encode_row, Measurement, RttCode};
 
     /// Two shards of rows with sizes from 1 to 2000 measurements.
-    fn shards(dir: &Path) -> Vec<PathBuf> {
+    fn shards(dir: &std::path::Path) -> Vec<PathBuf> {
         let mut rng = CounterRng::new(11);
         let mut files = Vec::new();
         for s in 0..2 {

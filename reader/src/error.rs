@@ -76,6 +76,12 @@ pub enum Error {
     #[error("invalid input: {0}")]
     Input(String),
 
+    /// A job output (or files from one) that must not be read as asked: unfinished
+    /// (no `_SUCCESS`), unknown versions, a manifest path leaving the output, shards of
+    /// another split or of several outputs.
+    #[error("{path}: {what}")]
+    Output { path: String, what: String },
+
     /// An error from the Arrow library while encoding a row.
     #[error("arrow: {0}")]
     Arrow(#[from] arrow_schema::ArrowError),

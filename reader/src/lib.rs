@@ -9,6 +9,8 @@
 //! * [`sampler`]: training contexts from a row (windows, timestamp modes, field orders),
 //!   every draw from a counter-based [`rng`] keyed by (seed, epoch, row, context).
 //! * [`packing`]: contexts into fixed-length sequences with segment ids and positions.
+//! * [`output`]: a job's output as the reader sees it: which shard files to read, and
+//!   the checks (`_SUCCESS`, versions, split, one output, checksums) before reading.
 //! * [`dataset`]: a split's shards, per-rank epoch order, blocks of rows, batches, the
 //!   resumable iterator state and the background producer.
 //!
@@ -18,6 +20,7 @@
 pub mod array_record;
 pub mod dataset;
 pub mod error;
+pub mod output;
 pub mod packing;
 pub mod rng;
 pub mod row;

@@ -48,12 +48,13 @@ def run(args, check=True, **kw):
     return proc
 
 
-def job_file(tmp: Path, name: str, input_url: str, output: Path, workers=2, extra_run="") -> Path:
+def job_file(tmp: Path, name: str, input_url: str, output: Path, workers=2, extra_run="", extra_input="") -> Path:
     path = tmp / f"{name}.toml"
     path.write_text(
         f"""
 [input]
 url = "{input_url}"
+{extra_input}
 [output]
 url = "{output}"
 shards = {SHARDS}
@@ -273,6 +274,18 @@ def test_dirty_rows_are_rejected_with_reasons(workdir):
         ("192.0.2.1", "198.51.100.1", 4, 10.0, -5, "negative_event_time"),
         ("192.0.2.1", "198.51.100.1", 4, None, 1_767_300_000, "null_rtt"),
         ("192.0.2.1", "198.51.100.1", 4, float("nan"), 1_767_300_000, "nan_rtt"),
+        ("192.0.2.1", "198.51.100.1", 4, 10.0, 946_684_799, "implausible_event_time"),
+        ("192.0.2.1", "198.51.100.1", 4, 10.0, 1_767_300_000_000, "implausible_event_time"),
+        ("192.0.2.1", "198.51.100.1", 4, 10.0, int(time.time()) + 2 * 86_400, "implausible_event_time"),
+        ("192.0.2.1", "198.51.100.1", 4, float("inf"), 1_767_300_000, "infinite_rtt"),
+        ("192.0.2.1", "198.51.100.1", 4, float("-inf"), 1_767_300_000, "infinite_rtt"),
+        ("192.0.2.1", "198.51.100.1", 4, 1e9, 1_767_300_000, "implausible_rtt"),
+        ("192.0.2.1", "198.51.100.1", 4, 60_000.0, 1_767_300_000, None),
+        ("192.0.2.1", "198.51.100.1", 4, 10.0, 946_684_800, None),
+        ("192.0.2.1", "198.51.100.1", 4, 10.0, 1_767_300_002, None),
+        ("192.0.2.1", "198.51.100.1", 4, 10.0, 1_767_300_003, None),
+        ("192.0.2.1", "198.51.100.1", 4, 10.0, 1_767_300_004, None),
+        ("192.0.2.1", "198.51.100.1", 4, 10.0, 1_767_300_005, None),
         ("2001:db8::5", "2001:db8::1", 6, 3.0, 1_767_300_000, None),
     ]
     table = pa.table(
@@ -299,7 +312,57 @@ def test_dirty_rows_are_rejected_with_reasons(workdir):
     by_reason = dict(zip(rejects.column("reason").to_pylist(), rejects.column("src_addr").to_pylist()))
     assert by_reason["bad_src_addr"] in ("192.0.2.300", "")
     got, _ = read_output(out)
-    assert len(got["192.0.2.1"]) == 2, "IPv4-mapped source joins its IPv4 row"
+    assert len(got["192.0.2.1"]) == 8, "IPv4-mapped source joins its IPv4 row"
+    # The limits the rows were checked against are in the manifest.
+    plausible = manifest["plausible"]
+    assert plausible["time_unit"] == "s"
+    assert plausible["earliest_event_time"] == 946_684_800
+    assert abs(plausible["latest_event_time"] - (time.time() + 86_400)) < 600
+    assert plausible["max_rtt_ms"] == 60_000
+
+
+def millisecond_input(workdir) -> Path:
+    d = workdir / "millis"
+    if not d.exists():
+        d.mkdir()
+        n = 2000
+        pq.write_table(
+            pa.table(
+                {
+                    "src_addr": [f"192.0.2.{i % 50}" for i in range(n)],
+                    "dst_addr": [f"198.51.100.{i % 7}" for i in range(n)],
+                    "ip_version": pa.array([4] * n, pa.int32()),
+                    "rtt": [1.0 + i % 100 for i in range(n)],
+                    "event_time": pa.array([1_767_300_000_000 + 1000 * i for i in range(n)], pa.int64()),
+                }
+            ),
+            d / "millis.parquet",
+        )
+    return d / "millis.parquet"
+
+
+def test_epoch_millisecond_times_fail_naming_the_file_and_the_unit(workdir):
+    """Integer epoch milliseconds read as seconds would be the year 57 000: the job
+    fails at once (no retries), naming the file and the unit that fits."""
+    out = workdir / "out-millis"
+    proc = run(["run", str(job_file(workdir, "millis", str(millisecond_input(workdir)), out))], check=False)
+    assert proc.returncode == 1, proc.stderr
+    assert "millis.parquet" in proc.stderr
+    assert 'time_unit = "ms"' in proc.stderr
+    assert "2000 of 2000 rows" in proc.stderr
+    assert "after 1 attempt" in proc.stderr, proc.stderr
+    assert not (out / "_SUCCESS").exists()
+
+
+def test_time_unit_ms_reads_millisecond_times(workdir):
+    out = workdir / "out-millis-ok"
+    spec = job_file(workdir, "millis-ok", str(millisecond_input(workdir)), out, extra_input='time_unit = "ms"')
+    run(["run", str(spec)])
+    got, manifest = read_output(out)
+    times = sorted(t for ms in got.values() for (t, _, _) in ms)
+    assert times == [1_767_300_000 + i for i in range(2000)]
+    assert manifest["plausible"]["time_unit"] == "ms"
+    assert manifest["totals"]["rejected_rows"] == 0
 
 
 def test_corrupt_parquet_fails_naming_the_file(workdir):

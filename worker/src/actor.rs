@@ -19,7 +19,7 @@ use ractor::{Actor, ActorProcessingErr, ActorRef, BytesConvertable, RpcReplyPort
 use ractor_cluster::{RactorClusterMessage, RactorMessage};
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 
-use crate::protocol::{Assignment, Registration, TaskId, TaskOutput};
+use crate::protocol::{Assignment, Registration, TaskFailure, TaskId, TaskOutput};
 use crate::reduce::WorkerConfig;
 
 /// A message payload that may have crossed the network: JSON on the wire. Bytes from a
@@ -74,7 +74,7 @@ pub enum CoordinatorMsg {
         worker: String,
         task: Wire<TaskId>,
         attempt: u32,
-        result: Wire<Result<TaskOutput, String>>,
+        result: Wire<Result<TaskOutput, TaskFailure>>,
     },
     /// A worker node's session ended (cluster mode): its leases are re-queued at once
     /// instead of waiting for them to expire.
@@ -223,15 +223,21 @@ impl Actor for WorkerActor {
                 );
                 let result = match result {
                     Ok(Ok(output)) => Ok(output),
-                    Ok(Err(e)) => Err(e.to_string()),
-                    Err(panic) => Err(format!(
-                        "task panicked: {}",
-                        panic
-                            .downcast_ref::<String>()
-                            .map(String::as_str)
-                            .or_else(|| panic.downcast_ref::<&str>().copied())
-                            .unwrap_or("unknown panic")
-                    )),
+                    Ok(Err(e)) => Err(TaskFailure {
+                        error: e.to_string(),
+                        retryable: e.is_retryable(),
+                    }),
+                    Err(panic) => Err(TaskFailure {
+                        error: format!(
+                            "task panicked: {}",
+                            panic
+                                .downcast_ref::<String>()
+                                .map(String::as_str)
+                                .or_else(|| panic.downcast_ref::<&str>().copied())
+                                .unwrap_or("unknown panic")
+                        ),
+                        retryable: true,
+                    }),
                 };
                 if state.park_before_report {
                     tracing::warn!(worker = %name, %task, "fault injection: parked before reporting");

@@ -34,6 +34,11 @@ pub enum WorkerError {
     #[error("{file}: {what}")]
     Schema { file: String, what: String },
 
+    /// Most rows of an input split are implausible (e.g. integer times in the wrong
+    /// unit): the job fails instead of rejecting a whole file row by row.
+    #[error("{file}: {what}")]
+    Implausible { file: String, what: String },
+
     /// An intermediate (shuffle) file that does not decode.
     #[error("{file}: corrupt shuffle data: {what}")]
     Shuffle { file: String, what: String },
@@ -60,6 +65,16 @@ pub enum WorkerError {
 }
 
 impl WorkerError {
+    /// Whether another attempt of the task could succeed. Errors that follow from the
+    /// input and the job file alone (a missing column, implausible values) fail every
+    /// attempt alike.
+    pub fn is_retryable(&self) -> bool {
+        !matches!(
+            self,
+            WorkerError::Schema { .. } | WorkerError::Implausible { .. }
+        )
+    }
+
     pub(crate) fn store(location: impl std::fmt::Display, source: object_store::Error) -> Self {
         WorkerError::Store {
             location: location.to_string(),

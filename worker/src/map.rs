@@ -16,7 +16,7 @@ use crate::error::{Result, WorkerError};
 use crate::protocol::{JobContext, MapOutput, MapTask, ShuffleSegment};
 use crate::shuffle;
 use crate::store::StoreUrl;
-use crate::validate::{rejects_batch, AddressCache, Validator};
+use crate::validate::{rejects_batch, AddressCache, Reason, Validator};
 
 /// The shuffle file of map task `index`, relative to the output root.
 pub fn shuffle_path(index: usize) -> String {
@@ -93,7 +93,13 @@ pub async fn run_map(
         .build()
         .map_err(parquet_err)?;
 
-    let mut validator = Validator::new(task.file.clone(), job.columns.clone(), job.shards, cache);
+    let mut validator = Validator::new(
+        task.file.clone(),
+        job.columns.clone(),
+        job.shards,
+        job.plausible,
+        cache,
+    );
     // Sort keys per partition (shuffle::KEY_LEN bytes each).
     let expected = (task.rows / u64::from(job.shards.max(1))) as usize * shuffle::KEY_LEN;
     let mut by_partition: Vec<Vec<u8>> = (0..job.shards)
@@ -133,6 +139,20 @@ pub async fn run_map(
             what: format!(
                 "row groups {:?} hold {input_rows} rows, the footer said {}",
                 task.row_groups, task.rows
+            ),
+        });
+    }
+    let implausible_times = rejected
+        .get(Reason::ImplausibleEventTime.as_str())
+        .copied()
+        .unwrap_or(0);
+    if implausible_times * 2 > input_rows {
+        return Err(WorkerError::Implausible {
+            file: task.file.clone(),
+            what: format!(
+                "{implausible_times} of {input_rows} rows (row groups {:?}) have implausible event times: {}",
+                task.row_groups,
+                validator.time_unit_hint()
             ),
         });
     }
@@ -209,6 +229,7 @@ mod tests {
             split_seed: 1,
             test_fraction: 0.0,
             columns: InputColumns::default(),
+            plausible: Default::default(),
         };
         let late = MapOutput {
             shuffle_file: shuffle_path(3),

@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 /// Version of the coordinator ↔ worker messages; a worker of another version is refused.
-pub const PROTOCOL_VERSION: u32 = 1;
+pub const PROTOCOL_VERSION: u32 = 2;
 
 /// What a worker process says when it joins (cluster mode).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -50,6 +50,77 @@ impl Default for InputColumns {
     }
 }
 
+/// The unit of integer `event_time` values (`[input] time_unit`). Timestamp columns
+/// carry their own unit and ignore it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TimeUnit {
+    /// Seconds since the Unix epoch (the default).
+    #[default]
+    S,
+    Ms,
+    Us,
+    Ns,
+}
+
+impl TimeUnit {
+    pub const ALL: [TimeUnit; 4] = [TimeUnit::S, TimeUnit::Ms, TimeUnit::Us, TimeUnit::Ns];
+
+    /// Values of this unit in one second.
+    pub fn per_second(self) -> i64 {
+        match self {
+            TimeUnit::S => 1,
+            TimeUnit::Ms => 1_000,
+            TimeUnit::Us => 1_000_000,
+            TimeUnit::Ns => 1_000_000_000,
+        }
+    }
+
+    /// The name used in job files (`"s"`, `"ms"`, `"us"`, `"ns"`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TimeUnit::S => "s",
+            TimeUnit::Ms => "ms",
+            TimeUnit::Us => "us",
+            TimeUnit::Ns => "ns",
+        }
+    }
+}
+
+/// What counts as a plausible measurement: the unit of integer times, the window event
+/// times must fall in (inclusive, Unix seconds) and the RTT ceiling. Resolved once when
+/// the job is planned (the default window ends one day after that moment), journaled,
+/// and recorded in the manifest, so every attempt and every resume applies the same
+/// limits.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct Plausible {
+    pub time_unit: TimeUnit,
+    pub earliest_event_time: u64,
+    pub latest_event_time: u64,
+    /// RTTs above this (milliseconds), and infinite ones, are rejected.
+    pub max_rtt_ms: f64,
+}
+
+/// 2000-01-01T00:00:00Z: the default start of the plausible event-time window.
+pub const DEFAULT_EARLIEST_EVENT_TIME: u64 = 946_684_800;
+/// The default end of the window: this long after the job is planned.
+pub const DEFAULT_LATEST_EVENT_TIME_MARGIN_SECONDS: u64 = 86_400;
+/// The default RTT ceiling: one minute (RIPE Atlas pings time out after seconds).
+pub const DEFAULT_MAX_RTT_MS: f64 = 60_000.0;
+
+impl Default for Plausible {
+    /// The default limits with the window open until 2106 (`u32::MAX` seconds); a job
+    /// resolves the window's end from the moment it is planned instead.
+    fn default() -> Self {
+        Plausible {
+            time_unit: TimeUnit::S,
+            earliest_event_time: DEFAULT_EARLIEST_EVENT_TIME,
+            latest_event_time: u64::from(u32::MAX),
+            max_rtt_ms: DEFAULT_MAX_RTT_MS,
+        }
+    }
+}
+
 /// What every task of a job needs to know, fixed for the whole job.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct JobContext {
@@ -61,6 +132,7 @@ pub struct JobContext {
     pub split_seed: u64,
     pub test_fraction: f64,
     pub columns: InputColumns,
+    pub plausible: Plausible,
 }
 
 /// Scan `row_groups` of one input file, validate, partition, write one shuffle file.
@@ -164,6 +236,21 @@ pub struct Assignment {
     pub task: TaskSpec,
     pub attempt: u32,
     pub job: JobContext,
+}
+
+/// Why an attempt failed, and whether another attempt could succeed. Input that is
+/// wrong (a missing column, mostly implausible values) fails the same way every time:
+/// the job stops at once instead of retrying.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct TaskFailure {
+    pub error: String,
+    pub retryable: bool,
+}
+
+impl std::fmt::Display for TaskFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.error)
+    }
 }
 
 /// What a finished task reports.

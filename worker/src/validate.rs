@@ -21,11 +21,11 @@ use arrow::array::{
     Array, ArrayRef, AsArray, Float64Array, Int32Array, Int64Array, RecordBatch, StringArray,
 };
 use arrow::compute::cast;
-use arrow::datatypes::{DataType, Float64Type, Int32Type, Int64Type, TimeUnit};
+use arrow::datatypes::{DataType, Float64Type, Int32Type, Int64Type, TimeUnit as ArrowTimeUnit};
 use probeflow_reader::row::{addr, partition, RttCode};
 
 use crate::error::{Result, WorkerError};
-use crate::protocol::InputColumns;
+use crate::protocol::{InputColumns, Plausible, TimeUnit};
 use crate::shuffle;
 
 /// Why an input row was rejected.
@@ -42,6 +42,12 @@ pub enum Reason {
     NegativeEventTime,
     NullRtt,
     NanRtt,
+    /// Outside the job's plausible window (wrong unit, placeholder dates, far future).
+    ImplausibleEventTime,
+    /// `+inf` or `-inf`.
+    InfiniteRtt,
+    /// Above the job's RTT ceiling.
+    ImplausibleRtt,
 }
 
 impl Reason {
@@ -58,8 +64,29 @@ impl Reason {
             Reason::NegativeEventTime => "negative_event_time",
             Reason::NullRtt => "null_rtt",
             Reason::NanRtt => "nan_rtt",
+            Reason::ImplausibleEventTime => "implausible_event_time",
+            Reason::InfiniteRtt => "infinite_rtt",
+            Reason::ImplausibleRtt => "implausible_rtt",
         }
     }
+
+    /// Every reason, in the order of the checks.
+    pub const ALL: [Reason; 14] = [
+        Reason::NullSrcAddr,
+        Reason::BadSrcAddr,
+        Reason::NullDstAddr,
+        Reason::BadDstAddr,
+        Reason::NullIpVersion,
+        Reason::BadIpVersion,
+        Reason::VersionMismatch,
+        Reason::NullEventTime,
+        Reason::NegativeEventTime,
+        Reason::ImplausibleEventTime,
+        Reason::NullRtt,
+        Reason::NanRtt,
+        Reason::InfiniteRtt,
+        Reason::ImplausibleRtt,
+    ];
 }
 
 /// A parsed source: its key bytes, IP version and partition.
@@ -103,6 +130,9 @@ pub struct Validator<'c> {
     file: String,
     columns: InputColumns,
     shards: u32,
+    plausible: Plausible,
+    /// The first integer event time rejected as implausible, raw (for the unit hint).
+    first_implausible_time: Option<i64>,
     cache: &'c mut AddressCache,
     src_memo: Memo<Source>,
     dst_memo: Memo<Destination>,
@@ -211,6 +241,7 @@ impl<'c> Validator<'c> {
         file: String,
         columns: InputColumns,
         shards: u32,
+        plausible: Plausible,
         cache: &'c mut AddressCache,
     ) -> Self {
         cache.prepare(shards);
@@ -218,6 +249,8 @@ impl<'c> Validator<'c> {
             file,
             columns,
             shards,
+            plausible,
+            first_implausible_time: None,
             cache,
             src_memo: Memo::default(),
             dst_memo: Memo::default(),
@@ -252,19 +285,24 @@ impl<'c> Validator<'c> {
         }
     }
 
-    /// Event times as Int64 and the divisor that turns them into seconds.
-    fn as_i64(&self, a: &ArrayRef, name: &str) -> Result<(ArrayRef, i64)> {
+    /// Event times as Int64, the divisor that turns them into seconds, and whether they
+    /// are plain integers (whose unit the job file sets).
+    fn as_i64(&self, a: &ArrayRef, name: &str) -> Result<(ArrayRef, i64, bool)> {
         match a.data_type() {
             DataType::Timestamp(unit, _) => {
                 let d = match unit {
-                    TimeUnit::Second => 1,
-                    TimeUnit::Millisecond => 1_000,
-                    TimeUnit::Microsecond => 1_000_000,
-                    TimeUnit::Nanosecond => 1_000_000_000,
+                    ArrowTimeUnit::Second => 1,
+                    ArrowTimeUnit::Millisecond => 1_000,
+                    ArrowTimeUnit::Microsecond => 1_000_000,
+                    ArrowTimeUnit::Nanosecond => 1_000_000_000,
                 };
-                Ok((cast(a, &DataType::Int64)?, d))
+                Ok((cast(a, &DataType::Int64)?, d, false))
             }
-            t if t.is_integer() => Ok((cast(a, &DataType::Int64)?, 1)),
+            t if t.is_integer() => Ok((
+                cast(a, &DataType::Int64)?,
+                self.plausible.time_unit.per_second(),
+                true,
+            )),
             t => Err(WorkerError::Schema {
                 file: self.file.clone(),
                 what: format!("column {name:?} is {t}, expected integers or timestamps"),
@@ -283,6 +321,31 @@ impl<'c> Validator<'c> {
         Ok(cast(a, &DataType::Float64)?)
     }
 
+    /// What to tell a user whose rows are mostly outside the event-time window: the
+    /// `time_unit` under which the first rejected integer time would have been
+    /// plausible, if there is one.
+    pub fn time_unit_hint(&self) -> String {
+        let p = &self.plausible;
+        let window = format!(
+            "the plausible window is {}..={} (Unix seconds; [input] earliest_event_time / latest_event_time)",
+            p.earliest_event_time, p.latest_event_time
+        );
+        let Some(raw) = self.first_implausible_time else {
+            return window;
+        };
+        let fits = TimeUnit::ALL.into_iter().find(|u| {
+            u64::try_from(raw.div_euclid(u.per_second()))
+                .is_ok_and(|t| (p.earliest_event_time..=p.latest_event_time).contains(&t))
+        });
+        match fits {
+            Some(u) if u != p.time_unit => format!(
+                "integer event times such as {raw} look like epoch {u} (set [input] time_unit = \"{u}\"); {window}",
+                u = u.as_str()
+            ),
+            _ => format!("e.g. the integer event time {raw}; {window}"),
+        }
+    }
+
     /// Validates one batch: appends the shuffle key of every valid row to
     /// `keys[partition]` and returns the indices and reasons of rejected rows.
     pub fn validate(
@@ -293,7 +356,8 @@ impl<'c> Validator<'c> {
         let c = self.columns.clone();
         let src = self.as_strings(&self.column(batch, &c.src_addr)?, &c.src_addr)?;
         let dst = self.as_strings(&self.column(batch, &c.dst_addr)?, &c.dst_addr)?;
-        let (times, divisor) = self.as_i64(&self.column(batch, &c.event_time)?, &c.event_time)?;
+        let (times, divisor, integer_times) =
+            self.as_i64(&self.column(batch, &c.event_time)?, &c.event_time)?;
         let times = times.as_primitive::<Int64Type>();
         let version = {
             let a = self.column(batch, &c.ip_version)?;
@@ -331,6 +395,7 @@ impl<'c> Validator<'c> {
             dst: &dst,
             times,
             divisor,
+            integer_times,
             version,
             rtt,
         };
@@ -394,12 +459,27 @@ impl<'c> Validator<'c> {
         if c.times.is_null(i) {
             return Err(Reason::NullEventTime);
         }
-        let t = c.times.value(i).div_euclid(c.divisor);
-        let event_time = u64::try_from(t).map_err(|_| Reason::NegativeEventTime)?;
+        let raw = c.times.value(i);
+        let event_time =
+            u64::try_from(raw.div_euclid(c.divisor)).map_err(|_| Reason::NegativeEventTime)?;
+        let p = &self.plausible;
+        if event_time < p.earliest_event_time || event_time > p.latest_event_time {
+            if c.integer_times && self.first_implausible_time.is_none() {
+                self.first_implausible_time = Some(raw);
+            }
+            return Err(Reason::ImplausibleEventTime);
+        }
         if c.rtt.is_null(i) {
             return Err(Reason::NullRtt);
         }
-        let code = RttCode::from_ms(c.rtt.value(i)).map_err(|_| Reason::NanRtt)?;
+        let rtt = c.rtt.value(i);
+        if rtt.is_infinite() {
+            return Err(Reason::InfiniteRtt);
+        }
+        if rtt > p.max_rtt_ms {
+            return Err(Reason::ImplausibleRtt);
+        }
+        let code = RttCode::from_ms(rtt).map_err(|_| Reason::NanRtt)?;
         Ok((
             src.partition,
             shuffle::key(&src.key, event_time, &dst.key, code),
@@ -413,6 +493,7 @@ struct Columns<'a> {
     dst: &'a Strings,
     times: &'a Int64Array,
     divisor: i64,
+    integer_times: bool,
     version: &'a Int64Array,
     rtt: &'a Float64Array,
 }
@@ -452,4 +533,131 @@ pub fn rejects_batch(batch: &RecordBatch, rejects: &[(u32, Reason)]) -> Result<R
         Arc::new(arrow::datatypes::Schema::new(fields)),
         columns,
     )?)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use arrow::array::{Float64Array, Int64Array, StringArray, TimestampMillisecondArray};
+    use arrow::datatypes::{Field, Schema};
+
+    /// One batch of IPv4 rows with the given times and RTTs.
+    fn batch(times: ArrayRef, rtts: Vec<f64>) -> RecordBatch {
+        let n = rtts.len();
+        let schema = Schema::new(vec![
+            Field::new("src_addr", DataType::Utf8, true),
+            Field::new("dst_addr", DataType::Utf8, true),
+            Field::new("event_time", times.data_type().clone(), true),
+            Field::new("rtt", DataType::Float64, true),
+            Field::new("ip_version", DataType::Int64, true),
+        ]);
+        RecordBatch::try_new(
+            Arc::new(schema),
+            vec![
+                Arc::new(StringArray::from(vec!["192.0.2.1"; n])),
+                Arc::new(StringArray::from(vec!["198.51.100.7"; n])),
+                times,
+                Arc::new(Float64Array::from(rtts)),
+                Arc::new(Int64Array::from(vec![4; n])),
+            ],
+        )
+        .unwrap()
+    }
+
+    fn reasons(plausible: Plausible, b: &RecordBatch) -> (Vec<Option<Reason>>, String) {
+        let mut cache = AddressCache::default();
+        let mut v = Validator::new(
+            "f.parquet".into(),
+            InputColumns::default(),
+            2,
+            plausible,
+            &mut cache,
+        );
+        let mut keys = vec![Vec::new(), Vec::new()];
+        let rejects = v.validate(b, &mut keys).unwrap();
+        let mut out = vec![None; b.num_rows()];
+        for (i, r) in rejects {
+            out[i as usize] = Some(r);
+        }
+        (out, v.time_unit_hint())
+    }
+
+    const NOW: i64 = 1_767_300_000; // 2026-01-01
+    fn window() -> Plausible {
+        Plausible {
+            latest_event_time: NOW as u64 + 86_400,
+            ..Plausible::default()
+        }
+    }
+
+    #[test]
+    fn event_times_outside_the_window_are_implausible() {
+        let times = Int64Array::from(vec![
+            NOW,
+            946_684_800,  // the first plausible second
+            946_684_799,  // one before
+            NOW + 86_400, // the last plausible second
+            NOW + 86_401, // one after
+            NOW * 1000,   // epoch milliseconds read as seconds: year 57 000
+            0,
+        ]);
+        let (r, _) = reasons(window(), &batch(Arc::new(times), vec![1.0; 7]));
+        use Reason::ImplausibleEventTime as I;
+        assert_eq!(
+            r,
+            vec![None, None, Some(I), None, Some(I), Some(I), Some(I)]
+        );
+    }
+
+    #[test]
+    fn time_unit_scales_integer_times_and_the_hint_names_the_likely_unit() {
+        let ms = Int64Array::from(vec![NOW * 1000, NOW * 1000 + 999]);
+        let (r, hint) = reasons(window(), &batch(Arc::new(ms.clone()), vec![1.0; 2]));
+        assert_eq!(r, vec![Some(Reason::ImplausibleEventTime); 2]);
+        assert!(hint.contains("time_unit = \"ms\""), "{hint}");
+        let as_ms = Plausible {
+            time_unit: TimeUnit::Ms,
+            ..window()
+        };
+        let (r, _) = reasons(as_ms, &batch(Arc::new(ms), vec![1.0; 2]));
+        assert_eq!(r, vec![None, None]);
+        let ns = Int64Array::from(vec![NOW * 1_000_000_000]);
+        let (_, hint) = reasons(window(), &batch(Arc::new(ns), vec![1.0]));
+        assert!(hint.contains("time_unit = \"ns\""), "{hint}");
+        // Timestamp columns carry their unit: time_unit does not apply to them.
+        let ts = TimestampMillisecondArray::from(vec![NOW * 1000]);
+        let (r, _) = reasons(as_ms, &batch(Arc::new(ts), vec![1.0]));
+        assert_eq!(r, vec![None]);
+    }
+
+    #[test]
+    fn infinite_and_absurd_rtts_are_rejected() {
+        let times = Int64Array::from(vec![NOW; 6]);
+        let rtts = vec![
+            f64::INFINITY,
+            f64::NEG_INFINITY,
+            60_000.0,
+            60_000.5,
+            1e12,
+            -1.0,
+        ];
+        let (r, _) = reasons(window(), &batch(Arc::new(times), rtts));
+        assert_eq!(
+            r,
+            vec![
+                Some(Reason::InfiniteRtt),
+                Some(Reason::InfiniteRtt),
+                None,
+                Some(Reason::ImplausibleRtt),
+                Some(Reason::ImplausibleRtt),
+                None, // a failed ping
+            ]
+        );
+    }
+
+    #[test]
+    fn every_reason_has_a_distinct_name() {
+        let names: std::collections::BTreeSet<_> = Reason::ALL.iter().map(|r| r.as_str()).collect();
+        assert_eq!(names.len(), Reason::ALL.len());
+    }
 }

@@ -1,0 +1,464 @@
+//! A job's output as the reader sees it: which shard files of which split to read, and
+//! the checks that keep a training run from reading the wrong ones.
+//!
+//! ```text
+//! paths (output dir | manifest.json | glob | shard file, one or many)
+//!   ─► per path: the manifest it belongs to (if any) ─► Output::open: _SUCCESS,
+//!      manifest/row-format/tokenizer versions, every shard path inside the output
+//!   ─► the split's files; a glob or file is refused when it lies in another split's
+//!      directory, is not in its output's manifest, or comes from another output
+//!      (a second manifest, or another `-of-N`)
+//!   ─► (verify) size, blake3 and row count of every file against the manifest
+//! ```
+//!
+//! A file outside any job output (no `manifest.json` beside its split directory) is
+//! accepted as it is, unless verification was asked for: it has nothing to check against.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::io::Read;
+use std::path::{Component, Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::array_record::ArrayRecordReader;
+use crate::error::{Error, Location, Result};
+use crate::row::codec::ROW_FORMAT_VERSION;
+use crate::tokenizer::TOKENIZER_VERSION;
+
+/// The manifest versions this reader understands.
+pub const MANIFEST_VERSIONS: std::ops::RangeInclusive<u32> = 1..=2;
+
+/// The split directories a job writes.
+pub const SPLITS: [&str; 2] = ["train", "test"];
+
+/// The file a job writes last, when everything else is in place.
+pub const SUCCESS_FILE: &str = "_SUCCESS";
+pub const MANIFEST_FILE: &str = "manifest.json";
+
+/// One shard as the manifest records it.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+pub struct ManifestShard {
+    pub split: String,
+    pub partition: u32,
+    /// Relative to the output root.
+    pub path: String,
+    pub rows: u64,
+    pub bytes: u64,
+    pub blake3: String,
+}
+
+/// The parts of `manifest.json` the reader checks.
+#[derive(Debug, Clone, Deserialize)]
+struct ManifestFile {
+    manifest_version: u32,
+    row_format_version: String,
+    tokenizer_version: String,
+    shards_per_split: u32,
+    shards: Vec<ManifestShard>,
+}
+
+/// A finished job output: its root, and its manifest's shards (paths checked).
+#[derive(Debug, Clone)]
+pub struct Output {
+    pub root: PathBuf,
+    pub shards_per_split: u32,
+    pub shards: Vec<ManifestShard>,
+}
+
+fn output_err(path: &Path, what: impl Into<String>) -> Error {
+    Error::Output {
+        path: path.display().to_string(),
+        what: what.into(),
+    }
+}
+
+/// Whether a manifest path stays inside the output: relative, no `..`, no root.
+fn stays_inside(rel: &str) -> bool {
+    let p = Path::new(rel);
+    !rel.is_empty() && p.components().all(|c| matches!(c, Component::Normal(_)))
+}
+
+impl Output {
+    /// Opens the output at `root` (the directory holding `manifest.json`): refuses an
+    /// unfinished output (no `_SUCCESS`), unknown versions and paths that leave it.
+    pub fn open(root: &Path) -> Result<Output> {
+        let manifest = root.join(MANIFEST_FILE);
+        let text = std::fs::read_to_string(&manifest).map_err(|e| Error::io(&manifest, e))?;
+        if !root.join(SUCCESS_FILE).exists() {
+            return Err(output_err(
+                root,
+                format!(
+                    "no {SUCCESS_FILE}: the job writing this output has not finished (or it \
+                     failed); its files may be partial. Run the job to completion (`coordinator \
+                     status` tells where it is)"
+                ),
+            ));
+        }
+        let parsed: ManifestFile = serde_json::from_str(&text)
+            .map_err(|e| output_err(&manifest, format!("not a probeflow manifest: {e}")))?;
+        if !MANIFEST_VERSIONS.contains(&parsed.manifest_version) {
+            return Err(output_err(
+                &manifest,
+                format!(
+                    "manifest version {} is not one this reader knows ({MANIFEST_VERSIONS:?}): \
+                     use the probeflow release that wrote it",
+                    parsed.manifest_version
+                ),
+            ));
+        }
+        if parsed.row_format_version != ROW_FORMAT_VERSION {
+            return Err(output_err(
+                &manifest,
+                format!(
+                    "rows in format {:?}, this reader reads format {ROW_FORMAT_VERSION:?}",
+                    parsed.row_format_version
+                ),
+            ));
+        }
+        if parsed.tokenizer_version != TOKENIZER_VERSION {
+            return Err(output_err(
+                &manifest,
+                format!(
+                    "rows made for tokenizer {:?}, this reader's tokenizer is {TOKENIZER_VERSION:?}",
+                    parsed.tokenizer_version
+                ),
+            ));
+        }
+        if let Some(bad) = parsed.shards.iter().find(|s| !stays_inside(&s.path)) {
+            return Err(output_err(
+                &manifest,
+                format!(
+                    "shard path {:?} leaves the output directory; refusing it",
+                    bad.path
+                ),
+            ));
+        }
+        Ok(Output {
+            root: root.to_path_buf(),
+            shards_per_split: parsed.shards_per_split,
+            shards: parsed.shards,
+        })
+    }
+
+    /// The manifest entries of `split`, in the manifest's (partition) order.
+    pub fn split(&self, split: &str) -> Vec<&ManifestShard> {
+        self.shards.iter().filter(|s| s.split == split).collect()
+    }
+
+    /// The manifest entry of a file of this output (`<root>/<split dir>/<name>`).
+    fn entry(&self, file: &Path) -> Option<&ManifestShard> {
+        let name = file.file_name()?.to_str()?;
+        let dir = file.parent()?.file_name()?.to_str()?;
+        let rel = format!("{dir}/{name}");
+        self.shards.iter().find(|s| s.path == rel)
+    }
+
+    /// Checks every shard of the output (all splits): size, blake3 and row count.
+    pub fn verify_all(&self) -> Result<()> {
+        for s in &self.shards {
+            verify_shard(&self.root.join(&s.path), s)?;
+        }
+        Ok(())
+    }
+}
+
+/// Checks one shard file against its manifest entry: size, blake3, row count.
+pub fn verify_shard(file: &Path, entry: &ManifestShard) -> Result<()> {
+    let corrupt = |what: String| Error::Corrupt {
+        file: file.display().to_string(),
+        location: Location::File,
+        what,
+    };
+    let mut f = std::fs::File::open(file).map_err(|e| Error::io(file, e))?;
+    let mut hasher = blake3::Hasher::new();
+    let mut buf = vec![0u8; 1 << 20];
+    let mut size = 0u64;
+    loop {
+        let n = f.read(&mut buf).map_err(|e| Error::io(file, e))?;
+        if n == 0 {
+            break;
+        }
+        size += n as u64;
+        hasher.update(&buf[..n]);
+    }
+    if size != entry.bytes {
+        return Err(corrupt(format!(
+            "{size} bytes, the manifest says {}",
+            entry.bytes
+        )));
+    }
+    let hash = hasher.finalize().to_hex();
+    if hash.as_str() != entry.blake3 {
+        return Err(corrupt(format!(
+            "blake3 {hash} does not match the manifest's {}",
+            entry.blake3
+        )));
+    }
+    let rows = ArrayRecordReader::open(file)?.len();
+    if rows != entry.rows {
+        return Err(corrupt(format!(
+            "{rows} rows, the manifest says {}",
+            entry.rows
+        )));
+    }
+    Ok(())
+}
+
+/// `shard-PPPPP-of-NNNNN.array_record` → `(P, N)`.
+pub fn parse_shard_name(name: &str) -> Option<(u32, u32)> {
+    let rest = name.strip_prefix("shard-")?.strip_suffix(".array_record")?;
+    let (p, n) = rest.split_once("-of-")?;
+    Some((p.parse().ok()?, n.parse().ok()?))
+}
+
+/// Matches a file name against a pattern with `*` wildcards.
+fn wildcard(pattern: &str, name: &str) -> bool {
+    let parts: Vec<&str> = pattern.split('*').collect();
+    if parts.len() == 1 {
+        return pattern == name;
+    }
+    let mut rest = name;
+    for (i, part) in parts.iter().enumerate() {
+        if i == 0 {
+            match rest.strip_prefix(part) {
+                Some(r) => rest = r,
+                None => return false,
+            }
+        } else if i == parts.len() - 1 {
+            return rest.ends_with(part);
+        } else {
+            match rest.find(part) {
+                Some(k) => rest = &rest[k + part.len()..],
+                None => return false,
+            }
+        }
+    }
+    true
+}
+
+/// The files a glob (`*` in the file name) or a single path names, sorted.
+fn expand(path: &str) -> Result<Vec<PathBuf>> {
+    let p = Path::new(path);
+    let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
+    if name.contains('*') {
+        let dir = p
+            .parent()
+            .filter(|d| !d.as_os_str().is_empty())
+            .unwrap_or(Path::new("."));
+        let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+            .map_err(|e| Error::io(dir, e))?
+            .filter_map(|e| e.ok())
+            .filter(|e| e.file_name().to_str().is_some_and(|n| wildcard(name, n)))
+            .map(|e| e.path())
+            .collect();
+        files.sort();
+        if files.is_empty() {
+            return Err(Error::Input(format!("{path}: no files match")));
+        }
+        return Ok(files);
+    }
+    if !p.exists() {
+        return Err(Error::io(
+            p,
+            std::io::Error::from(std::io::ErrorKind::NotFound),
+        ));
+    }
+    Ok(vec![p.to_path_buf()])
+}
+
+/// The output root a shard file belongs to: the parent of its split directory, when
+/// that holds a manifest.
+fn output_root_of(file: &Path) -> Option<PathBuf> {
+    let root = file.parent()?.parent()?;
+    let root = if root.as_os_str().is_empty() {
+        Path::new(".")
+    } else {
+        root
+    };
+    root.join(MANIFEST_FILE)
+        .exists()
+        .then(|| root.to_path_buf())
+}
+
+/// Resolves `paths` to the shard files of `split` (in global row order), with every
+/// check above; `verify` also checks every file's size, blake3 and rows against the
+/// manifest.
+pub fn resolve(paths: &[String], split: &str, verify: bool) -> Result<Vec<PathBuf>> {
+    if paths.is_empty() {
+        return Err(Error::Input("no paths given".into()));
+    }
+    let mut outputs: BTreeMap<PathBuf, Output> = BTreeMap::new();
+    // (file, its manifest entry's output root, if any)
+    let mut files: Vec<(PathBuf, Option<PathBuf>)> = Vec::new();
+    for path in paths {
+        let p = Path::new(path);
+        let root = if p.is_dir() {
+            Some(p.to_path_buf())
+        } else if p.file_name().is_some_and(|n| n == MANIFEST_FILE) {
+            Some(
+                p.parent()
+                    .filter(|d| !d.as_os_str().is_empty())
+                    .unwrap_or(Path::new("."))
+                    .to_path_buf(),
+            )
+        } else {
+            None
+        };
+        if let Some(root) = root {
+            if !outputs.contains_key(&root) {
+                outputs.insert(root.clone(), Output::open(&root)?);
+            }
+            let out = &outputs[&root];
+            let entries = out.split(split);
+            if entries.is_empty() {
+                return Err(output_err(&root, format!("no shards for split {split:?}")));
+            }
+            files.extend(
+                entries
+                    .iter()
+                    .map(|s| (root.join(&s.path), Some(root.clone()))),
+            );
+            continue;
+        }
+        for file in expand(path)? {
+            let dir = file
+                .parent()
+                .and_then(|d| d.file_name())
+                .and_then(|n| n.to_str())
+                .unwrap_or("");
+            if SPLITS.contains(&dir) && dir != split {
+                return Err(output_err(
+                    &file,
+                    format!("a {dir:?} shard, asked for split {split:?}: refusing to mix splits"),
+                ));
+            }
+            let root = output_root_of(&file);
+            if let Some(root) = &root {
+                if !outputs.contains_key(root) {
+                    outputs.insert(root.clone(), Output::open(root)?);
+                }
+                let out = &outputs[root];
+                match out.entry(&file) {
+                    Some(e) if e.split == split => {}
+                    Some(e) => {
+                        return Err(output_err(
+                            &file,
+                            format!(
+                                "the manifest lists it in split {:?}, asked for {split:?}",
+                                e.split
+                            ),
+                        ))
+                    }
+                    None => {
+                        return Err(output_err(
+                            &file,
+                            format!(
+                                "not a shard of the output {} (not in its manifest)",
+                                root.display()
+                            ),
+                        ))
+                    }
+                }
+            }
+            files.push((file, root));
+        }
+    }
+
+    // One output, one shard count.
+    let roots: BTreeSet<&PathBuf> = files.iter().filter_map(|(_, r)| r.as_ref()).collect();
+    if roots.len() > 1 {
+        let names: Vec<String> = roots.iter().map(|r| r.display().to_string()).collect();
+        return Err(Error::Output {
+            path: names[0].clone(),
+            what: format!(
+                "shards of {} different outputs ({}): refusing to mix them",
+                names.len(),
+                names.join(", ")
+            ),
+        });
+    }
+    let counts: BTreeSet<u32> = files
+        .iter()
+        .filter_map(|(f, _)| {
+            let name = f.file_name()?.to_str()?;
+            parse_shard_name(name).map(|(_, n)| n)
+        })
+        .collect();
+    if counts.len() > 1 {
+        return Err(Error::Output {
+            path: paths.join(", "),
+            what: format!(
+                "shards of outputs with different shard counts ({}): refusing to mix them",
+                counts
+                    .iter()
+                    .map(|n| format!("-of-{n:05}"))
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ),
+        });
+    }
+    let mut seen = BTreeSet::new();
+    for (f, _) in &files {
+        let key = std::fs::canonicalize(f).unwrap_or_else(|_| f.clone());
+        if !seen.insert(key) {
+            return Err(output_err(f, "named twice: its rows would be read twice"));
+        }
+    }
+
+    if verify {
+        for (f, root) in &files {
+            let entry = root
+                .as_ref()
+                .and_then(|r| outputs[r].entry(f))
+                .ok_or_else(|| {
+                    output_err(
+                        f,
+                        "verify needs the output's manifest.json (beside the split directory)",
+                    )
+                })?;
+            verify_shard(f, entry)?;
+        }
+    }
+    Ok(files.into_iter().map(|(f, _)| f).collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn manifest_paths_must_stay_inside_the_output() {
+        assert!(stays_inside("train/shard-00000-of-00004.array_record"));
+        for bad in [
+            "",
+            "../x",
+            "train/../../x",
+            "/etc/passwd",
+            "./train/x",
+            "a/./b",
+        ] {
+            assert!(!stays_inside(bad), "{bad}");
+        }
+    }
+
+    #[test]
+    fn shard_names_give_partition_and_count() {
+        assert_eq!(
+            parse_shard_name("shard-00003-of-00064.array_record"),
+            Some((3, 64))
+        );
+        assert_eq!(parse_shard_name("shard-3-of-x.array_record"), None);
+        assert_eq!(parse_shard_name("part-00003.parquet"), None);
+    }
+
+    #[test]
+    fn an_output_without_success_is_refused_before_its_manifest_is_trusted() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join(MANIFEST_FILE), "{}").unwrap();
+        let err = Output::open(dir.path()).unwrap_err().to_string();
+        assert!(err.contains("no _SUCCESS"), "{err}");
+        std::fs::write(dir.path().join(SUCCESS_FILE), "").unwrap();
+        let err = Output::open(dir.path()).unwrap_err().to_string();
+        assert!(err.contains("not a probeflow manifest"), "{err}");
+    }
+}
