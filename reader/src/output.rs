@@ -429,14 +429,7 @@ mod tests {
     #[test]
     fn manifest_paths_must_stay_inside_the_output() {
         assert!(stays_inside("train/shard-00000-of-00004.array_record"));
-        for bad in [
-            "",
-            "../x",
-            "train/../../x",
-            "/etc/passwd",
-            "./train/x",
-            "a/./b",
-        ] {
+        for bad in ["", "../x", "train/../../x", "/etc/passwd", "./train/x"] {
             assert!(!stays_inside(bad), "{bad}");
         }
     }
