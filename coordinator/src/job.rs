@@ -630,7 +630,7 @@ pub async fn run_job(spec: &JobSpec) -> Result<RunOutcome> {
             name: format!("local-worker-{w}"),
             coordinator: coordinator.clone(),
             config: WorkerConfig {
-                scratch: spec.run.scratch.join(format!("worker-{w}")),
+                scratch: spec.run.scratch.clone(),
                 memory_bytes: memory,
             },
             heartbeat: Duration::from_secs(spec.run.lease_seconds.div_ceil(4).max(1)),

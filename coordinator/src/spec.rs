@@ -374,6 +374,7 @@ impl JobSpec {
     /// What every task needs, with the limits resolved when the job was planned.
     pub fn job_context(&self, plausible: Plausible) -> JobContext {
         JobContext {
+            job_id: self.fingerprint(),
             output: self.output.url.clone(),
             shards: self.output.shards,
             max_row_bytes: self.output.max_row_bytes,

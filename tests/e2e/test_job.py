@@ -98,12 +98,12 @@ def u64_le(data: bytes) -> int:
     return int.from_bytes(blake3.blake3(data).digest()[:8], "little")
 
 
-def partition_of(addr) -> int:
-    return u64_le(str(addr).encode()) % SHARDS
+def partition_of(addr, shards=SHARDS) -> int:
+    return u64_le(str(addr).encode()) % shards
 
 
-def split_of(addr) -> str:
-    bucket = u64_le(SEED.to_bytes(8, "little") + str(addr).encode()) % 1_000_000
+def split_of(addr, seed=SEED) -> str:
+    bucket = u64_le(seed.to_bytes(8, "little") + str(addr).encode()) % 1_000_000
     return "test" if bucket < FRACTION * 1_000_000 else "train"
 
 
@@ -126,8 +126,9 @@ class Measurements(defaultdict):
     parts: dict
 
 
-def read_output(out: Path) -> dict:
-    """source text → measurements in row order, with every layout rule checked."""
+def read_output(out: Path, seed=SEED, shards=SHARDS) -> dict:
+    """source text → measurements in row order, with every layout rule checked
+    (`seed`: the job's split seed)."""
     manifest = json.loads((out / "manifest.json").read_text())
     got = Measurements(list)
     parts = defaultdict(list)
@@ -145,8 +146,8 @@ def read_output(out: Path) -> dict:
             table = pa.ipc.open_stream(rec).read_all()
             meta = {k.decode(): v.decode() for k, v in table.schema.metadata.items()}
             src = canonical(meta["probeflow.src_addr"])
-            assert partition_of(src) == shard["partition"], src
-            assert split_of(src) == shard["split"], src
+            assert partition_of(src, shards) == shard["partition"], src
+            assert split_of(src, seed) == shard["split"], src
             part = int(meta["probeflow.part"])
             key = (src.packed, part)
             assert prev_key is None or key > prev_key, "rows ordered by (src bytes, part)"
@@ -389,3 +390,27 @@ def test_inspect_shows_a_row_in_human_form(baseline):
     shard = next(s for s in manifest["shards"] if s["rows"])
     out = run(["inspect", str(baseline / shard["path"]), "--row", "0", "--limit", "3"]).stdout
     assert "src_addr" in out and " ms" in out and "2026-01-" in out
+
+
+def test_two_jobs_at_once_with_one_scratch_do_not_mix(workdir, clean_input):
+    """Two local jobs, same input and the same scratch directory, different split seeds,
+    started together: each output holds exactly its own split, row by row."""
+    expected = expected_from_input(sorted(clean_input.glob("*.parquet")))
+    procs, outs = [], {}
+    for seed in (17, 18):
+        out = workdir / f"out-together-{seed}"
+        spec = job_file(workdir, f"together-{seed}", f"{clean_input}/*.parquet", out, workers=1)
+        # One partition: both jobs reduce it at the same time.
+        spec.write_text(spec.read_text().replace(f"seed = {SEED}", f"seed = {seed}").replace(f"shards = {SHARDS}", "shards = 1"))
+        outs[seed] = out
+        procs.append(subprocess.Popen([str(COORDINATOR), "run", str(spec)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True))
+    for p in procs:
+        _, err = p.communicate(timeout=300)
+        assert p.returncode == 0, err
+    for seed, out in outs.items():
+        got, _ = read_output(out, seed, shards=1)
+        assert set(got) == set(expected)
+        for src, ms in expected.items():
+            assert got[src] == ms, (seed, src)
+    # Each job removed its own scratch; nothing of theirs is left behind.
+    assert not [p for p in (workdir / "scratch").glob("*/*") if p.is_file()]

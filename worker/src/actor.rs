@@ -21,6 +21,7 @@ use serde::{de::DeserializeOwned, Deserialize, Serialize};
 
 use crate::protocol::{Assignment, Registration, TaskFailure, TaskId, TaskOutput};
 use crate::reduce::WorkerConfig;
+use crate::scratch::JobScratch;
 
 /// A message payload that may have crossed the network: JSON on the wire. Bytes from a
 /// peer that do not decode give `Err` (with the reason), which the receiver refuses,
@@ -120,6 +121,9 @@ pub struct WorkerActor;
 pub struct WorkerState {
     args: WorkerArgs,
     addresses: crate::validate::AddressCache,
+    /// The current job run's scratch directory (made at its first task, removed when
+    /// the worker stops or moves on to another job).
+    scratch: Option<JobScratch>,
 }
 
 impl Actor for WorkerActor {
@@ -136,6 +140,7 @@ impl Actor for WorkerActor {
         Ok(WorkerState {
             args,
             addresses: Default::default(),
+            scratch: None,
         })
     }
 
@@ -148,6 +153,7 @@ impl Actor for WorkerActor {
         let WorkerState {
             args: state,
             addresses,
+            scratch,
         } = state;
         let name = state.name.clone();
         let reply = state
@@ -208,10 +214,23 @@ impl Actor for WorkerActor {
                         }
                     })
                 };
-                let result =
-                    AssertUnwindSafe(crate::run_task(&assignment, &state.config, addresses))
-                        .catch_unwind()
-                        .await;
+                let job_id = &assignment.job.job_id;
+                if scratch.as_ref().is_none_or(|s| s.job_id() != job_id) {
+                    *scratch = None; // another job's: removed first
+                }
+                let result = match scratch {
+                    Some(s) => Ok(&*s),
+                    None => JobScratch::create(&state.config.scratch, job_id)
+                        .map(|s| &*scratch.insert(s)),
+                };
+                let result = match result {
+                    Ok(s) => {
+                        AssertUnwindSafe(crate::run_task(&assignment, &state.config, s, addresses))
+                            .catch_unwind()
+                            .await
+                    }
+                    Err(e) => Ok(Err(e)),
+                };
                 beat.abort();
                 tracing::debug!(
                     worker = %name,

@@ -6,6 +6,7 @@
 //! * [`reduce`]: gather a partition → DataFusion sort (memory-bounded, spilling) →
 //!   rows per source (`RowBuilder`) → `train`/`test` ArrayRecord shards.
 //! * [`store`]: object-store locations (local, `file://`, `s3://`).
+//! * [`scratch`]: one job run's local scratch directory, isolated from other jobs.
 //! * [`actor`]: the worker actor that pulls tasks from the coordinator and runs them.
 //! * [`cluster`]: cluster mode: nodes, the cookie, finding the coordinator.
 //! * [`tls`]: cluster mode's optional mutual TLS.
@@ -17,6 +18,7 @@ pub mod map;
 pub mod parquet_source;
 pub mod protocol;
 pub mod reduce;
+pub mod scratch;
 pub mod shuffle;
 pub mod store;
 pub mod tls;
@@ -29,18 +31,22 @@ pub use reduce::WorkerConfig;
 
 use protocol::{Assignment, TaskOutput, TaskSpec};
 
-/// Runs one leased task (`cache`: the worker's parsed addresses, kept across tasks).
+/// Runs one leased task (`scratch`: this job run's local space; `cache`: the worker's
+/// parsed addresses, kept across tasks).
 pub async fn run_task(
     assignment: &Assignment,
     config: &WorkerConfig,
+    scratch: &scratch::JobScratch,
     cache: &mut validate::AddressCache,
 ) -> Result<TaskOutput> {
     match &assignment.task {
         TaskSpec::Map(m) => map::run_map(m, &assignment.job, cache)
             .await
             .map(TaskOutput::Map),
-        TaskSpec::Reduce(r) => reduce::run_reduce(r, &assignment.job, config, assignment.attempt)
-            .await
-            .map(TaskOutput::Reduce),
+        TaskSpec::Reduce(r) => {
+            reduce::run_reduce(r, &assignment.job, config, scratch, assignment.attempt)
+                .await
+                .map(TaskOutput::Reduce)
+        }
     }
 }

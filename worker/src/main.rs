@@ -139,7 +139,7 @@ fn plan(args: Args) -> anyhow::Result<Plan> {
     Ok(Plan {
         join: args.join,
         config: WorkerConfig {
-            scratch: args.scratch.join(&name),
+            scratch: args.scratch,
             memory_bytes: memory as usize,
         },
         name,
@@ -262,7 +262,7 @@ async fn run(plan: Plan, cookie: String) -> anyhow::Result<()> {
                 name,
                 coordinator: coordinator.clone(),
                 config: WorkerConfig {
-                    scratch: plan.config.scratch.join(t.to_string()),
+                    scratch: plan.config.scratch.clone(),
                     memory_bytes: plan.config.memory_bytes,
                 },
                 heartbeat: Duration::from_secs(2),

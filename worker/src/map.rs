@@ -222,6 +222,7 @@ mod tests {
     async fn a_late_shuffle_file_is_removed_only_once_the_job_is_complete() {
         let dir = tempfile::tempdir().unwrap();
         let job = JobContext {
+            job_id: "test".into(),
             output: dir.path().display().to_string(),
             shards: 4,
             max_row_bytes: 1 << 20,

@@ -124,6 +124,8 @@ impl Default for Plausible {
 /// What every task of a job needs to know, fixed for the whole job.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct JobContext {
+    /// The job's identity (its fingerprint): names its scratch directories.
+    pub job_id: String,
     /// Output root URL.
     pub output: String,
     pub shards: u32,

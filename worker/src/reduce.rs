@@ -39,12 +39,15 @@ use crate::error::{Result, WorkerError};
 use crate::protocol::{
     shard_path, JobContext, ReduceOutput, ReduceTask, ShardInfo, ShuffleSegment,
 };
+use crate::scratch::JobScratch;
 use crate::shuffle;
 use crate::store::StoreUrl;
 
 /// Where and with how much memory a worker runs its tasks.
 #[derive(Debug, Clone)]
 pub struct WorkerConfig {
+    /// The scratch root: each job run gets its own directory in it
+    /// ([`crate::scratch::JobScratch`]).
     pub scratch: PathBuf,
     pub memory_bytes: usize,
 }
@@ -105,16 +108,11 @@ pub async fn run_reduce(
     task: &ReduceTask,
     job: &JobContext,
     config: &WorkerConfig,
+    job_scratch: &JobScratch,
     attempt: u32,
 ) -> Result<ReduceOutput> {
     let output = StoreUrl::parse(&job.output)?;
-    let scratch = config
-        .scratch
-        .join(format!("reduce-{:05}-a{attempt}", task.partition));
-    std::fs::create_dir_all(&scratch).map_err(|e| WorkerError::Scratch {
-        path: scratch.display().to_string(),
-        source: e,
-    })?;
+    let scratch = job_scratch.task_dir(&format!("reduce-{:05}-a{attempt}", task.partition))?;
     let result = reduce_into(task, job, config, &scratch, &output).await;
     let _ = std::fs::remove_dir_all(&scratch);
     result

@@ -42,7 +42,7 @@ pub fn remaining_in_block(pos: u64) -> u64 {
 }
 
 pub fn is_block_boundary(pos: u64) -> bool {
-    pos % BLOCK_SIZE == 0
+    pos.is_multiple_of(BLOCK_SIZE)
 }
 
 /// A chunk may begin at `pos`: not inside nor immediately after a block header.
@@ -81,7 +81,7 @@ pub fn chunk_end(chunk_begin: u64, data_size: u64, num_records: u64) -> Option<u
 
 /// The position after a padding chunk that brings `pos` to a multiple of `padding`.
 pub fn pos_after_padding(pos: u64, padding: u64) -> u64 {
-    if padding <= 1 || pos % padding == 0 {
+    if padding <= 1 || pos.is_multiple_of(padding) {
         return pos;
     }
     let mut length = padding - pos % padding;
