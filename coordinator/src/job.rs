@@ -29,6 +29,7 @@ use tokio::sync::oneshot;
 
 use crate::error::{JobError, Result};
 use crate::journal::{self, InputFile, JobRecord, Journal, Manifest, TaskRecord, Totals};
+use crate::output_lock::OutputLock;
 use crate::plan;
 use crate::progress::Progress;
 use crate::spec::{JobSpec, Mode};
@@ -74,6 +75,8 @@ pub struct CoordinatorState {
     done: Option<oneshot::Sender<Result<u64>>>,
     tasks_run: u64,
     progress: Progress,
+    /// Set (with the reason) if this coordinator lost the output lock.
+    lock_lost: tokio::sync::watch::Receiver<Option<String>>,
     /// Connected worker processes (cluster mode), by node name.
     workers: HashMap<String, Registration>,
 }
@@ -293,8 +296,10 @@ impl Actor for CoordinatorActor {
                     .is_some_and(|l| l.attempt == attempt && l.worker == worker);
                 if !holds {
                     tracing::info!(%worker, %task, attempt, "late or duplicate result refused");
-                    if let (Phase::Finished, Ok(TaskOutput::Map(m))) = (&s.phase, &result) {
-                        discard_late_map_output(&s.job, m, &worker).await;
+                    // Only an attempt this coordinator granted, by its planned paths.
+                    let granted = s.attempts.get(&task).is_some_and(|&a| attempt <= a);
+                    if let (Phase::Finished, TaskId::Map(index), true) = (&s.phase, task, granted) {
+                        discard_late_map_output(&s.job, index, attempt, &worker).await;
                     }
                     return Ok(());
                 }
@@ -338,6 +343,11 @@ impl Actor for CoordinatorActor {
                 );
             }
             CoordinatorMsg::Tick => {
+                let lost = s.lock_lost.borrow().clone();
+                if let Some(why) = lost {
+                    s.finish(Err(JobError::Conflict(why)));
+                    return Ok(());
+                }
                 let now = Instant::now();
                 s.revoke_leases(
                     |l| l.deadline < now,
@@ -354,12 +364,12 @@ impl Actor for CoordinatorActor {
     }
 }
 
-/// A refused map result that arrived after the job finished: its shuffle file may have
-/// been written after the job removed `_job/shuffle`.
-async fn discard_late_map_output(job: &JobContext, out: &MapOutput, worker: &str) {
-    match probeflow_worker::map::discard_late_output(job, out).await {
+/// A refused map result that arrived after the job finished: its files may have been
+/// written after the job cleaned up.
+async fn discard_late_map_output(job: &JobContext, index: usize, attempt: u32, worker: &str) {
+    match probeflow_worker::map::discard_late_output(job, index, attempt).await {
         Ok(true) => {
-            tracing::info!(%worker, file = %out.shuffle_file, "removed a late attempt's shuffle file")
+            tracing::info!(%worker, task = index, attempt, "removed a late attempt's files")
         }
         Ok(false) => {}
         Err(e) => {
@@ -432,7 +442,36 @@ async fn finalize(
     journal::put_json(output, "manifest.json", &manifest).await?;
     output.put(&output.child("_SUCCESS"), Vec::new()).await?;
     output.delete_prefix("_job/shuffle").await?;
+    remove_losing_rejects(output, maps).await?;
     Ok(totals)
+}
+
+/// Removes the rejects files of map attempts that were not accepted: planned names
+/// (`rejects/part-<map>-a<attempt>.parquet` of a planned map) that the manifest does
+/// not list. Nothing else under `rejects/` is touched.
+async fn remove_losing_rejects(output: &StoreUrl, maps: &BTreeMap<usize, MapOutput>) -> Result<()> {
+    let winners: std::collections::BTreeSet<&str> = maps
+        .values()
+        .filter_map(|m| m.rejects_file.as_deref())
+        .collect();
+    for meta in output.list("rejects").await? {
+        let Some(name) = meta.location.filename() else {
+            continue;
+        };
+        let planned = name
+            .strip_prefix("part-")
+            .and_then(|n| n.strip_suffix(".parquet"))
+            .and_then(|n| n.split_once("-a"))
+            .and_then(|(i, a)| Some((i.parse::<usize>().ok()?, a.parse::<u32>().ok()?)))
+            .filter(|(i, a)| {
+                maps.contains_key(i)
+                    && probeflow_worker::map::rejects_path(*i, *a) == format!("rejects/{name}")
+            });
+        if planned.is_some() && !winners.contains(format!("rejects/{name}").as_str()) {
+            output.delete(&meta.location).await?;
+        }
+    }
+    Ok(())
 }
 
 /// Reads a finished job's manifest.
@@ -500,6 +539,63 @@ pub async fn run_job(spec: &JobSpec) -> Result<RunOutcome> {
         };
     }
 
+    let lock = OutputLock::acquire(&output, spec.output_lock_ttl()).await?;
+    let keeper = LockKeeper::start(lock);
+    let result = run_owned(spec, &output, &fingerprint, cluster, keeper.lost()).await;
+    keeper.release().await;
+    result
+}
+
+/// Keeps the output lock renewed in a task of its own (storage latency never stalls
+/// the coordinator actor) and reports its loss.
+struct LockKeeper {
+    stop: oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<()>,
+    lost: tokio::sync::watch::Receiver<Option<String>>,
+}
+
+impl LockKeeper {
+    fn start(mut lock: OutputLock) -> LockKeeper {
+        let (stop, mut stopped) = oneshot::channel::<()>();
+        let (lost_tx, lost) = tokio::sync::watch::channel(None);
+        let task = tokio::spawn(async move {
+            let mut tick = tokio::time::interval(Duration::from_millis(500));
+            loop {
+                tokio::select! {
+                    _ = &mut stopped => break,
+                    _ = tick.tick() => {
+                        if let Err(e) = lock.renew_if_due().await {
+                            let _ = lost_tx.send(Some(e.to_string()));
+                            return; // not ours any more: nothing to release
+                        }
+                    }
+                }
+            }
+            lock.release().await;
+        });
+        LockKeeper { stop, task, lost }
+    }
+
+    fn lost(&self) -> tokio::sync::watch::Receiver<Option<String>> {
+        self.lost.clone()
+    }
+
+    async fn release(self) {
+        let _ = self.stop.send(());
+        let _ = self.task.await;
+    }
+}
+
+/// The job, run while this coordinator owns the output.
+async fn run_owned(
+    spec: &JobSpec,
+    output: &StoreUrl,
+    fingerprint: &str,
+    cluster: Option<ClusterSettings>,
+    lock_lost: tokio::sync::watch::Receiver<Option<String>>,
+) -> Result<RunOutcome> {
+    let output = output.clone();
+    let fingerprint = fingerprint.to_string();
     let journal = Journal::load(&output).await?;
     let record = match journal.job {
         Some(job) if job.fingerprint != fingerprint => {
@@ -582,6 +678,7 @@ pub async fn run_job(spec: &JobSpec) -> Result<RunOutcome> {
         tasks_run: 0,
         progress,
         workers: HashMap::new(),
+        lock_lost,
         record: record.clone(),
     };
     for m in &record.maps {

@@ -4,6 +4,7 @@
 //! * [`spec`]: the job file (`[input]`, `[output]`, `[split]`, `[run]`), validated.
 //! * [`plan`]: input listing and Parquet footers → map tasks; map outputs → reduce tasks.
 //! * [`job`]: the coordinator actor and [`job::run_job`] (local mode).
+//! * [`output_lock`]: one coordinator per output (an atomic, renewed lock object).
 //! * [`journal`]: the per-task journal under `<output>/_job/` and `manifest.json`.
 //! * [`synthetic`]: RIPE-Atlas-like demo input.
 //! * [`inspect`], [`status`]: human views of shards and of a job's state.
@@ -13,6 +14,7 @@ pub mod error;
 pub mod inspect;
 pub mod job;
 pub mod journal;
+pub mod output_lock;
 pub mod plan;
 pub mod progress;
 pub mod spec;

@@ -156,6 +156,10 @@ pub struct RunSpec {
     pub lease_seconds: u64,
     /// Rows per map task (default: from `memory_per_worker`).
     pub rows_per_map_task: Option<u64>,
+    /// The output lock lapses this long after its owner's last renewal (renewed every
+    /// third of it); a dead coordinator's lock on another host is taken over after it.
+    #[serde(default = "default_output_lock_seconds")]
+    pub output_lock_seconds: u64,
     /// Cluster mode: the address the coordinator listens on for workers.
     #[serde(default = "default_listen")]
     pub listen: String,
@@ -174,6 +178,10 @@ pub struct TlsSpec {
     /// A connection that has not finished its TLS handshake by then is closed.
     #[serde(default = "default_handshake_timeout")]
     pub handshake_timeout_seconds: u64,
+}
+
+fn default_output_lock_seconds() -> u64 {
+    60
 }
 
 fn default_handshake_timeout() -> u64 {
@@ -212,6 +220,7 @@ impl Default for RunSpec {
             max_attempts: default_attempts(),
             lease_seconds: default_lease(),
             rows_per_map_task: None,
+            output_lock_seconds: default_output_lock_seconds(),
             listen: default_listen(),
             tls: None,
         }
@@ -307,6 +316,9 @@ impl JobSpec {
         if self.run.lease_seconds == 0 {
             return Err("[run] lease_seconds must be at least 1".into());
         }
+        if self.run.output_lock_seconds < 3 {
+            return Err("[run] output_lock_seconds must be at least 3".into());
+        }
         if let Some(tls) = &self.run.tls {
             if tls.handshake_timeout_seconds == 0 {
                 return Err("[run.tls] handshake_timeout_seconds must be at least 1".into());
@@ -323,6 +335,10 @@ impl JobSpec {
             }
         }
         Ok(())
+    }
+
+    pub fn output_lock_ttl(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(self.run.output_lock_seconds)
     }
 
     pub fn memory_bytes(&self) -> u64 {

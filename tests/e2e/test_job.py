@@ -414,3 +414,22 @@ def test_two_jobs_at_once_with_one_scratch_do_not_mix(workdir, clean_input):
             assert got[src] == ms, (seed, src)
     # Each job removed its own scratch; nothing of theirs is left behind.
     assert not [p for p in (workdir / "scratch").glob("*/*") if p.is_file()]
+
+
+def test_two_coordinators_on_one_output_one_runs_the_other_exits_2(workdir, clean_input, baseline):
+    """Started together on the same output: exactly one runs, the other exits 2 naming
+    the owner, and the output is the same bytes as a lone run's."""
+    out = workdir / "out-contended"
+    spec = job_file(workdir, "contended", f"{clean_input}/*.parquet", out, workers=2)
+    procs = [subprocess.Popen([str(COORDINATOR), "run", str(spec)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for _ in range(2)]
+    results = [(p.wait(timeout=300), p.stdout.read(), p.stderr.read()) for p in procs]
+    codes = sorted(r[0] for r in results)
+    assert codes == [0, 2], results
+    refused = next(r for r in results if r[0] == 2)
+    assert "another coordinator" in refused[2] and "pid" in refused[2], refused[2]
+    ref = json.loads((baseline / "manifest.json").read_text())["shards"]
+    got = json.loads((out / "manifest.json").read_text())["shards"]
+    assert [(s["path"], s["blake3"]) for s in got] == [(s["path"], s["blake3"]) for s in ref]
+    assert not (out / "_job" / "lock.json").exists(), "the lock is released at the end"
+    # A stale lock from a coordinator killed on this host does not block a rerun.
+    assert run(["run", str(spec)]).returncode == 0

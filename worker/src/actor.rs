@@ -19,7 +19,7 @@ use ractor::{Actor, ActorProcessingErr, ActorRef, BytesConvertable, RpcReplyPort
 use ractor_cluster::{RactorClusterMessage, RactorMessage};
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 
-use crate::protocol::{Assignment, Registration, TaskFailure, TaskId, TaskOutput};
+use crate::protocol::{Assignment, Registration, TaskFailure, TaskId, TaskOutput, TaskSpec};
 use crate::reduce::WorkerConfig;
 use crate::scratch::JobScratch;
 
@@ -274,8 +274,10 @@ impl Actor for WorkerActor {
                     result: Wire::new(result),
                 };
                 if state.coordinator.cast(msg).is_err() {
-                    if let Some(m) = &map_output {
-                        match crate::map::discard_late_output(&assignment.job, m).await {
+                    if let (Some(_), TaskSpec::Map(m)) = (&map_output, &assignment.task) {
+                        match crate::map::discard_late_output(&assignment.job, m.index, attempt)
+                            .await
+                        {
                             Ok(true) => {
                                 tracing::info!(worker = %name, %task, "the job finished without this attempt; its shuffle file is removed")
                             }

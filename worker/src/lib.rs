@@ -40,7 +40,7 @@ pub async fn run_task(
     cache: &mut validate::AddressCache,
 ) -> Result<TaskOutput> {
     match &assignment.task {
-        TaskSpec::Map(m) => map::run_map(m, &assignment.job, cache)
+        TaskSpec::Map(m) => map::run_map(m, &assignment.job, assignment.attempt, cache)
             .await
             .map(TaskOutput::Map),
         TaskSpec::Reduce(r) => {

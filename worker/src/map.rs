@@ -18,34 +18,44 @@ use crate::shuffle;
 use crate::store::StoreUrl;
 use crate::validate::{rejects_batch, AddressCache, Reason, Validator};
 
-/// The shuffle file of map task `index`, relative to the output root.
-pub fn shuffle_path(index: usize) -> String {
-    format!("_job/shuffle/map-{index:05}.arrow")
+/// The shuffle file of attempt `attempt` of map task `index`, relative to the output
+/// root. Every attempt writes its own file, so a late attempt never overwrites the
+/// accepted one.
+pub fn shuffle_path(index: usize, attempt: u32) -> String {
+    format!("_job/shuffle/map-{index:05}-a{attempt}.arrow")
 }
 
-/// The rejects file of map task `index`, relative to the output root.
-pub fn rejects_path(index: usize) -> String {
-    format!("rejects/part-{index:05}.parquet")
+/// The rejects file of attempt `attempt` of map task `index`, relative to the output
+/// root (the accepted attempt's is listed in the manifest; the others are removed).
+pub fn rejects_path(index: usize, attempt: u32) -> String {
+    format!("rejects/part-{index:05}-a{attempt}.parquet")
 }
 
-/// Removes the shuffle file of a map result that was never accepted, once the job is
-/// complete. A late attempt (its worker hung past the lease, or lost the coordinator)
-/// can write its shuffle file after the finished job removed `_job/shuffle`; the
-/// coordinator writes `_SUCCESS` before that removal, so checking `_SUCCESS` after the
-/// write is enough. While the job runs, the file is the live one and stays. Returns
-/// whether it removed the file.
-pub async fn discard_late_output(job: &JobContext, out: &MapOutput) -> Result<bool> {
+/// Removes the files of map attempt `(index, attempt)`, a result that was never
+/// accepted, once the job is complete. A late attempt (its worker hung past the lease,
+/// or lost the coordinator) can write its files after the finished job cleaned up; the
+/// coordinator writes `_SUCCESS` before cleaning, so checking `_SUCCESS` after the
+/// write is enough. While the job runs they stay (the coordinator removes the losing
+/// attempts' files when it finishes). The paths are the planned ones for that attempt,
+/// never paths a peer named. Returns whether the job was complete.
+pub async fn discard_late_output(job: &JobContext, index: usize, attempt: u32) -> Result<bool> {
     let output = StoreUrl::parse(&job.output)?;
     if !output.exists(&output.child("_SUCCESS")).await? {
         return Ok(false);
     }
-    output.delete(&output.child(&out.shuffle_file)).await?;
+    output
+        .delete(&output.child(&shuffle_path(index, attempt)))
+        .await?;
+    output
+        .delete(&output.child(&rejects_path(index, attempt)))
+        .await?;
     Ok(true)
 }
 
 pub async fn run_map(
     task: &MapTask,
     job: &JobContext,
+    attempt: u32,
     cache: &mut AddressCache,
 ) -> Result<MapOutput> {
     let output = StoreUrl::parse(&job.output)?;
@@ -173,13 +183,13 @@ pub async fn run_map(
         segments.insert(p as u32, ShuffleSegment { offset, len, rows });
         kept_rows += rows;
     }
-    let shuffle_file = shuffle_path(task.index);
+    let shuffle_file = shuffle_path(task.index, attempt);
     output.put(&output.child(&shuffle_file), file).await?;
 
     let rejects_file = match rejects_writer {
         Some(w) => {
             let bytes = w.into_inner().map_err(parquet_err)?;
-            let rel = rejects_path(task.index);
+            let rel = rejects_path(task.index, attempt);
             output.put(&output.child(&rel), bytes).await?;
             Some(rel)
         }
@@ -233,7 +243,7 @@ mod tests {
             plausible: Default::default(),
         };
         let late = MapOutput {
-            shuffle_file: shuffle_path(3),
+            shuffle_file: shuffle_path(3, 2),
             segments: BTreeMap::new(),
             input_rows: 0,
             kept_rows: 0,
@@ -244,12 +254,12 @@ mod tests {
         std::fs::create_dir_all(file.parent().unwrap()).unwrap();
         std::fs::write(&file, b"shuffle").unwrap();
         // The job still runs: the file is the live one.
-        assert!(!discard_late_output(&job, &late).await.unwrap());
+        assert!(!discard_late_output(&job, 3, 2).await.unwrap());
         assert!(file.exists());
         std::fs::write(dir.path().join("_SUCCESS"), b"").unwrap();
-        assert!(discard_late_output(&job, &late).await.unwrap());
+        assert!(discard_late_output(&job, 3, 2).await.unwrap());
         assert!(!file.exists());
         // Already gone: still fine.
-        assert!(discard_late_output(&job, &late).await.unwrap());
+        assert!(discard_late_output(&job, 3, 2).await.unwrap());
     }
 }

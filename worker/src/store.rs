@@ -5,12 +5,22 @@
 //!
 //! A [`StoreUrl`] is a store plus a root path; [`StoreUrl::list_matching`] expands a
 //! trailing glob (`*`, `?`) in the input URL.
+//!
+//! Durability and atomicity are the same on every store: a [`StoreUrl::put`] has
+//! reached stable storage when it returns (object stores acknowledge durable writes;
+//! on a local disk the file and its directory are fsynced after the atomic rename),
+//! [`StoreUrl::put_if_absent`] creates an object only if there is none (S3 and GCS
+//! preconditions, `O_EXCL`-style creation locally), and [`StoreUrl::replace_if`]
+//! overwrites an object only if it is still the [`Revision`] the caller read (S3/GCS
+//! `If-Match`/generation; locally a compare under an exclusive file lock).
 
 use std::sync::Arc;
 
 use futures::TryStreamExt;
 use object_store::path::Path;
-use object_store::{ObjectMeta, ObjectStore, ObjectStoreExt, PutPayload};
+use object_store::{
+    ObjectMeta, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, UpdateVersion,
+};
 
 use crate::error::{Result, WorkerError};
 
@@ -106,12 +116,151 @@ impl StoreUrl {
         }
     }
 
+    /// The local file behind `path`, when this is a local store.
+    pub fn local_path(&self, path: &Path) -> Option<std::path::PathBuf> {
+        if self.url.starts_with("s3://") || self.url.starts_with("gs://") {
+            return None;
+        }
+        Some(std::path::PathBuf::from(format!("/{path}")))
+    }
+
+    /// Makes a local object durable: fsyncs the file and its directory (no-op on
+    /// object stores, whose acknowledged writes are durable).
+    pub fn sync(&self, path: &Path) -> Result<()> {
+        let Some(file) = self.local_path(path) else {
+            return Ok(());
+        };
+        let io = |p: &std::path::Path, e: std::io::Error| WorkerError::Scratch {
+            path: p.display().to_string(),
+            source: e,
+        };
+        std::fs::File::open(&file)
+            .and_then(|f| f.sync_all())
+            .map_err(|e| io(&file, e))?;
+        if let Some(dir) = file.parent() {
+            std::fs::File::open(dir)
+                .and_then(|d| d.sync_all())
+                .map_err(|e| io(dir, e))?;
+        }
+        Ok(())
+    }
+
+    /// Writes an object atomically and durably.
     pub async fn put(&self, path: &Path, bytes: Vec<u8>) -> Result<()> {
         self.store
             .put(path, PutPayload::from(bytes))
             .await
             .map_err(|e| WorkerError::store(self.display(path), e))?;
-        Ok(())
+        self.sync(path)
+    }
+
+    /// Creates an object only if none exists at `path`: `Ok(None)` if one does.
+    pub async fn put_if_absent(&self, path: &Path, bytes: Vec<u8>) -> Result<Option<Revision>> {
+        let content = bytes.clone();
+        let opts = PutOptions {
+            mode: PutMode::Create,
+            ..Default::default()
+        };
+        match self
+            .store
+            .put_opts(path, PutPayload::from(bytes), opts)
+            .await
+        {
+            Ok(r) => {
+                self.sync(path)?;
+                Ok(Some(self.revision(r.e_tag, r.version, content)))
+            }
+            Err(object_store::Error::AlreadyExists { .. }) => Ok(None),
+            Err(e) => Err(WorkerError::store(self.display(path), e)),
+        }
+    }
+
+    /// The object's bytes and revision, or `None` if it does not exist.
+    pub async fn get_revision(&self, path: &Path) -> Result<Option<(bytes::Bytes, Revision)>> {
+        match self.store.get(path).await {
+            Ok(r) => {
+                let (e_tag, version) = (r.meta.e_tag.clone(), r.meta.version.clone());
+                let bytes = r
+                    .bytes()
+                    .await
+                    .map_err(|e| WorkerError::store(self.display(path), e))?;
+                let rev = self.revision(e_tag, version, bytes.to_vec());
+                Ok(Some((bytes, rev)))
+            }
+            Err(object_store::Error::NotFound { .. }) => Ok(None),
+            Err(e) => Err(WorkerError::store(self.display(path), e)),
+        }
+    }
+
+    fn revision(
+        &self,
+        e_tag: Option<String>,
+        version: Option<String>,
+        content: Vec<u8>,
+    ) -> Revision {
+        if self.local_path(&Path::default()).is_some() {
+            Revision::Local(content)
+        } else {
+            Revision::Object(UpdateVersion { e_tag, version })
+        }
+    }
+
+    /// Overwrites `path` only if it still is revision `expected`: the new revision, or
+    /// `None` if someone else changed (or removed) it since.
+    pub async fn replace_if(
+        &self,
+        path: &Path,
+        expected: &Revision,
+        bytes: Vec<u8>,
+    ) -> Result<Option<Revision>> {
+        match expected {
+            Revision::Object(v) => {
+                let content = bytes.clone();
+                let opts = PutOptions {
+                    mode: PutMode::Update(v.clone()),
+                    ..Default::default()
+                };
+                match self
+                    .store
+                    .put_opts(path, PutPayload::from(bytes), opts)
+                    .await
+                {
+                    Ok(r) => Ok(Some(self.revision(r.e_tag, r.version, content))),
+                    Err(
+                        object_store::Error::Precondition { .. }
+                        | object_store::Error::NotFound { .. },
+                    ) => Ok(None),
+                    Err(e) => Err(WorkerError::store(self.display(path), e)),
+                }
+            }
+            Revision::Local(old) => {
+                let file = self.local_path(path).unwrap_or_default();
+                let io = |e: std::io::Error| WorkerError::Scratch {
+                    path: file.display().to_string(),
+                    source: e,
+                };
+                // Writers of this object serialise on an exclusive lock of a sidecar file.
+                let guard_path = file.with_extension("guard");
+                let guard = std::fs::OpenOptions::new()
+                    .create(true)
+                    .truncate(false)
+                    .write(true)
+                    .open(&guard_path)
+                    .map_err(io)?;
+                guard.lock().map_err(io)?;
+                let current = match std::fs::read(&file) {
+                    Ok(c) => c,
+                    Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+                    Err(e) => return Err(io(e)),
+                };
+                if &current != old {
+                    return Ok(None);
+                }
+                self.put(path, bytes.clone()).await?;
+                drop(guard);
+                Ok(Some(Revision::Local(bytes)))
+            }
+        }
     }
 
     /// The object's bytes, or `None` if it does not exist.
@@ -173,6 +322,15 @@ impl StoreUrl {
         }
         Ok(())
     }
+}
+
+/// What an object was when it was read, for [`StoreUrl::replace_if`].
+#[derive(Debug, Clone, PartialEq)]
+pub enum Revision {
+    /// S3's ETag or GCS's generation.
+    Object(UpdateVersion),
+    /// A local file: its content (compared under a file lock).
+    Local(Vec<u8>),
 }
 
 /// Splits an input URL into the directory part and a glob over file names, and lists

@@ -1,0 +1,343 @@
+//! One owner per output: the lock object `<output>/_job/lock.json` that a coordinator
+//! holds while it runs a job.
+//!
+//! ```text
+//! acquire: put_if_absent(lock) ─ ok ─► owner
+//!            └ exists ─► expired, or its owner process is gone (same host) ─► replace_if
+//!                        │                                    (the revision read) ─► owner
+//!                        └ alive ─► JobError::Conflict naming the owner (exit 2)
+//! renew (every ttl/3, from the coordinator's tick): replace_if(our revision) ─ lost ─► error
+//! release: delete (only if still ours)
+//! ```
+//!
+//! The lock names its owner (host, pid, process start, time started) and when it
+//! expires. Creating and replacing are atomic on every store (see
+//! [`probeflow_worker::store`]), so of two coordinators started at once exactly one
+//! wins, and a takeover of an expired lock can succeed for only one of several
+//! contenders. A lock whose owner stopped renewing is taken over only after it
+//! expired, or at once when it was held by a process on this host that no longer
+//! exists (a coordinator killed with SIGKILL), and every takeover is logged.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use probeflow_worker::store::{Revision, StoreUrl};
+use serde::{Deserialize, Serialize};
+
+use crate::error::{JobError, Result};
+
+pub const LOCK_PATH: &str = "_job/lock.json";
+
+/// Who holds the lock.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Owner {
+    pub host: String,
+    pub pid: u32,
+    /// The process's start time in clock ticks since boot (`/proc/<pid>/stat`), so a
+    /// reused pid is not taken for the owner.
+    pub process_start: Option<u64>,
+    /// Unix seconds when this owner took the lock.
+    pub since: u64,
+    /// Distinguishes two owners that share host and pid (a restarted process).
+    pub run: String,
+}
+
+/// The content of the lock object.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LockRecord {
+    pub owner: Owner,
+    /// Unix seconds of the last renewal, and when the lock lapses without another.
+    pub renewed_at: u64,
+    pub expires_at: u64,
+}
+
+fn now() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
+}
+
+fn hostname() -> String {
+    let mut buf = [0u8; 256];
+    // SAFETY: gethostname writes at most buf.len() bytes into buf.
+    let rc = unsafe { libc::gethostname(buf.as_mut_ptr().cast(), buf.len()) };
+    if rc != 0 {
+        return "unknown-host".into();
+    }
+    let end = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    String::from_utf8_lossy(&buf[..end]).into_owned()
+}
+
+/// Field 22 of `/proc/<pid>/stat`: when the process started (ticks since boot).
+fn process_start(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // The command name (field 2) is in parentheses and may hold spaces.
+    let rest = &stat[stat.rfind(')')? + 2..];
+    rest.split(' ').nth(19)?.parse().ok()
+}
+
+impl Owner {
+    fn me() -> Owner {
+        let pid = std::process::id();
+        Owner {
+            host: hostname(),
+            pid,
+            process_start: process_start(pid),
+            since: now(),
+            run: format!(
+                "{:x}",
+                SystemTime::now()
+                    .duration_since(UNIX_EPOCH)
+                    .map_or(0, |d| d.as_nanos())
+            ),
+        }
+    }
+
+    /// Whether this owner is a process on this host that no longer exists.
+    fn is_gone_from_this_host(&self) -> bool {
+        if self.host != hostname() {
+            return false;
+        }
+        match (process_start(self.pid), self.process_start) {
+            (None, _) => true,                      // no such process
+            (Some(now), Some(then)) => now != then, // the pid was reused
+            (Some(_), None) => false,
+        }
+    }
+}
+
+impl std::fmt::Display for LockRecord {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "host {} pid {} (running it since unix time {}; lock renewed at {}, expires at {})",
+            self.owner.host, self.owner.pid, self.owner.since, self.renewed_at, self.expires_at
+        )
+    }
+}
+
+/// A held output lock.
+#[derive(Debug)]
+pub struct OutputLock {
+    output: StoreUrl,
+    record: LockRecord,
+    revision: Revision,
+    ttl: Duration,
+    last_renewal: std::time::Instant,
+}
+
+impl OutputLock {
+    /// Takes the lock on `output` for `ttl` (renewed by [`OutputLock::renew_if_due`]),
+    /// or fails with [`JobError::Conflict`] naming the live owner.
+    pub async fn acquire(output: &StoreUrl, ttl: Duration) -> Result<OutputLock> {
+        let path = output.child(LOCK_PATH);
+        let me = Owner::me();
+        let record = |t: u64| LockRecord {
+            owner: me.clone(),
+            renewed_at: t,
+            expires_at: t + ttl.as_secs().max(1),
+        };
+        let encode = |r: &LockRecord| serde_json::to_vec_pretty(r).unwrap_or_default();
+        // A few rounds: the lock may vanish or change between reading and replacing it.
+        for _ in 0..5 {
+            let mine = record(now());
+            if let Some(revision) = output.put_if_absent(&path, encode(&mine)).await? {
+                tracing::debug!(output = %output.url, "output lock taken");
+                return Ok(OutputLock {
+                    output: output.clone(),
+                    record: mine,
+                    revision,
+                    ttl,
+                    last_renewal: std::time::Instant::now(),
+                });
+            }
+            let Some((bytes, revision)) = output.get_revision(&path).await? else {
+                continue; // released meanwhile
+            };
+            let takeover = match serde_json::from_slice::<LockRecord>(&bytes) {
+                Err(e) => {
+                    tracing::warn!(output = %output.url, error = %e, "unreadable output lock; taking it over");
+                    true
+                }
+                Ok(held) if held.expires_at < now() => {
+                    tracing::warn!(output = %output.url, previous = %held, "the output lock expired; taking it over");
+                    true
+                }
+                Ok(held) if held.owner.is_gone_from_this_host() => {
+                    tracing::warn!(output = %output.url, previous = %held, "the output lock's owner process is gone; taking it over");
+                    true
+                }
+                Ok(held) => {
+                    return Err(JobError::Conflict(format!(
+                        "{} is being written by another coordinator: {held}. Wait for it to \
+                         finish; if it is dead, its lock ({}) lapses at its expiry time",
+                        output.url,
+                        output.display(&path)
+                    )))
+                }
+            };
+            if takeover {
+                let mine = record(now());
+                if let Some(revision) = output.replace_if(&path, &revision, encode(&mine)).await? {
+                    return Ok(OutputLock {
+                        output: output.clone(),
+                        record: mine,
+                        revision,
+                        ttl,
+                        last_renewal: std::time::Instant::now(),
+                    });
+                }
+            }
+        }
+        Err(JobError::Conflict(format!(
+            "{}: cannot take the output lock ({}): it keeps changing; another coordinator \
+             is starting on this output",
+            output.url,
+            output.display(&path)
+        )))
+    }
+
+    pub fn record(&self) -> &LockRecord {
+        &self.record
+    }
+
+    /// Renews the lock when a third of its lifetime has passed since the last renewal.
+    /// An error means the lock was lost (taken over, or removed): the job must stop.
+    pub async fn renew_if_due(&mut self) -> Result<()> {
+        if self.last_renewal.elapsed() < self.ttl / 3 {
+            return Ok(());
+        }
+        let t = now();
+        let next = LockRecord {
+            owner: self.record.owner.clone(),
+            renewed_at: t,
+            expires_at: t + self.ttl.as_secs().max(1),
+        };
+        let path = self.output.child(LOCK_PATH);
+        let bytes = serde_json::to_vec_pretty(&next).unwrap_or_default();
+        match self.output.replace_if(&path, &self.revision, bytes).await? {
+            Some(revision) => {
+                self.revision = revision;
+                self.record = next;
+                self.last_renewal = std::time::Instant::now();
+                Ok(())
+            }
+            None => {
+                let now_held = match self.output.get_revision(&path).await? {
+                    Some((b, _)) => serde_json::from_slice::<LockRecord>(&b)
+                        .map_or_else(|_| "an unreadable lock".into(), |r| r.to_string()),
+                    None => "nobody (the lock was removed)".into(),
+                };
+                Err(JobError::Conflict(format!(
+                    "{}: lost the output lock; it is now held by {now_held}. Stopping so that \
+                     two coordinators never write one output",
+                    self.output.url
+                )))
+            }
+        }
+    }
+
+    /// Removes the lock if it is still ours.
+    pub async fn release(self) {
+        let path = self.output.child(LOCK_PATH);
+        match self.output.get_revision(&path).await {
+            Ok(Some((_, rev))) if rev == self.revision => {
+                if let Err(e) = self.output.delete(&path).await {
+                    tracing::warn!(error = %e, "cannot remove the output lock");
+                }
+            }
+            Ok(_) => {
+                tracing::warn!(output = %self.output.url, "the output lock is no longer ours; left in place")
+            }
+            Err(e) => tracing::warn!(error = %e, "cannot read the output lock"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn store() -> (tempfile::TempDir, StoreUrl) {
+        let dir = tempfile::tempdir().unwrap();
+        let url = StoreUrl::parse(&dir.path().display().to_string()).unwrap();
+        (dir, url)
+    }
+
+    #[tokio::test]
+    async fn a_second_owner_is_refused_while_the_first_lives() {
+        let (_d, out) = store();
+        let first = OutputLock::acquire(&out, Duration::from_secs(60))
+            .await
+            .unwrap();
+        let err = OutputLock::acquire(&out, Duration::from_secs(60))
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("another coordinator")
+                && err.contains(&format!("pid {}", std::process::id())),
+            "{err}"
+        );
+        first.release().await;
+        let again = OutputLock::acquire(&out, Duration::from_secs(60))
+            .await
+            .unwrap();
+        again.release().await;
+    }
+
+    #[tokio::test]
+    async fn an_expired_or_orphaned_lock_is_taken_over_and_the_old_owner_loses_it() {
+        let (_d, out) = store();
+        let path = out.child(LOCK_PATH);
+        // Expired, held by another host.
+        let stale = LockRecord {
+            owner: Owner {
+                host: "elsewhere".into(),
+                pid: 1,
+                process_start: None,
+                since: 1,
+                run: "x".into(),
+            },
+            renewed_at: 1,
+            expires_at: 2,
+        };
+        out.put(&path, serde_json::to_vec(&stale).unwrap())
+            .await
+            .unwrap();
+        let mut taken = OutputLock::acquire(&out, Duration::from_secs(60))
+            .await
+            .unwrap();
+        assert_eq!(taken.record().owner.pid, std::process::id());
+        // A live lock of a process on this host that is gone: taken at once.
+        let gone = LockRecord {
+            owner: Owner {
+                host: hostname(),
+                pid: u32::MAX - 7,
+                process_start: Some(1),
+                since: 1,
+                run: "y".into(),
+            },
+            renewed_at: now(),
+            expires_at: now() + 3600,
+        };
+        out.put(&path, serde_json::to_vec(&gone).unwrap())
+            .await
+            .unwrap();
+        let other = OutputLock::acquire(&out, Duration::from_secs(60))
+            .await
+            .unwrap();
+        // The first holder's renewal now fails: it must stop.
+        taken.last_renewal -= Duration::from_secs(30);
+        let err = taken.renew_if_due().await.unwrap_err().to_string();
+        assert!(err.contains("lost the output lock"), "{err}");
+        other.release().await;
+        assert!(!out.exists(&path).await.unwrap());
+    }
+
+    #[test]
+    fn this_process_is_alive_and_its_start_time_is_known() {
+        let me = Owner::me();
+        assert!(me.process_start.is_some());
+        assert!(!me.is_gone_from_this_host());
+    }
+}
