@@ -529,6 +529,9 @@ pub async fn run_job(spec: &JobSpec) -> Result<RunOutcome> {
     if output.exists(&output.child("_SUCCESS")).await? {
         return match read_manifest(&output).await? {
             Some(m) if m.job_fingerprint == fingerprint => {
+                if let Some(url) = &spec.input.url {
+                    refuse_changed_input(url, &m.inputs, "this output was made").await?;
+                }
                 Ok(RunOutcome::AlreadyComplete(m.totals))
             }
             _ => Err(JobError::Conflict(format!(
@@ -644,7 +647,9 @@ async fn run_owned(
             record
         }
     };
-    check_inputs_unchanged(&record.inputs).await?;
+    if let Some(url) = &spec.input.url {
+        refuse_changed_input(url, &record.inputs, "the job was planned").await?;
+    }
 
     let job = spec.job_context(record.plausible);
     let resumed = (journal.maps.len() + journal.reduces.len()) as u64;
@@ -836,22 +841,16 @@ async fn linger_until_workers_leave(node: &ActorRef<ractor_cluster::NodeServerMe
     }
 }
 
-/// Refuses to resume if an input file changed since it was planned.
-async fn check_inputs_unchanged(inputs: &[InputFile]) -> Result<()> {
-    for f in inputs {
-        let loc = StoreUrl::parse(&f.url)?;
-        let meta = object_store::ObjectStoreExt::head(loc.store.as_ref(), &loc.root)
-            .await
-            .map_err(|e| probeflow_worker::WorkerError::Store {
-                location: f.url.clone(),
-                source: e,
-            })?;
-        if meta.size != f.size || meta.e_tag != f.etag {
-            return Err(JobError::Conflict(format!(
-                "{} changed since the job was planned (size/etag); start a new output",
-                f.url
-            )));
-        }
+/// Refuses an input that is not the planned file list any more (a file changed, added
+/// or vanished): the output would silently mix or miss data.
+async fn refuse_changed_input(url: &str, planned: &[InputFile], since: &str) -> Result<()> {
+    let changes = plan::input_changes(url, planned).await?;
+    if changes.is_empty() {
+        return Ok(());
     }
-    Ok(())
+    Err(JobError::Conflict(format!(
+        "the input {url} changed since {since}:\n  {}\nIts output would not be this input's: \
+         write to a new [output] url (or restore the files)",
+        changes.join("\n  ")
+    )))
 }

@@ -37,7 +37,7 @@ pub async fn plan_maps(url: &str, rows_per_task: u64) -> Result<(Vec<InputFile>,
     let mut inputs = Vec::new();
     let mut maps = Vec::new();
     for (file, groups) in footers {
-        let (url, size) = (file.url.clone(), file.size);
+        let (url, size, etag) = (file.url.clone(), file.size, file.etag.clone());
         inputs.push(file);
         let mut start = 0;
         let mut rows = 0u64;
@@ -50,6 +50,7 @@ pub async fn plan_maps(url: &str, rows_per_task: u64) -> Result<(Vec<InputFile>,
                         index: maps.len(),
                         file: url.clone(),
                         file_size: size,
+                        file_etag: etag.clone(),
                         row_groups: start..i + 1,
                         rows,
                     });
@@ -60,6 +61,33 @@ pub async fn plan_maps(url: &str, rows_per_task: u64) -> Result<(Vec<InputFile>,
         }
     }
     Ok((inputs, maps))
+}
+
+/// How the input differs from the planned file list: one line per changed, added or
+/// vanished file (empty when it is the same). A file is the same when its size and
+/// ETag (local: inode, mtime and size) are.
+pub async fn input_changes(url: &str, planned: &[InputFile]) -> Result<Vec<String>> {
+    let (base, files) = store::list_matching(url).await?;
+    let now: std::collections::BTreeMap<String, (u64, Option<String>)> = files
+        .into_iter()
+        .map(|m| (base.display(&m.location), (m.size, m.e_tag)))
+        .collect();
+    let mut changes = Vec::new();
+    for f in planned {
+        match now.get(&f.url) {
+            None => changes.push(format!("vanished: {}", f.url)),
+            Some((size, etag)) if *size != f.size || *etag != f.etag => changes.push(format!(
+                "changed: {} ({} → {size} bytes, etag {:?} → {etag:?})",
+                f.url, f.size, f.etag
+            )),
+            Some(_) => {}
+        }
+    }
+    let known: std::collections::BTreeSet<&str> = planned.iter().map(|f| f.url.as_str()).collect();
+    for url in now.keys().filter(|u| !known.contains(u.as_str())) {
+        changes.push(format!("added: {url}"));
+    }
+    Ok(changes)
 }
 
 /// One reduce task per partition, from all map outputs (in map order).

@@ -433,3 +433,55 @@ def test_two_coordinators_on_one_output_one_runs_the_other_exits_2(workdir, clea
     assert not (out / "_job" / "lock.json").exists(), "the lock is released at the end"
     # A stale lock from a coordinator killed on this host does not block a rerun.
     assert run(["run", str(spec)]).returncode == 0
+
+
+def copied_input(workdir, clean_input, name) -> Path:
+    d = workdir / name
+    d.mkdir()
+    for f in sorted(clean_input.glob("*.parquet")):
+        (d / f.name).write_bytes(f.read_bytes())
+    return d
+
+
+def test_a_file_added_or_removed_after_success_makes_the_rerun_exit_2(workdir, clean_input):
+    d = copied_input(workdir, clean_input, "input-grows")
+    out = workdir / "out-grows"
+    spec = job_file(workdir, "grows", f"{d}/*.parquet", out)
+    run(["run", str(spec)])
+    assert "already complete" in run(["run", str(spec)]).stdout
+    extra = d / "zz-late.parquet"
+    pq.write_table(pq.read_table(next(iter(sorted(d.glob("*.parquet"))))), extra)
+    proc = run(["run", str(spec)], check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert f"added: {extra}" in proc.stderr and "already complete" not in proc.stdout
+    extra.unlink()
+    first = sorted(d.glob("*.parquet"))[0]
+    first.unlink()
+    proc = run(["run", str(spec)], check=False)
+    assert proc.returncode == 2 and f"vanished: {first}" in proc.stderr, proc.stderr
+
+
+def test_an_input_file_replaced_mid_run_fails_naming_it(workdir, clean_input):
+    """The coordinator is paused right after planning, the last input file (not yet
+    read: one worker, maps in file order) is rewritten, and the job goes on: the map
+    refuses the file instead of reading the new version into a plan of the old."""
+    d = copied_input(workdir, clean_input, "input-replaced")
+    out = workdir / "out-replaced"
+    spec = job_file(workdir, "replaced", f"{d}/*.parquet", out, workers=1)
+    spec.write_text(spec.read_text().replace("rows_per_map_task = 60000", "rows_per_map_task = 5000"))
+    victim = sorted(d.glob("*.parquet"))[-1]
+    proc = subprocess.Popen([str(COORDINATOR), "run", str(spec)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    planned = out / "_job" / "journal" / "job.json"
+    deadline = time.time() + 60
+    while not planned.exists() and time.time() < deadline:
+        time.sleep(0.005)
+    proc.send_signal(signal.SIGSTOP)
+    try:
+        table = pq.read_table(victim)
+        pq.write_table(table.slice(0, table.num_rows // 2), victim)
+    finally:
+        proc.send_signal(signal.SIGCONT)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode in (1, 2), err
+    assert str(victim) in err and "changed since the job was planned" in err, err
+    assert not (out / "_SUCCESS").exists()

@@ -39,6 +39,10 @@ pub enum WorkerError {
     #[error("{file}: {what}")]
     Implausible { file: String, what: String },
 
+    /// An input file changed (replaced, rewritten, removed) after the job was planned.
+    #[error("{file}: {what}")]
+    InputChanged { file: String, what: String },
+
     /// An intermediate (shuffle) file that does not decode.
     #[error("{file}: corrupt shuffle data: {what}")]
     Shuffle { file: String, what: String },
@@ -71,7 +75,9 @@ impl WorkerError {
     pub fn is_retryable(&self) -> bool {
         !matches!(
             self,
-            WorkerError::Schema { .. } | WorkerError::Implausible { .. }
+            WorkerError::Schema { .. }
+                | WorkerError::Implausible { .. }
+                | WorkerError::InputChanged { .. }
         )
     }
 

@@ -10,6 +10,7 @@
 use std::collections::BTreeMap;
 
 use futures::StreamExt;
+use object_store::ObjectStoreExt;
 use parquet::arrow::{ArrowWriter, ProjectionMask};
 
 use crate::error::{Result, WorkerError};
@@ -59,6 +60,7 @@ pub async fn run_map(
     cache: &mut AddressCache,
 ) -> Result<MapOutput> {
     let output = StoreUrl::parse(&job.output)?;
+    check_unchanged(task).await?;
     let builder = crate::parquet_source::open(
         &task.file,
         task.file_size,
@@ -152,6 +154,8 @@ pub async fn run_map(
             ),
         });
     }
+    // Checked again after reading: a file replaced mid-read is refused, not mixed.
+    check_unchanged(task).await?;
     let implausible_times = rejected
         .get(Reason::ImplausibleEventTime.as_str())
         .copied()
@@ -210,6 +214,32 @@ pub async fn run_map(
         rejected,
         rejects_file,
     })
+}
+
+/// Refuses an input file that is no longer the one planned (size and ETag).
+async fn check_unchanged(task: &MapTask) -> Result<()> {
+    let loc = StoreUrl::parse(&task.file)?;
+    let changed = |what: String| WorkerError::InputChanged {
+        file: task.file.clone(),
+        what,
+    };
+    let meta = match loc.store.head(&loc.root).await {
+        Ok(m) => m,
+        Err(object_store::Error::NotFound { .. }) => {
+            return Err(changed(
+                "removed since the job was planned; start a new output".into(),
+            ))
+        }
+        Err(e) => return Err(WorkerError::store(&task.file, e)),
+    };
+    if meta.size != task.file_size || meta.e_tag != task.file_etag {
+        return Err(changed(format!(
+            "changed since the job was planned ({} → {} bytes, etag {:?} → {:?}); its rows \
+             would mix two versions: start a new output",
+            task.file_size, meta.size, task.file_etag, meta.e_tag
+        )));
+    }
+    Ok(())
 }
 
 /// Row groups and their row counts, from an input file's footer.

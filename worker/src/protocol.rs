@@ -144,6 +144,9 @@ pub struct MapTask {
     /// Input file URL.
     pub file: String,
     pub file_size: u64,
+    /// The file's ETag when planned (local: inode, mtime and size): a map refuses a
+    /// file that no longer matches.
+    pub file_etag: Option<String>,
     pub row_groups: std::ops::Range<usize>,
     /// Rows in those row groups (from the footer; checked against what is read).
     pub rows: u64,
