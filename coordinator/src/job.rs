@@ -455,19 +455,13 @@ async fn remove_losing_rejects(output: &StoreUrl, maps: &BTreeMap<usize, MapOutp
         .filter_map(|m| m.rejects_file.as_deref())
         .collect();
     for meta in output.list("rejects").await? {
-        let Some(name) = meta.location.filename() else {
-            continue;
-        };
-        let planned = name
-            .strip_prefix("part-")
-            .and_then(|n| n.strip_suffix(".parquet"))
-            .and_then(|n| n.split_once("-a"))
-            .and_then(|(i, a)| Some((i.parse::<usize>().ok()?, a.parse::<u32>().ok()?)))
-            .filter(|(i, a)| {
-                maps.contains_key(i)
-                    && probeflow_worker::map::rejects_path(*i, *a) == format!("rejects/{name}")
-            });
-        if planned.is_some() && !winners.contains(format!("rejects/{name}").as_str()) {
+        let rel = output.relative(&meta.location);
+        let planned = meta
+            .location
+            .filename()
+            .and_then(probeflow_worker::map::parse_rejects_name)
+            .is_some_and(|(index, _)| maps.contains_key(&index));
+        if planned && !winners.contains(rel.as_str()) {
             output.delete(&meta.location).await?;
         }
     }
@@ -544,7 +538,7 @@ pub async fn run_job(spec: &JobSpec) -> Result<RunOutcome> {
 
     let lock = OutputLock::acquire(&output, spec.output_lock_ttl()).await?;
     let keeper = LockKeeper::start(lock);
-    let result = run_owned(spec, &output, &fingerprint, cluster, keeper.lost()).await;
+    let result = run_owned(spec, output, fingerprint, cluster, keeper.lost()).await;
     keeper.release().await;
     result
 }
@@ -592,13 +586,11 @@ impl LockKeeper {
 /// The job, run while this coordinator owns the output.
 async fn run_owned(
     spec: &JobSpec,
-    output: &StoreUrl,
-    fingerprint: &str,
+    output: StoreUrl,
+    fingerprint: String,
     cluster: Option<ClusterSettings>,
     lock_lost: tokio::sync::watch::Receiver<Option<String>>,
 ) -> Result<RunOutcome> {
-    let output = output.clone();
-    let fingerprint = fingerprint.to_string();
     let journal = Journal::load(&output).await?;
     let record = match journal.job {
         Some(job) if job.fingerprint != fingerprint => {

@@ -142,13 +142,7 @@ impl OutputLock {
             let mine = record(now());
             if let Some(revision) = output.put_if_absent(&path, encode(&mine)).await? {
                 tracing::debug!(output = %output.url, "output lock taken");
-                return Ok(OutputLock {
-                    output: output.clone(),
-                    record: mine,
-                    revision,
-                    ttl,
-                    last_renewal: std::time::Instant::now(),
-                });
+                return Ok(OutputLock::held(output, mine, revision, ttl));
             }
             let Some((bytes, revision)) = output.get_revision(&path).await? else {
                 continue; // released meanwhile
@@ -178,13 +172,7 @@ impl OutputLock {
             if takeover {
                 let mine = record(now());
                 if let Some(revision) = output.replace_if(&path, &revision, encode(&mine)).await? {
-                    return Ok(OutputLock {
-                        output: output.clone(),
-                        record: mine,
-                        revision,
-                        ttl,
-                        last_renewal: std::time::Instant::now(),
-                    });
+                    return Ok(OutputLock::held(output, mine, revision, ttl));
                 }
             }
         }
@@ -194,6 +182,22 @@ impl OutputLock {
             output.url,
             output.display(&path)
         )))
+    }
+
+    /// The lock just written as `record` (at `revision`).
+    fn held(
+        output: &StoreUrl,
+        record: LockRecord,
+        revision: Revision,
+        ttl: Duration,
+    ) -> OutputLock {
+        OutputLock {
+            output: output.clone(),
+            record,
+            revision,
+            ttl,
+            last_renewal: std::time::Instant::now(),
+        }
     }
 
     pub fn record(&self) -> &LockRecord {

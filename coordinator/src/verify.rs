@@ -13,7 +13,9 @@
 use std::collections::BTreeSet;
 
 use probeflow_reader::array_record::ArrayRecordReader;
-use probeflow_reader::output::{SPLITS, SUCCESS_FILE};
+use probeflow_reader::output::{
+    check_contents, check_rows, check_versions, stays_inside, SPLITS, SUCCESS_FILE,
+};
 use probeflow_worker::store::StoreUrl;
 
 use crate::error::{JobError, Result};
@@ -46,20 +48,12 @@ pub async fn verify(output_url: &str) -> Result<Verified> {
     let manifest = read_manifest(&output)
         .await?
         .ok_or_else(|| bad(&output, "no manifest.json".into()))?;
-    if manifest.tokenizer_version != probeflow_reader::tokenizer::TOKENIZER_VERSION
-        || manifest.row_format_version != probeflow_reader::row::codec::ROW_FORMAT_VERSION
-    {
-        return Err(bad(
-            &output,
-            format!(
-                "made for row format {:?} / tokenizer {:?}; this release has {:?} / {:?}",
-                manifest.row_format_version,
-                manifest.tokenizer_version,
-                probeflow_reader::row::codec::ROW_FORMAT_VERSION,
-                probeflow_reader::tokenizer::TOKENIZER_VERSION
-            ),
-        ));
-    }
+    check_versions(
+        manifest.manifest_version,
+        &manifest.row_format_version,
+        &manifest.tokenizer_version,
+    )
+    .map_err(|what| bad(&output, what))?;
     let mut listed = BTreeSet::new();
     let mut found = Verified {
         shards: 0,
@@ -67,10 +61,7 @@ pub async fn verify(output_url: &str) -> Result<Verified> {
         bytes: 0,
     };
     for s in &manifest.shards {
-        let inside = std::path::Path::new(&s.path)
-            .components()
-            .all(|c| matches!(c, std::path::Component::Normal(_)));
-        if !inside {
+        if !stays_inside(&s.path) {
             return Err(bad(
                 &output,
                 format!("the manifest names {:?}, a path outside the output", s.path),
@@ -82,33 +73,11 @@ pub async fn verify(output_url: &str) -> Result<Verified> {
             .get_opt(&path)
             .await?
             .ok_or_else(|| bad(&output, format!("{name}: missing")))?;
-        if bytes.len() as u64 != s.bytes {
-            return Err(bad(
-                &output,
-                format!(
-                    "{name}: {} bytes, the manifest says {}",
-                    bytes.len(),
-                    s.bytes
-                ),
-            ));
-        }
         let hash = blake3::hash(&bytes).to_hex();
-        if hash.as_str() != s.blake3 {
-            return Err(bad(
-                &output,
-                format!(
-                    "{name}: blake3 {hash} does not match the manifest's {}",
-                    s.blake3
-                ),
-            ));
-        }
+        check_contents(&name, bytes.len() as u64, hash.as_str(), s.bytes, &s.blake3)
+            .map_err(|e| bad(&output, e.to_string()))?;
         let rows = ArrayRecordReader::from_bytes(name.clone(), bytes.to_vec())?.len();
-        if rows != s.rows {
-            return Err(bad(
-                &output,
-                format!("{name}: {rows} rows, the manifest says {}", s.rows),
-            ));
-        }
+        check_rows(&name, rows, s.rows).map_err(|e| bad(&output, e.to_string()))?;
         listed.insert(s.path.clone());
         found.shards += 1;
         found.rows += rows;
@@ -116,13 +85,7 @@ pub async fn verify(output_url: &str) -> Result<Verified> {
     }
     for split in SPLITS {
         for meta in output.list(split).await? {
-            let rel = meta
-                .location
-                .as_ref()
-                .strip_prefix(output.root.as_ref())
-                .unwrap_or(meta.location.as_ref())
-                .trim_start_matches('/')
-                .to_string();
+            let rel = output.relative(&meta.location);
             if !listed.contains(&rel) {
                 return Err(bad(
                     &output,

@@ -73,7 +73,7 @@ fn output_err(path: &Path, what: impl Into<String>) -> Error {
 }
 
 /// Whether a manifest path stays inside the output: relative, no `..`, no root.
-fn stays_inside(rel: &str) -> bool {
+pub fn stays_inside(rel: &str) -> bool {
     let p = Path::new(rel);
     !rel.is_empty() && p.components().all(|c| matches!(c, Component::Normal(_)))
 }
@@ -96,34 +96,12 @@ impl Output {
         }
         let parsed: ManifestFile = serde_json::from_str(&text)
             .map_err(|e| output_err(&manifest, format!("not a probeflow manifest: {e}")))?;
-        if !MANIFEST_VERSIONS.contains(&parsed.manifest_version) {
-            return Err(output_err(
-                &manifest,
-                format!(
-                    "manifest version {} is not one this reader knows ({MANIFEST_VERSIONS:?}): \
-                     use the probeflow release that wrote it",
-                    parsed.manifest_version
-                ),
-            ));
-        }
-        if parsed.row_format_version != ROW_FORMAT_VERSION {
-            return Err(output_err(
-                &manifest,
-                format!(
-                    "rows in format {:?}, this reader reads format {ROW_FORMAT_VERSION:?}",
-                    parsed.row_format_version
-                ),
-            ));
-        }
-        if parsed.tokenizer_version != TOKENIZER_VERSION {
-            return Err(output_err(
-                &manifest,
-                format!(
-                    "rows made for tokenizer {:?}, this reader's tokenizer is {TOKENIZER_VERSION:?}",
-                    parsed.tokenizer_version
-                ),
-            ));
-        }
+        check_versions(
+            parsed.manifest_version,
+            &parsed.row_format_version,
+            &parsed.tokenizer_version,
+        )
+        .map_err(|what| output_err(&manifest, what))?;
         if let Some(bad) = parsed.shards.iter().find(|s| !stays_inside(&s.path)) {
             return Err(output_err(
                 &manifest,
@@ -162,13 +140,77 @@ impl Output {
     }
 }
 
-/// Checks one shard file against its manifest entry: size, blake3, row count.
-pub fn verify_shard(file: &Path, entry: &ManifestShard) -> Result<()> {
-    let corrupt = |what: String| Error::Corrupt {
-        file: file.display().to_string(),
+/// Checks a manifest's versions against this release's: the reason if they differ.
+pub fn check_versions(
+    manifest_version: u32,
+    row_format_version: &str,
+    tokenizer_version: &str,
+) -> std::result::Result<(), String> {
+    if !MANIFEST_VERSIONS.contains(&manifest_version) {
+        return Err(format!(
+            "manifest version {manifest_version} is not one this reader knows \
+             ({MANIFEST_VERSIONS:?}): use the probeflow release that wrote it"
+        ));
+    }
+    if row_format_version != ROW_FORMAT_VERSION {
+        return Err(format!(
+            "rows in format {row_format_version:?}, this reader reads format {ROW_FORMAT_VERSION:?}"
+        ));
+    }
+    if tokenizer_version != TOKENIZER_VERSION {
+        return Err(format!(
+            "rows made for tokenizer {tokenizer_version:?}, this reader's tokenizer is \
+             {TOKENIZER_VERSION:?}"
+        ));
+    }
+    Ok(())
+}
+
+fn corrupt(file: &str, what: String) -> Error {
+    Error::Corrupt {
+        file: file.to_string(),
         location: Location::File,
         what,
-    };
+    }
+}
+
+/// Compares a shard's size and blake3 (hex) with what its manifest entry says.
+pub fn check_contents(
+    file: &str,
+    size: u64,
+    blake3: &str,
+    entry_bytes: u64,
+    entry_blake3: &str,
+) -> Result<()> {
+    if size != entry_bytes {
+        return Err(corrupt(
+            file,
+            format!("{size} bytes, the manifest says {entry_bytes}"),
+        ));
+    }
+    if blake3 != entry_blake3 {
+        return Err(corrupt(
+            file,
+            format!("blake3 {blake3} does not match the manifest's {entry_blake3}"),
+        ));
+    }
+    Ok(())
+}
+
+/// Compares a shard's row count with what its manifest entry says.
+pub fn check_rows(file: &str, rows: u64, entry_rows: u64) -> Result<()> {
+    if rows != entry_rows {
+        return Err(corrupt(
+            file,
+            format!("{rows} rows, the manifest says {entry_rows}"),
+        ));
+    }
+    Ok(())
+}
+
+/// Checks one shard file against its manifest entry: size, blake3, row count.
+pub fn verify_shard(file: &Path, entry: &ManifestShard) -> Result<()> {
+    let name = file.display().to_string();
     let mut f = std::fs::File::open(file).map_err(|e| Error::io(file, e))?;
     let mut hasher = blake3::Hasher::new();
     let mut buf = vec![0u8; 1 << 20];
@@ -181,27 +223,9 @@ pub fn verify_shard(file: &Path, entry: &ManifestShard) -> Result<()> {
         size += n as u64;
         hasher.update(&buf[..n]);
     }
-    if size != entry.bytes {
-        return Err(corrupt(format!(
-            "{size} bytes, the manifest says {}",
-            entry.bytes
-        )));
-    }
     let hash = hasher.finalize().to_hex();
-    if hash.as_str() != entry.blake3 {
-        return Err(corrupt(format!(
-            "blake3 {hash} does not match the manifest's {}",
-            entry.blake3
-        )));
-    }
-    let rows = ArrayRecordReader::open(file)?.len();
-    if rows != entry.rows {
-        return Err(corrupt(format!(
-            "{rows} rows, the manifest says {}",
-            entry.rows
-        )));
-    }
-    Ok(())
+    check_contents(&name, size, hash.as_str(), entry.bytes, &entry.blake3)?;
+    check_rows(&name, ArrayRecordReader::open(file)?.len(), entry.rows)
 }
 
 /// `shard-PPPPP-of-NNNNN.array_record` → `(P, N)`.

@@ -214,16 +214,11 @@ impl Actor for WorkerActor {
                         }
                     })
                 };
-                let job_id = &assignment.job.job_id;
-                if scratch.as_ref().is_none_or(|s| s.job_id() != job_id) {
-                    *scratch = None; // another job's: removed first
-                }
-                let result = match scratch {
-                    Some(s) => Ok(&*s),
-                    None => JobScratch::create(&state.config.scratch, job_id)
-                        .map(|s| &*scratch.insert(s)),
-                };
-                let result = match result {
+                let result = match JobScratch::for_job(
+                    scratch,
+                    &state.config.scratch,
+                    &assignment.job.job_id,
+                ) {
                     Ok(s) => {
                         AssertUnwindSafe(crate::run_task(&assignment, &state.config, s, addresses))
                             .catch_unwind()
@@ -279,11 +274,11 @@ impl Actor for WorkerActor {
                             .await
                         {
                             Ok(true) => {
-                                tracing::info!(worker = %name, %task, "the job finished without this attempt; its shuffle file is removed")
+                                tracing::info!(worker = %name, %task, "the job finished without this attempt; its shuffle file is removed (and its rejects file)")
                             }
                             Ok(false) => {}
                             Err(e) => {
-                                tracing::warn!(worker = %name, %task, error = %e, "cannot remove this attempt's shuffle file")
+                                tracing::warn!(worker = %name, %task, error = %e, "cannot remove this attempt's shuffle and rejects files")
                             }
                         }
                     }

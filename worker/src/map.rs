@@ -32,6 +32,17 @@ pub fn rejects_path(index: usize, attempt: u32) -> String {
     format!("rejects/part-{index:05}-a{attempt}.parquet")
 }
 
+/// The `(map index, attempt)` of a rejects file name (`part-<map>-a<attempt>.parquet`),
+/// the inverse of [`rejects_path`].
+pub fn parse_rejects_name(name: &str) -> Option<(usize, u32)> {
+    let (index, attempt) = name
+        .strip_prefix("part-")?
+        .strip_suffix(".parquet")?
+        .split_once("-a")?;
+    let parsed = (index.parse().ok()?, attempt.parse().ok()?);
+    (rejects_path(parsed.0, parsed.1) == format!("rejects/{name}")).then_some(parsed)
+}
+
 /// Removes the files of map attempt `(index, attempt)`, a result that was never
 /// accepted, once the job is complete. A late attempt (its worker hung past the lease,
 /// or lost the coordinator) can write its files after the finished job cleaned up; the
@@ -257,6 +268,21 @@ pub async fn row_groups(url: &str, size: u64) -> Result<Vec<u64>> {
 mod tests {
     use super::*;
     use crate::protocol::InputColumns;
+
+    #[test]
+    fn rejects_names_parse_back_to_their_task_and_attempt() {
+        let path = rejects_path(42, 3);
+        let name = path.strip_prefix("rejects/").unwrap();
+        assert_eq!(parse_rejects_name(name), Some((42, 3)));
+        for other in [
+            "part-00042.parquet",
+            "part-42-a3.parquet",
+            "part-00042-a3.arrow",
+            "x",
+        ] {
+            assert_eq!(parse_rejects_name(other), None, "{other}");
+        }
+    }
 
     #[tokio::test]
     async fn a_late_shuffle_file_is_removed_only_once_the_job_is_complete() {

@@ -76,6 +76,17 @@ impl TimeUnit {
         }
     }
 
+    /// The unit of an Arrow timestamp type.
+    pub fn of_arrow(unit: &arrow::datatypes::TimeUnit) -> TimeUnit {
+        use arrow::datatypes::TimeUnit as A;
+        match unit {
+            A::Second => TimeUnit::S,
+            A::Millisecond => TimeUnit::Ms,
+            A::Microsecond => TimeUnit::Us,
+            A::Nanosecond => TimeUnit::Ns,
+        }
+    }
+
     /// The name used in job files (`"s"`, `"ms"`, `"us"`, `"ns"`).
     pub fn as_str(self) -> &'static str {
         match self {

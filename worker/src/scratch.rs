@@ -99,6 +99,22 @@ impl JobScratch {
         &self.job_id
     }
 
+    /// The scratch of job `job_id` kept in `slot`: the one there if it is this job's,
+    /// else a new one (the previous job's is removed first).
+    pub fn for_job<'s>(
+        slot: &'s mut Option<JobScratch>,
+        root: &Path,
+        job_id: &str,
+    ) -> Result<&'s JobScratch> {
+        if slot.as_ref().is_none_or(|s| s.job_id != job_id) {
+            *slot = None;
+            *slot = Some(JobScratch::create(root, job_id)?);
+        }
+        slot.as_ref().ok_or_else(|| {
+            scratch_err(root, std::io::Error::other("scratch directory not created"))
+        })
+    }
+
     pub fn path(&self) -> &Path {
         &self.dir
     }

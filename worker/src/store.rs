@@ -100,12 +100,26 @@ impl StoreUrl {
         p
     }
 
-    /// A human-readable name for `path` (for messages).
-    pub fn display(&self, path: &Path) -> String {
-        if let Some(scheme) = ["s3://", "gs://"]
+    /// `s3://` or `gs://` for an object store; `None` for the local file system.
+    fn object_store_scheme(&self) -> Option<&'static str> {
+        ["s3://", "gs://"]
             .into_iter()
             .find(|s| self.url.starts_with(s))
-        {
+    }
+
+    /// `location` relative to the root (slash-separated, no leading slash).
+    pub fn relative(&self, location: &Path) -> String {
+        location
+            .as_ref()
+            .strip_prefix(self.root.as_ref())
+            .unwrap_or(location.as_ref())
+            .trim_start_matches('/')
+            .to_string()
+    }
+
+    /// A human-readable name for `path` (for messages).
+    pub fn display(&self, path: &Path) -> String {
+        if let Some(scheme) = self.object_store_scheme() {
             let bucket = self.url[scheme.len()..]
                 .split('/')
                 .next()
@@ -118,10 +132,10 @@ impl StoreUrl {
 
     /// The local file behind `path`, when this is a local store.
     pub fn local_path(&self, path: &Path) -> Option<std::path::PathBuf> {
-        if self.url.starts_with("s3://") || self.url.starts_with("gs://") {
-            return None;
+        match self.object_store_scheme() {
+            Some(_) => None,
+            None => Some(std::path::PathBuf::from(format!("/{path}"))),
         }
-        Some(std::path::PathBuf::from(format!("/{path}")))
     }
 
     /// Makes a local object durable: fsyncs the file and its directory (no-op on
@@ -198,10 +212,9 @@ impl StoreUrl {
         version: Option<String>,
         content: Vec<u8>,
     ) -> Revision {
-        if self.local_path(&Path::default()).is_some() {
-            Revision::Local(content)
-        } else {
-            Revision::Object(UpdateVersion { e_tag, version })
+        match self.object_store_scheme() {
+            Some(_) => Revision::Object(UpdateVersion { e_tag, version }),
+            None => Revision::Local(content),
         }
     }
 
@@ -359,13 +372,7 @@ pub async fn list_matching(url: &str) -> Result<(StoreUrl, Vec<ObjectMeta>)> {
         return Ok((base, vec![meta]));
     }
     for meta in listed {
-        let rel = meta
-            .location
-            .as_ref()
-            .strip_prefix(base.root.as_ref())
-            .unwrap_or(meta.location.as_ref())
-            .trim_start_matches('/')
-            .to_string();
+        let rel = base.relative(&meta.location);
         let keep = match pattern {
             Some(p) => glob_match(p, &rel),
             None => rel.ends_with(".parquet"),
