@@ -12,14 +12,15 @@
 //! the attempt that holds the lease is accepted, so a late duplicate changes nothing
 //! (and every attempt writes the same bytes anyway).
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
 use probeflow_worker::actor::{CoordinatorMsg, TaskReply, Wire, WorkerActor, WorkerArgs};
 use probeflow_worker::cluster;
+use probeflow_worker::fault::Faults;
 use probeflow_worker::protocol::{
     Assignment, JobContext, MapOutput, ReduceOutput, Registration, TaskFailure, TaskId, TaskOutput,
-    TaskSpec, PROTOCOL_VERSION,
+    TaskSpec, WorkerTiming, PROTOCOL_VERSION,
 };
 use probeflow_worker::store::StoreUrl;
 use probeflow_worker::tls::{ClusterTls, TlsFiles};
@@ -32,6 +33,8 @@ use crate::journal::{self, InputFile, JobRecord, Journal, Manifest, TaskRecord, 
 use crate::output_lock::OutputLock;
 use crate::plan;
 use crate::progress::Progress;
+use crate::result_check::check_result;
+use crate::schedule::{worker_of, Pick, RetryPolicy, Scheduler};
 use crate::spec::{JobSpec, Mode};
 
 /// What a run did.
@@ -50,6 +53,8 @@ pub enum RunOutcome {
 struct Lease {
     worker: String,
     attempt: u32,
+    /// The random token only the worker holding the lease knows.
+    token: String,
     deadline: Instant,
     spec: TaskSpec,
 }
@@ -66,7 +71,8 @@ pub struct CoordinatorState {
     record: JobRecord,
     max_attempts: u32,
     lease: Duration,
-    pending: VecDeque<TaskSpec>,
+    timing: WorkerTiming,
+    queue: Scheduler,
     leases: HashMap<TaskId, Lease>,
     attempts: HashMap<TaskId, u32>,
     maps: BTreeMap<usize, MapOutput>,
@@ -77,8 +83,11 @@ pub struct CoordinatorState {
     progress: Progress,
     /// Set (with the reason) if this coordinator lost the output lock.
     lock_lost: tokio::sync::watch::Receiver<Option<String>>,
-    /// Connected worker processes (cluster mode), by node name.
+    /// The workers in the job, by name: worker processes that registered (cluster
+    /// mode), or the in-process worker actors (local mode).
     workers: HashMap<String, Registration>,
+    /// Lease tokens handed out (part of the next token's seed).
+    lease_tokens: u64,
 }
 
 pub struct CoordinatorActor;
@@ -86,7 +95,7 @@ pub struct CoordinatorActor;
 impl CoordinatorState {
     fn finish(&mut self, result: Result<u64>) {
         self.phase = Phase::Finished;
-        self.pending.clear();
+        self.queue.clear();
         self.leases.clear();
         if let Some(tx) = self.done.take() {
             let _ = tx.send(result);
@@ -115,7 +124,52 @@ impl CoordinatorState {
                 }));
                 return;
             }
-            self.pending.push_front(lease.spec);
+            self.queue.revoked(lease.spec, &lease.worker);
+        }
+    }
+
+    /// The other workers (processes) still in the job, besides `actor`'s.
+    fn others(&self, actor: &str) -> Vec<String> {
+        let me = worker_of(actor);
+        self.workers
+            .keys()
+            .filter(|w| *w != me && !self.queue.is_excluded(w))
+            .cloned()
+            .collect()
+    }
+
+    /// Attempt `attempt` of the task leased as `lease` failed on `worker`: the job
+    /// fails when the task is out of attempts or the failure would repeat; otherwise
+    /// the task is retried after a backoff, preferably elsewhere, and a worker that
+    /// keeps failing is excluded (and recorded for `status`).
+    async fn attempt_failed(&mut self, worker: &str, lease: Lease, failure: TaskFailure) {
+        let task = lease.spec.id();
+        let attempt = lease.attempt;
+        tracing::warn!(%worker, %task, attempt, error = %failure, retryable = failure.retryable, "task failed");
+        if attempt >= self.max_attempts || !failure.retryable {
+            self.finish(Err(JobError::TaskFailed {
+                task: task.to_string(),
+                attempts: attempt,
+                error: failure.error,
+            }));
+            return;
+        }
+        let others = self.others(worker);
+        let others: Vec<&str> = others.iter().map(String::as_str).collect();
+        let excluded = self.queue.failed(
+            lease.spec,
+            worker,
+            attempt,
+            &failure.error,
+            &others,
+            Instant::now(),
+        );
+        if let Some(why) = excluded {
+            tracing::warn!(worker = worker_of(worker), reason = %why, "worker excluded for the rest of the job");
+            let record: BTreeMap<&String, &String> = self.queue.excluded().iter().collect();
+            if let Err(e) = journal::put_json(&self.output, EXCLUDED_WORKERS, &record).await {
+                tracing::warn!(error = %e, "cannot record the excluded workers");
+            }
         }
     }
 
@@ -123,7 +177,7 @@ impl CoordinatorState {
         let maps: Vec<(usize, &MapOutput)> = self.maps.iter().map(|(i, m)| (*i, m)).collect();
         for task in plan::plan_reduces(self.job.shards, &maps) {
             if !self.reduces.contains_key(&task.partition) {
-                self.pending.push_back(TaskSpec::Reduce(task));
+                self.queue.push_back(TaskSpec::Reduce(task));
             }
         }
         self.phase = Phase::Reduce;
@@ -217,10 +271,19 @@ impl Actor for CoordinatorActor {
                         "a worker named {:?} is already connected; worker names must be unique",
                         r.worker
                     )),
+                    Ok(r) if r.worker.is_empty() || r.worker.contains('/') => Err(format!(
+                        "worker name {:?}: must be non-empty and without '/'",
+                        r.worker
+                    )),
+                    Ok(r) if s.queue.is_excluded(&r.worker) => Err(format!(
+                        "worker {:?} is excluded from this job ({})",
+                        r.worker,
+                        s.queue.excluded().get(&r.worker).map_or("", String::as_str)
+                    )),
                     Ok(r) => {
                         tracing::info!(worker = %r.worker, capacity = r.capacity, memory = r.memory_bytes, "worker joined");
                         s.workers.insert(r.worker.clone(), r);
-                        Ok(())
+                        Ok(s.timing)
                     }
                 };
                 if let Err(e) = &answer {
@@ -229,32 +292,48 @@ impl Actor for CoordinatorActor {
                 let _ = reply.send(Wire::new(answer));
             }
             CoordinatorMsg::RequestTask { worker, reply } => {
-                let answer = match s.phase {
-                    Phase::Finished => TaskReply::Done,
-                    _ => match s.pending.pop_front() {
-                        None => TaskReply::Wait,
-                        Some(spec) => {
-                            let id = spec.id();
-                            let attempt = s.attempts.get(&id).copied().unwrap_or(0) + 1;
-                            s.attempts.insert(id, attempt);
-                            s.tasks_run += 1;
-                            s.leases.insert(
-                                id,
-                                Lease {
-                                    worker: worker.clone(),
-                                    attempt,
-                                    deadline: Instant::now() + s.lease,
-                                    spec: spec.clone(),
-                                },
-                            );
-                            tracing::debug!(%worker, task = %id, attempt, "leased");
-                            TaskReply::Task(Box::new(Assignment {
-                                task: spec,
+                if !s.workers.contains_key(worker_of(&worker)) {
+                    tracing::warn!(%worker, "task request from a worker that has not registered refused");
+                    let _ = reply.send(Wire(Err(format!(
+                        "{worker:?} has not registered with this coordinator"
+                    ))));
+                    return Ok(());
+                }
+                let others = s.others(&worker);
+                let others: Vec<&str> = others.iter().map(String::as_str).collect();
+                let pick = match s.phase {
+                    Phase::Finished => None,
+                    _ => Some(s.queue.next_for(&worker, &others, Instant::now())),
+                };
+                let answer = match pick {
+                    None => TaskReply::Done,
+                    Some(Pick::Wait) => TaskReply::Wait,
+                    Some(Pick::Excluded(why)) => TaskReply::Excluded(why),
+                    Some(Pick::Task(spec)) => {
+                        let id = spec.id();
+                        let attempt = s.attempts.get(&id).copied().unwrap_or(0) + 1;
+                        s.attempts.insert(id, attempt);
+                        s.tasks_run += 1;
+                        s.lease_tokens += 1;
+                        let token = lease_token(s.lease_tokens);
+                        s.leases.insert(
+                            id,
+                            Lease {
+                                worker: worker.clone(),
                                 attempt,
-                                job: s.job.clone(),
-                            }))
-                        }
-                    },
+                                token: token.clone(),
+                                deadline: Instant::now() + s.lease,
+                                spec: spec.clone(),
+                            },
+                        );
+                        tracing::debug!(%worker, task = %id, attempt, "leased");
+                        TaskReply::Task(Box::new(Assignment {
+                            task: spec,
+                            attempt,
+                            lease: token,
+                            job: s.job.clone(),
+                        }))
+                    }
                 };
                 let _ = reply.send(Wire::new(answer));
             }
@@ -262,14 +341,15 @@ impl Actor for CoordinatorActor {
                 worker,
                 task,
                 attempt,
+                lease,
             } => {
                 let Wire(Ok(task)) = task else {
                     tracing::warn!(%worker, "undecodable heartbeat refused");
                     return Ok(());
                 };
-                if let Some(lease) = s.leases.get_mut(&task) {
-                    if lease.attempt == attempt && lease.worker == worker {
-                        lease.deadline = Instant::now() + s.lease;
+                if let Some(held) = s.leases.get_mut(&task) {
+                    if held.attempt == attempt && held.worker == worker && held.token == lease {
+                        held.deadline = Instant::now() + s.lease;
                     }
                 }
             }
@@ -277,6 +357,7 @@ impl Actor for CoordinatorActor {
                 worker,
                 task,
                 attempt,
+                lease: token,
                 result,
             } => {
                 let Wire(Ok(task)) = task else {
@@ -290,12 +371,11 @@ impl Actor for CoordinatorActor {
                         retryable: true,
                     })
                 });
-                let holds = s
-                    .leases
-                    .get(&task)
-                    .is_some_and(|l| l.attempt == attempt && l.worker == worker);
+                let holds = s.leases.get(&task).is_some_and(|l| {
+                    l.attempt == attempt && l.worker == worker && l.token == token
+                });
                 if !holds {
-                    tracing::info!(%worker, %task, attempt, "late or duplicate result refused");
+                    tracing::info!(%worker, %task, attempt, "late or duplicate result refused (no lease held with this attempt and token)");
                     // Only an attempt this coordinator granted, by its planned paths.
                     let granted = s.attempts.get(&task).is_some_and(|&a| attempt <= a);
                     if let (Phase::Finished, TaskId::Map(index), true) = (&s.phase, task, granted) {
@@ -303,25 +383,29 @@ impl Actor for CoordinatorActor {
                     }
                     return Ok(());
                 }
-                let lease = s.leases.remove(&task);
+                let Some(lease) = s.leases.remove(&task) else {
+                    return Ok(());
+                };
+                // A result names only what was planned for this task and attempt.
+                let result = result.and_then(|output| {
+                    match check_result(&lease.spec, attempt, &s.job, &output) {
+                        Ok(()) => Ok(output),
+                        Err(why) => {
+                            tracing::warn!(%worker, %task, attempt, reason = %why, "result refused");
+                            Err(TaskFailure {
+                                error: format!("result refused: {why}"),
+                                retryable: true,
+                            })
+                        }
+                    }
+                });
                 match result {
                     Ok(output) => {
                         if let Err(e) = s.accept(task, attempt, output).await {
                             s.finish(Err(e));
                         }
                     }
-                    Err(failure) => {
-                        tracing::warn!(%worker, %task, attempt, error = %failure, retryable = failure.retryable, "task failed");
-                        if attempt >= s.max_attempts || !failure.retryable {
-                            s.finish(Err(JobError::TaskFailed {
-                                task: task.to_string(),
-                                attempts: attempt,
-                                error: failure.error,
-                            }));
-                        } else if let Some(lease) = lease {
-                            s.pending.push_front(lease.spec);
-                        }
-                    }
+                    Err(failure) => s.attempt_failed(&worker, lease, failure).await,
                 }
             }
             CoordinatorMsg::NodeLost { node } => {
@@ -362,6 +446,28 @@ impl Actor for CoordinatorActor {
         }
         Ok(())
     }
+}
+
+/// Where the workers excluded from a job are recorded (shown by `coordinator status`).
+pub const EXCLUDED_WORKERS: &str = "_job/excluded-workers.json";
+
+/// A fresh lease token: 128 bits no other node can guess. The keys of std's
+/// `RandomState` come from the operating system's random source; the counter and the
+/// clock make every token of a run distinct.
+fn lease_token(counter: u64) -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let mut seed = Vec::with_capacity(40);
+    for _ in 0..2 {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u64(counter);
+        seed.extend_from_slice(&h.finish().to_le_bytes());
+    }
+    seed.extend_from_slice(&counter.to_le_bytes());
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    seed.extend_from_slice(&nanos.to_le_bytes());
+    blake3::hash(&seed).to_hex()[..32].to_string()
 }
 
 /// A refused map result that arrived after the job finished: its files may have been
@@ -623,6 +729,8 @@ async fn run_owned(
                 (None, None) => return Err(JobError::Runtime("no input".into())),
             };
             let (inputs, maps) = plan::plan_maps(&url, spec.rows_per_map_task()).await?;
+            // Entries left by a plan whose record was unreadable belong to that plan.
+            output.delete_prefix("_job/journal").await?;
             let planned_at = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
                 .map_or(0, |d| d.as_secs());
@@ -656,8 +764,10 @@ async fn run_owned(
         job: job.clone(),
         output: output.clone(),
         max_attempts: spec.run.max_attempts,
-        lease: Duration::from_secs(spec.run.lease_seconds),
-        pending: VecDeque::new(),
+        lease: spec.lease(),
+        timing: WorkerTiming::for_lease(spec.lease()),
+        queue: Scheduler::new(RetryPolicy::default()),
+        lease_tokens: 0,
         leases: HashMap::new(),
         attempts: HashMap::new(),
         maps: journal
@@ -678,9 +788,27 @@ async fn run_owned(
         lock_lost,
         record: record.clone(),
     };
+    let local_workers: Vec<String> = match cluster {
+        Some(_) => Vec::new(),
+        None => (0..spec.run.workers)
+            .map(|w| format!("local-worker-{w}"))
+            .collect(),
+    };
+    for name in &local_workers {
+        state.workers.insert(
+            name.clone(),
+            Registration {
+                worker: name.clone(),
+                node: String::new(),
+                capacity: 1,
+                memory_bytes: spec.memory_bytes(),
+                version: PROTOCOL_VERSION,
+            },
+        );
+    }
     for m in &record.maps {
         if !state.maps.contains_key(&m.index) {
-            state.pending.push_back(TaskSpec::Map(m.clone()));
+            state.queue.push_back(TaskSpec::Map(m.clone()));
         }
     }
     if state.maps.len() == record.maps.len() {
@@ -688,7 +816,7 @@ async fn run_owned(
     }
     let (tx, rx) = oneshot::channel();
     state.done = Some(tx);
-    let nothing_left = state.pending.is_empty() && state.reduces.len() == job.shards as usize;
+    let nothing_left = state.queue.is_empty() && state.reduces.len() == job.shards as usize;
     if nothing_left {
         // Crashed after the last reduce but before the manifest.
         let totals = finalize(&output, &record, &job, &state.maps, &state.reduces).await?;
@@ -719,18 +847,17 @@ async fn run_owned(
     let memory = spec.memory_bytes() as usize;
     let mut handles = Vec::new();
     let mut workers = Vec::new();
-    for w in 0..spec.run.workers {
+    for name in local_workers {
         let args = WorkerArgs {
-            name: format!("local-worker-{w}"),
+            name,
             coordinator: coordinator.clone(),
             config: WorkerConfig {
                 scratch: spec.run.scratch.clone(),
                 memory_bytes: memory,
             },
-            heartbeat: Duration::from_secs(spec.run.lease_seconds.div_ceil(4).max(1)),
-            request_timeout: Duration::from_secs(60),
+            timing: WorkerTiming::for_lease(spec.lease()),
             done: Default::default(),
-            park_before_report: false,
+            faults: Faults::none(),
             job_output: Default::default(),
         };
         let (worker, h) = Actor::spawn(None, WorkerActor, args)

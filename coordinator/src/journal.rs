@@ -7,7 +7,8 @@
 //! * `map-NNNNN.json`, `reduce-NNNNN.json` — a finished task's winning attempt and result.
 //!
 //! A restarted coordinator reads it back ([`Journal::load`]) and redoes only what is
-//! missing. When every reduce is done the coordinator writes `manifest.json`, then
+//! missing; an entry that does not decode (torn by a crash) counts as missing, with a
+//! warning, and a journal of another version is refused. When every reduce is done the coordinator writes `manifest.json`, then
 //! `_SUCCESS`.
 
 use std::collections::BTreeMap;
@@ -84,10 +85,32 @@ pub async fn put_json<T: Serialize>(out: &StoreUrl, rel: &str, value: &T) -> Res
 }
 
 impl Journal {
+    /// Reads the journal back. A task entry that does not decode (torn by a crash
+    /// mid-write, or truncated) is left out with a warning, so its task is redone; an
+    /// unreadable `job.json` means the job is planned again (its task entries, which
+    /// belong to that plan, are left out too). A journal of another version is an error.
     pub async fn load(out: &StoreUrl) -> Result<Journal> {
         let mut j = Journal::default();
-        if let Some(bytes) = out.get_opt(&out.child(job_path())).await? {
-            j.job = Some(decode(out, job_path(), &bytes)?);
+        let Some(bytes) = out.get_opt(&out.child(job_path())).await? else {
+            return Ok(j);
+        };
+        match decode::<JobRecord>(out, job_path(), &bytes) {
+            Ok(job) if job.version != JOURNAL_VERSION => {
+                return Err(JobError::Journal {
+                    path: out.display(&out.child(job_path())),
+                    what: format!(
+                        "written by journal version {}, this coordinator reads version {JOURNAL_VERSION}: \
+                         finish the job with the release that started it, or write to a new \
+                         [output] url",
+                        job.version
+                    ),
+                });
+            }
+            Ok(job) => j.job = Some(job),
+            Err(e) => {
+                tracing::warn!(error = %e, "the journal's job record is unreadable; the job is planned again (every task redone)");
+                return Ok(j);
+            }
         }
         for meta in out.list("_job/journal").await? {
             let name = meta.location.filename().unwrap_or_default().to_string();
@@ -97,12 +120,25 @@ impl Journal {
                     .and_then(|r| r.strip_suffix(".json"))
                     .and_then(|n| n.parse::<u64>().ok())
             };
+            let torn = |e: JobError| {
+                tracing::warn!(entry = %name, error = %e, "torn journal entry: its task is redone");
+            };
             if let Some(i) = number("map-") {
                 let bytes = out.get_opt(&meta.location).await?.unwrap_or_default();
-                j.maps.insert(i as usize, decode(out, &rel, &bytes)?);
+                match decode(out, &rel, &bytes) {
+                    Ok(record) => {
+                        j.maps.insert(i as usize, record);
+                    }
+                    Err(e) => torn(e),
+                }
             } else if let Some(p) = number("reduce-") {
                 let bytes = out.get_opt(&meta.location).await?.unwrap_or_default();
-                j.reduces.insert(p as u32, decode(out, &rel, &bytes)?);
+                match decode(out, &rel, &bytes) {
+                    Ok(record) => {
+                        j.reduces.insert(p as u32, record);
+                    }
+                    Err(e) => torn(e),
+                }
             }
         }
         Ok(j)
@@ -148,3 +184,98 @@ pub const PARTITION_FUNCTION: &str =
     "u64_le(blake3(canonical src_addr text)[0..8]) % shards_per_split";
 pub const SPLIT_FUNCTION: &str =
     "test if u64_le(blake3(u64_le(split_seed) || canonical src_addr text)[0..8]) % 1000000 < test_fraction * 1000000, else train";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(version: u32) -> JobRecord {
+        JobRecord {
+            version,
+            fingerprint: "f".into(),
+            spec: serde_json::Value::Null,
+            inputs: vec![],
+            maps: vec![],
+            shards: 2,
+            plausible: Plausible::default(),
+        }
+    }
+
+    fn map_record() -> TaskRecord<MapOutput> {
+        TaskRecord {
+            attempt: 1,
+            output: MapOutput {
+                shuffle_file: "_job/shuffle/map-00000-a1.bin".into(),
+                segments: BTreeMap::new(),
+                input_rows: 3,
+                kept_rows: 3,
+                rejected: BTreeMap::new(),
+                rejects_file: None,
+            },
+        }
+    }
+
+    async fn store() -> (tempfile::TempDir, StoreUrl) {
+        let dir = tempfile::tempdir().unwrap();
+        let url = StoreUrl::parse(dir.path().to_str().unwrap()).unwrap();
+        (dir, url)
+    }
+
+    #[tokio::test]
+    async fn torn_entries_are_left_out_and_whole_ones_kept() {
+        let (_dir, out) = store().await;
+        put_json(&out, job_path(), &record(JOURNAL_VERSION))
+            .await
+            .unwrap();
+        let whole = serde_json::to_vec_pretty(&map_record()).unwrap();
+        out.put(&out.child(&map_path(0)), whole.clone())
+            .await
+            .unwrap();
+        out.put(&out.child(&map_path(1)), Vec::new()).await.unwrap();
+        out.put(&out.child(&map_path(2)), whole[..whole.len() / 2].to_vec())
+            .await
+            .unwrap();
+        out.put(&out.child(&reduce_path(0)), b"{\"attempt\":".to_vec())
+            .await
+            .unwrap();
+        let j = Journal::load(&out).await.unwrap();
+        assert_eq!(j.job, Some(record(JOURNAL_VERSION)));
+        assert_eq!(j.maps.keys().copied().collect::<Vec<_>>(), vec![0]);
+        assert_eq!(j.maps[&0], map_record());
+        assert!(j.reduces.is_empty());
+    }
+
+    #[tokio::test]
+    async fn an_unreadable_job_record_means_planning_again() {
+        let (_dir, out) = store().await;
+        let bytes = serde_json::to_vec_pretty(&record(JOURNAL_VERSION)).unwrap();
+        out.put(&out.child(job_path()), bytes[..bytes.len() / 2].to_vec())
+            .await
+            .unwrap();
+        let whole = serde_json::to_vec_pretty(&map_record()).unwrap();
+        out.put(&out.child(&map_path(0)), whole).await.unwrap();
+        let j = Journal::load(&out).await.unwrap();
+        assert!(j.job.is_none());
+        assert!(
+            j.maps.is_empty(),
+            "entries of an unreadable plan are not used"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_journal_of_another_version_is_refused() {
+        let (_dir, out) = store().await;
+        put_json(&out, job_path(), &record(JOURNAL_VERSION + 1))
+            .await
+            .unwrap();
+        let e = Journal::load(&out).await.unwrap_err().to_string();
+        assert!(
+            e.contains(&format!("journal version {}", JOURNAL_VERSION + 1)),
+            "{e}"
+        );
+        assert!(
+            e.contains(&format!("reads version {JOURNAL_VERSION}")),
+            "{e}"
+        );
+    }
+}

@@ -337,6 +337,11 @@ impl JobSpec {
         Ok(())
     }
 
+    /// A task's lease (heartbeats, request timeouts and lease checks derive from it).
+    pub fn lease(&self) -> std::time::Duration {
+        std::time::Duration::from_secs(self.run.lease_seconds)
+    }
+
     pub fn output_lock_ttl(&self) -> std::time::Duration {
         std::time::Duration::from_secs(self.run.output_lock_seconds)
     }

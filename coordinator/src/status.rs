@@ -1,17 +1,19 @@
 //! `coordinator status`: the state of a running or finished job, from its journal or
 //! manifest.
 
+use std::collections::BTreeMap;
 use std::fmt::Write;
 
 use probeflow_worker::store::StoreUrl;
 
 use crate::error::Result;
-use crate::job::read_manifest;
+use crate::job::{read_manifest, EXCLUDED_WORKERS};
 use crate::journal::Journal;
 
 pub async fn status(output_url: &str) -> Result<String> {
     let output = StoreUrl::parse(output_url)?;
     let mut out = String::new();
+    let excluded = excluded_workers(&output).await?;
     if output.exists(&output.child("_SUCCESS")).await? {
         if let Some(m) = read_manifest(&output).await? {
             let t = &m.totals;
@@ -30,6 +32,7 @@ pub async fn status(output_url: &str) -> Result<String> {
                 m.shards_per_split,
                 t.bytes as f64 / 1e6
             );
+            out.push_str(&excluded);
             return Ok(out);
         }
     }
@@ -66,6 +69,26 @@ pub async fn status(output_url: &str) -> Result<String> {
             if retried > 0 {
                 let _ = writeln!(out, "  {retried} tasks needed more than one attempt");
             }
+        }
+    }
+    out.push_str(&excluded);
+    Ok(out)
+}
+
+/// The workers the job excluded (they kept failing), one line each; empty if none.
+async fn excluded_workers(output: &StoreUrl) -> Result<String> {
+    let mut out = String::new();
+    let Some(bytes) = output.get_opt(&output.child(EXCLUDED_WORKERS)).await? else {
+        return Ok(out);
+    };
+    match serde_json::from_slice::<BTreeMap<String, String>>(&bytes) {
+        Ok(workers) => {
+            for (worker, why) in workers {
+                let _ = writeln!(out, "  worker {worker} excluded: {why}");
+            }
+        }
+        Err(e) => {
+            let _ = writeln!(out, "  (unreadable {EXCLUDED_WORKERS}: {e})");
         }
     }
     Ok(out)

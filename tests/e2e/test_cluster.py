@@ -441,3 +441,69 @@ def test_coordinator_killed_and_restarted_workers_reconnect(tmp_path, data):
     for n in c.workers:
         log = c.log(n)
         assert "lost the coordinator; reconnecting" in log and log.count("joined") == 2, log[-2000:]
+
+
+def test_heartbeats_follow_the_lease_in_cluster_mode(tmp_path, data):
+    """lease_seconds = 1 with tasks of 2.5 s: heartbeats every quarter lease keep every
+    lease (a fixed 2 s heartbeat lost each one, and the job failed)."""
+    d, inputs, manifest = data
+    c = Cluster.for_job(tmp_path, inputs, "shortlease", lease=1)
+    try:
+        c.start_worker("slow", fault="slow-report:2500", extra=["--threads", "4"])
+        stdout = c.finish()
+    finally:
+        c.kill_all()
+    assert c.coordinator.returncode == 0, stdout[-3000:]
+    same_output(c.out, manifest)
+    assert "lease expired" not in stdout
+    assert tasks_run(stdout) == planned_tasks(c.out)
+    assert "heartbeat_ms=250" in c.log("slow")
+
+
+def joined(c: Cluster, name: str) -> None:
+    wait_for(lambda: "joined" in c.log(name), timeout=60)
+
+
+def test_forged_results_are_refused_and_their_worker_excluded(tmp_path, data):
+    """A peer with the cookie reports a result for a lease it does not hold, and results
+    for its own leases naming paths it was not given (manifest.json, ../..): every one
+    is refused, the peer is excluded, and the output is local mode's, manifest intact."""
+    d, inputs, manifest = data
+    c = Cluster.for_job(tmp_path, inputs, "forged")
+    try:
+        c.start_worker("honest", fault="slow-report:300")
+        joined(c, "honest")
+        forger = c.start_worker("forger", fault="forge-results")
+        stdout = c.finish()
+    finally:
+        c.kill_all()
+    assert c.coordinator.returncode == 0, stdout[-3000:]
+    same_output(c.out, manifest)
+    assert "result refused" in stdout and "manifest.json" in stdout, stdout[-3000:]
+    assert "no lease held with this attempt and token" in stdout
+    assert re.search(r"worker excluded for the rest of the job.*forger|forger.*worker excluded", stdout), stdout[-3000:]
+    assert forger.returncode == 2 and "excluded" in c.log("forger")
+    assert not list(c.out.glob("elsewhere*")) and not (tmp_path / "elsewhere.array_record").exists()
+    status = run(["status", str(c.out)]).stdout
+    assert "worker forger excluded" in status, status
+
+
+def test_a_worker_with_a_full_scratch_is_excluded_and_the_job_finishes(tmp_path, data):
+    """One worker's scratch disk is full (every task fails with ENOSPC): failed attempts
+    wait a backoff and go to the other worker; the full one is excluded."""
+    d, inputs, manifest = data
+    c = Cluster.for_job(tmp_path, inputs, "fulldisk")
+    try:
+        c.start_worker("healthy", fault="slow-report:300")
+        joined(c, "healthy")
+        full = c.start_worker("full", fault="scratch-full")
+        stdout = c.finish()
+    finally:
+        c.kill_all()
+    assert c.coordinator.returncode == 0, stdout[-3000:]
+    same_output(c.out, manifest)
+    assert "No space left on device" in stdout, stdout[-3000:]
+    assert re.search(r"worker excluded for the rest of the job.*full", stdout), stdout[-3000:]
+    assert full.returncode == 2 and "excluded" in c.log("full")
+    status = run(["status", str(c.out)]).stdout
+    assert "worker full excluded" in status and "No space left" in status, status

@@ -485,3 +485,34 @@ def test_an_input_file_replaced_mid_run_fails_naming_it(workdir, clean_input):
     assert proc.returncode in (1, 2), err
     assert str(victim) in err and "changed since the job was planned" in err, err
     assert not (out / "_SUCCESS").exists()
+
+
+def test_a_torn_journal_entry_is_redone_on_resume(workdir, clean_input, baseline):
+    """A journal entry cut to zero bytes or to half its length (a crash mid-write on a
+    store without atomic renames) makes the resume redo those tasks, with a warning,
+    and the output is the clean run's, byte for byte."""
+    out = workdir / "out-torn"
+    spec = job_file(workdir, "torn", f"{clean_input}/*.parquet", out, workers=1)
+    proc = subprocess.Popen([str(COORDINATOR), "run", str(spec)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    journal = out / "_job" / "journal"
+    deadline = time.time() + 120
+    while time.time() < deadline and len(list(journal.glob("map-*.json"))) < 3:
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    entries = sorted(journal.glob("map-*.json"))
+    assert len(entries) >= 3, "the job was killed before three maps finished"
+    entries[0].write_bytes(b"")
+    entries[1].write_bytes(entries[1].read_bytes()[: len(entries[1].read_bytes()) // 2])
+
+    resumed = run(["run", str(spec)])
+    assert entries[0].name in resumed.stderr and entries[1].name in resumed.stderr
+    assert "redone" in resumed.stderr
+    ref = json.loads((baseline / "manifest.json").read_text())["shards"]
+    got = json.loads((out / "manifest.json").read_text())["shards"]
+    assert [s["blake3"] for s in got] == [s["blake3"] for s in ref]
+    for s in ref:
+        assert (out / s["path"]).read_bytes() == (baseline / s["path"]).read_bytes()
+    # Every entry is whole again.
+    for e in journal.glob("*.json"):
+        json.loads(e.read_text())

@@ -19,7 +19,10 @@ use ractor::{Actor, ActorProcessingErr, ActorRef, BytesConvertable, RpcReplyPort
 use ractor_cluster::{RactorClusterMessage, RactorMessage};
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 
-use crate::protocol::{Assignment, Registration, TaskFailure, TaskId, TaskOutput, TaskSpec};
+use crate::fault::Faults;
+use crate::protocol::{
+    Assignment, Registration, TaskFailure, TaskId, TaskOutput, TaskSpec, WorkerTiming,
+};
 use crate::reduce::WorkerConfig;
 use crate::scratch::JobScratch;
 
@@ -54,27 +57,31 @@ impl<T: Serialize + DeserializeOwned> BytesConvertable for Wire<T> {
 /// Messages to the coordinator actor (local or across the network).
 #[derive(RactorClusterMessage)]
 pub enum CoordinatorMsg {
-    /// A worker process joins (cluster mode); refused with the reason for a duplicate
-    /// name or another protocol version.
+    /// A worker process joins (cluster mode) and learns the job's timing; refused with
+    /// the reason for a duplicate name or another protocol version.
     #[rpc]
     Register {
         registration: Wire<Registration>,
-        reply: RpcReplyPort<Wire<Result<(), String>>>,
+        reply: RpcReplyPort<Wire<Result<WorkerTiming, String>>>,
     },
     #[rpc]
     RequestTask {
         worker: String,
         reply: RpcReplyPort<Wire<TaskReply>>,
     },
+    /// Extends a lease; `lease` is the token of the [`Assignment`].
     Heartbeat {
         worker: String,
         task: Wire<TaskId>,
         attempt: u32,
+        lease: String,
     },
+    /// A task's result; accepted only with the lease's token, from the worker holding it.
     Finished {
         worker: String,
         task: Wire<TaskId>,
         attempt: u32,
+        lease: String,
         result: Wire<Result<TaskOutput, TaskFailure>>,
     },
     /// A worker node's session ended (cluster mode): its leases are re-queued at once
@@ -90,6 +97,8 @@ pub enum TaskReply {
     Task(Box<Assignment>),
     Wait,
     Done,
+    /// This worker failed too often: it gets no more tasks (the reason).
+    Excluded(String),
 }
 
 /// Messages to a worker actor.
@@ -102,17 +111,16 @@ pub struct WorkerArgs {
     pub name: String,
     pub coordinator: ActorRef<CoordinatorMsg>,
     pub config: WorkerConfig,
-    pub heartbeat: Duration,
-    pub request_timeout: Duration,
+    /// Heartbeat period and request timeout (from the job's lease).
+    pub timing: WorkerTiming,
     /// Set when the coordinator said the job is done (the other way a worker stops is
     /// losing the coordinator).
     pub done: Arc<AtomicBool>,
     /// The job's output URL, from the first task (lets a worker that lost the
     /// coordinator see whether the job finished without it).
     pub job_output: Arc<std::sync::OnceLock<String>>,
-    /// Fault injection for tests: after a task's outputs are written, wait forever
-    /// instead of reporting (so a test can kill the worker "while reporting").
-    pub park_before_report: bool,
+    /// Fault injection (test builds only; see [`crate::fault`]).
+    pub faults: Faults,
 }
 
 pub struct WorkerActor;
@@ -163,7 +171,7 @@ impl Actor for WorkerActor {
                     worker: name.clone(),
                     reply,
                 },
-                Some(state.request_timeout),
+                Some(state.timing.request_timeout()),
             )
             .await;
         let reply = match reply {
@@ -185,19 +193,25 @@ impl Actor for WorkerActor {
                 state.done.store(true, Ordering::SeqCst);
                 myself.stop(None)
             }
+            TaskReply::Excluded(why) => {
+                tracing::error!(worker = %name, reason = %why, "excluded from the job by the coordinator; stopping");
+                myself.stop(None)
+            }
             TaskReply::Wait => {
                 myself.send_after(Duration::from_millis(50), || WorkerMsg::Poll);
             }
             TaskReply::Task(assignment) => {
                 let task = assignment.task.id();
                 let attempt = assignment.attempt;
+                let lease = assignment.lease.clone();
                 let _ = state.job_output.set(assignment.job.output.clone());
                 tracing::debug!(worker = %name, %task, attempt, "running");
                 let started = std::time::Instant::now();
                 let beat = {
                     let coordinator = state.coordinator.clone();
                     let name = name.clone();
-                    let every = state.heartbeat;
+                    let every = state.timing.heartbeat();
+                    let lease = lease.clone();
                     tokio::spawn(async move {
                         let mut tick = tokio::time::interval(every);
                         tick.tick().await;
@@ -207,6 +221,7 @@ impl Actor for WorkerActor {
                                 worker: name.clone(),
                                 task: Wire::new(task),
                                 attempt,
+                                lease: lease.clone(),
                             };
                             if coordinator.cast(msg).is_err() {
                                 break;
@@ -219,13 +234,22 @@ impl Actor for WorkerActor {
                     &state.config.scratch,
                     &assignment.job.job_id,
                 ) {
-                    Ok(s) => {
-                        AssertUnwindSafe(crate::run_task(&assignment, &state.config, s, addresses))
+                    Ok(s) => match state.faults.before_task(s.path()) {
+                        Err(e) => Ok(Err(e)),
+                        Ok(()) => {
+                            AssertUnwindSafe(crate::run_task(
+                                &assignment,
+                                &state.config,
+                                s,
+                                addresses,
+                            ))
                             .catch_unwind()
                             .await
-                    }
+                        }
+                    },
                     Err(e) => Ok(Err(e)),
                 };
+                state.faults.before_report().await;
                 beat.abort();
                 tracing::debug!(
                     worker = %name,
@@ -253,19 +277,21 @@ impl Actor for WorkerActor {
                         retryable: true,
                     }),
                 };
-                if state.park_before_report {
-                    tracing::warn!(worker = %name, %task, "fault injection: parked before reporting");
-                    std::future::pending::<()>().await;
-                }
                 // Kept in case the report cannot be delivered (see below).
                 let map_output = match &result {
                     Ok(TaskOutput::Map(m)) => Some(m.clone()),
                     _ => None,
                 };
+                let result = if state.faults.forges_results() {
+                    forge_results(&state.coordinator, &name, &assignment, result)
+                } else {
+                    result
+                };
                 let msg = CoordinatorMsg::Finished {
                     worker: name.clone(),
                     task: Wire::new(task),
                     attempt,
+                    lease,
                     result: Wire::new(result),
                 };
                 if state.coordinator.cast(msg).is_err() {
@@ -290,4 +316,46 @@ impl Actor for WorkerActor {
         }
         Ok(())
     }
+}
+
+/// Fault injection (`forge-results`): first reports a result for a task this worker
+/// holds no lease on, naming the output's manifest as its rejects file; then returns
+/// its own task's result with paths it was not given. The coordinator must refuse both.
+fn forge_results(
+    coordinator: &ActorRef<CoordinatorMsg>,
+    name: &str,
+    assignment: &Assignment,
+    result: Result<TaskOutput, TaskFailure>,
+) -> Result<TaskOutput, TaskFailure> {
+    let forged = |mut m: crate::protocol::MapOutput| {
+        m.shuffle_file = "manifest.json".into();
+        m.rejects_file = Some("manifest.json".into());
+        TaskOutput::Map(m)
+    };
+    let Ok(output) = result else {
+        return result;
+    };
+    let output = match output {
+        TaskOutput::Map(m) => forged(m),
+        TaskOutput::Reduce(mut r) => {
+            for s in &mut r.shards {
+                s.path = "../../elsewhere.array_record".into();
+            }
+            TaskOutput::Reduce(r)
+        }
+    };
+    let other = match assignment.task.id() {
+        TaskId::Map(i) => TaskId::Map(i + 1),
+        TaskId::Reduce(p) => TaskId::Reduce(p + 1),
+    };
+    tracing::warn!(worker = %name, task = %other, "fault injection: reporting a result for a lease this worker does not hold");
+    let _ = coordinator.cast(CoordinatorMsg::Finished {
+        worker: name.to_string(),
+        task: Wire::new(other),
+        attempt: 1,
+        lease: assignment.lease.clone(),
+        result: Wire::new(Ok(output.clone())),
+    });
+    tracing::warn!(worker = %name, task = %assignment.task.id(), "fault injection: reporting paths this worker was not given");
+    Ok(output)
 }

@@ -10,10 +10,12 @@
 //! * [`actor`]: the worker actor that pulls tasks from the coordinator and runs them.
 //! * [`cluster`]: cluster mode: nodes, the cookie, finding the coordinator.
 //! * [`tls`]: cluster mode's optional mutual TLS.
+//! * [`fault`]: fault injection, in test builds only.
 
 pub mod actor;
 pub mod cluster;
 pub mod error;
+pub mod fault;
 pub mod map;
 pub mod parquet_source;
 pub mod protocol;

@@ -22,6 +22,7 @@ use anyhow::{bail, Context};
 use clap::Parser;
 use probeflow_worker::actor::{CoordinatorMsg, Wire, WorkerActor, WorkerArgs};
 use probeflow_worker::cluster;
+use probeflow_worker::fault::Faults;
 use probeflow_worker::protocol::{Registration, PROTOCOL_VERSION};
 use probeflow_worker::store::StoreUrl;
 use probeflow_worker::tls::{self, ClusterTls, TlsFiles};
@@ -97,12 +98,9 @@ struct Plan {
     listen: SocketAddr,
     give_up_after: Duration,
     tls: Option<TlsPlan>,
-    /// `PROBEFLOW_FAULT=park-before-report` (tests only).
-    park_before_report: bool,
+    /// `PROBEFLOW_FAULT` (test builds only).
+    faults: Faults,
 }
-
-/// Fault injection for the tests, from the environment (not a flag: it is not for users).
-const FAULT_ENV: &str = "PROBEFLOW_FAULT";
 
 fn plan(args: Args) -> anyhow::Result<Plan> {
     let memory = parse_bytes(&args.memory)
@@ -136,6 +134,9 @@ fn plan(args: Args) -> anyhow::Result<Plan> {
     let name = args
         .name
         .unwrap_or_else(|| format!("{host}-{}", std::process::id()));
+    if name.is_empty() || name.contains('/') {
+        bail!("--name {name:?}: must be non-empty and without '/'");
+    }
     Ok(Plan {
         join: args.join,
         config: WorkerConfig {
@@ -147,11 +148,7 @@ fn plan(args: Args) -> anyhow::Result<Plan> {
         listen: args.listen,
         give_up_after: Duration::from_secs(args.give_up_after),
         tls,
-        park_before_report: match std::env::var(FAULT_ENV).as_deref() {
-            Err(_) | Ok("") => false,
-            Ok("park-before-report") => true,
-            Ok(other) => bail!("{FAULT_ENV}={other:?}: the only fault is park-before-report"),
-        },
+        faults: Faults::from_env()?,
     })
 }
 
@@ -239,16 +236,21 @@ async fn run(plan: Plan, cookie: String) -> anyhow::Result<()> {
                 Some(Duration::from_secs(10)),
             )
             .await;
-        match answer {
-            Ok(CallResult::Success(Wire(Ok(Ok(()))))) => {}
+        let timing = match answer {
+            Ok(CallResult::Success(Wire(Ok(Ok(timing))))) => timing,
             Ok(CallResult::Success(Wire(Ok(Err(refusal))))) => return Err(Refused(refusal).into()),
             other => {
                 tracing::info!(coordinator = %plan.join, "no answer to the registration ({other:?}); retrying");
                 tokio::time::sleep(backoff).await;
                 continue;
             }
-        }
-        tracing::info!(worker = %plan.name, coordinator = %plan.join, "joined");
+        };
+        tracing::info!(
+            worker = %plan.name,
+            coordinator = %plan.join,
+            heartbeat_ms = timing.heartbeat_ms,
+            "joined"
+        );
         backoff = Duration::from_millis(200);
         let done = Arc::new(AtomicBool::new(false));
         let mut handles = Vec::new();
@@ -265,10 +267,9 @@ async fn run(plan: Plan, cookie: String) -> anyhow::Result<()> {
                     scratch: plan.config.scratch.clone(),
                     memory_bytes: plan.config.memory_bytes,
                 },
-                heartbeat: Duration::from_secs(2),
-                request_timeout: Duration::from_secs(30),
+                timing,
                 done: done.clone(),
-                park_before_report: plan.park_before_report,
+                faults: plan.faults,
                 job_output: job_output.clone(),
             };
             let (_, handle) = Actor::spawn(None, WorkerActor, args)

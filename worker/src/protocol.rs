@@ -10,7 +10,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 /// Version of the coordinator ↔ worker messages; a worker of another version is refused.
-pub const PROTOCOL_VERSION: u32 = 2;
+pub const PROTOCOL_VERSION: u32 = 3;
 
 /// What a worker process says when it joins (cluster mode).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -246,12 +246,44 @@ impl std::fmt::Display for TaskId {
     }
 }
 
-/// A task leased to a worker: fenced by `attempt`.
+/// A task leased to a worker: fenced by `attempt` and by `lease`, a random token only
+/// the worker it was given to knows; heartbeats and the result must carry it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct Assignment {
     pub task: TaskSpec,
     pub attempt: u32,
+    pub lease: String,
     pub job: JobContext,
+}
+
+/// How a worker keeps in touch with the coordinator, derived from the job's lease so
+/// that local and cluster mode agree: a heartbeat every quarter of the lease, and a
+/// request to the coordinator waits as long as a lease (at least
+/// [`WorkerTiming::MIN_REQUEST_TIMEOUT`]). Cluster workers get it when they register.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct WorkerTiming {
+    pub heartbeat_ms: u64,
+    pub request_timeout_ms: u64,
+}
+
+impl WorkerTiming {
+    /// The shortest wait for an answer from the coordinator.
+    pub const MIN_REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
+
+    pub fn for_lease(lease: std::time::Duration) -> WorkerTiming {
+        WorkerTiming {
+            heartbeat_ms: (lease.as_millis() as u64 / 4).max(10),
+            request_timeout_ms: lease.max(Self::MIN_REQUEST_TIMEOUT).as_millis() as u64,
+        }
+    }
+
+    pub fn heartbeat(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.heartbeat_ms)
+    }
+
+    pub fn request_timeout(&self) -> std::time::Duration {
+        std::time::Duration::from_millis(self.request_timeout_ms)
+    }
 }
 
 /// Why an attempt failed, and whether another attempt could succeed. Input that is
@@ -279,4 +311,20 @@ pub enum TaskOutput {
 /// The shard file name of a partition.
 pub fn shard_path(split: &str, partition: u32, shards: u32) -> String {
     format!("{split}/shard-{partition:05}-of-{shards:05}.array_record")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn heartbeats_come_four_times_a_lease_in_both_modes() {
+        let t = WorkerTiming::for_lease(Duration::from_secs(1));
+        assert_eq!(t.heartbeat(), Duration::from_millis(250));
+        assert_eq!(t.request_timeout(), WorkerTiming::MIN_REQUEST_TIMEOUT);
+        let t = WorkerTiming::for_lease(Duration::from_secs(60));
+        assert_eq!(t.heartbeat(), Duration::from_secs(15));
+        assert_eq!(t.request_timeout(), Duration::from_secs(60));
+    }
 }

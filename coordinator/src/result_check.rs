@@ -1,0 +1,276 @@
+//! The check every task result passes before the coordinator journals it: a result
+//! names only the paths the coordinator planned for that task and attempt, only the
+//! job's partitions, and counts that add up. A pure function of the plan and the
+//! result; a result that fails it is refused and counts as a failed attempt.
+
+use std::collections::BTreeSet;
+
+use probeflow_worker::map::{rejects_path, shuffle_path};
+use probeflow_worker::protocol::{
+    shard_path, JobContext, MapOutput, MapTask, ReduceOutput, ReduceTask, TaskOutput, TaskSpec,
+};
+
+/// Why a result was refused.
+pub type Refusal = String;
+
+/// Checks `output` against `task`, attempt `attempt`, of `job`.
+pub fn check_result(
+    task: &TaskSpec,
+    attempt: u32,
+    job: &JobContext,
+    output: &TaskOutput,
+) -> Result<(), Refusal> {
+    match (task, output) {
+        (TaskSpec::Map(t), TaskOutput::Map(m)) => check_map(t, attempt, job, m),
+        (TaskSpec::Reduce(t), TaskOutput::Reduce(r)) => check_reduce(t, job, r),
+        _ => Err("a result of the wrong kind".into()),
+    }
+}
+
+fn check_map(task: &MapTask, attempt: u32, job: &JobContext, m: &MapOutput) -> Result<(), Refusal> {
+    let shuffle = shuffle_path(task.index, attempt);
+    if m.shuffle_file != shuffle {
+        return Err(format!(
+            "shuffle file {:?} is not the planned {shuffle:?}",
+            m.shuffle_file
+        ));
+    }
+    let rejected: u64 = m.rejected.values().sum();
+    let rejects = rejects_path(task.index, attempt);
+    match (&m.rejects_file, rejected) {
+        (Some(f), _) if *f != rejects => {
+            return Err(format!("rejects file {f:?} is not the planned {rejects:?}"))
+        }
+        (Some(_), 0) => return Err("a rejects file but no rejected rows".into()),
+        (None, n) if n > 0 => return Err(format!("{n} rejected rows but no rejects file")),
+        _ => {}
+    }
+    if m.input_rows != task.rows {
+        return Err(format!(
+            "{} input rows, but the planned row groups hold {}",
+            m.input_rows, task.rows
+        ));
+    }
+    if m.kept_rows + rejected != m.input_rows {
+        return Err(format!(
+            "{} kept + {rejected} rejected rows is not the {} input rows",
+            m.kept_rows, m.input_rows
+        ));
+    }
+    let mut end = 0u64;
+    let mut rows = 0u64;
+    for (p, s) in &m.segments {
+        if *p >= job.shards {
+            return Err(format!(
+                "partition {p} of a job of {} partitions",
+                job.shards
+            ));
+        }
+        if s.offset < end || s.len == 0 || s.rows == 0 {
+            return Err(format!(
+                "partition {p}'s segment {s:?} overlaps or is empty"
+            ));
+        }
+        end = s.offset.saturating_add(s.len);
+        rows += s.rows;
+    }
+    if rows != m.kept_rows {
+        return Err(format!(
+            "segments of {rows} rows, but {} rows kept",
+            m.kept_rows
+        ));
+    }
+    Ok(())
+}
+
+fn check_reduce(task: &ReduceTask, job: &JobContext, r: &ReduceOutput) -> Result<(), Refusal> {
+    let mut splits = BTreeSet::new();
+    let mut measurements = 0u64;
+    for s in &r.shards {
+        if s.split != "train" && s.split != "test" {
+            return Err(format!("unknown split {:?}", s.split));
+        }
+        if !splits.insert(s.split.as_str()) {
+            return Err(format!("two {} shards", s.split));
+        }
+        let planned = shard_path(&s.split, task.partition, job.shards);
+        if s.partition != task.partition || s.path != planned {
+            return Err(format!(
+                "shard {:?} of partition {} is not the planned {planned:?}",
+                s.path, s.partition
+            ));
+        }
+        // Every row holds at least one measurement, every source at least one row.
+        if s.sources > s.rows || s.rows > s.measurements {
+            return Err(format!("shard {:?}: inconsistent counts", s.path));
+        }
+        if s.blake3.len() != 64 || !s.blake3.bytes().all(|b| b.is_ascii_hexdigit()) {
+            return Err(format!(
+                "shard {:?}: {:?} is not a blake3 digest",
+                s.path, s.blake3
+            ));
+        }
+        measurements += s.measurements;
+    }
+    let planned: u64 = task.inputs.iter().map(|(_, seg)| seg.rows).sum();
+    if measurements != planned {
+        return Err(format!(
+            "{measurements} measurements written, but the partition's segments hold {planned}"
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use probeflow_worker::protocol::{Plausible, ShardInfo, ShuffleSegment};
+    use std::collections::BTreeMap;
+
+    fn job() -> JobContext {
+        JobContext {
+            job_id: "j".into(),
+            output: "/tmp/out".into(),
+            shards: 4,
+            max_row_bytes: 1 << 20,
+            array_record_options: String::new(),
+            split_seed: 1,
+            test_fraction: 0.1,
+            columns: Default::default(),
+            plausible: Plausible::default(),
+        }
+    }
+
+    fn map_task() -> TaskSpec {
+        TaskSpec::Map(MapTask {
+            index: 7,
+            file: "in.parquet".into(),
+            file_size: 10,
+            file_etag: None,
+            row_groups: 0..1,
+            rows: 10,
+        })
+    }
+
+    fn map_output() -> MapOutput {
+        let seg = |offset, rows| ShuffleSegment {
+            offset,
+            len: 100,
+            rows,
+        };
+        MapOutput {
+            shuffle_file: shuffle_path(7, 2),
+            segments: BTreeMap::from([(0, seg(0, 5)), (3, seg(100, 3))]),
+            input_rows: 10,
+            kept_rows: 8,
+            rejected: BTreeMap::from([("bad_rtt".to_string(), 2)]),
+            rejects_file: Some(rejects_path(7, 2)),
+        }
+    }
+
+    fn check_map_output(m: MapOutput) -> Result<(), Refusal> {
+        check_result(&map_task(), 2, &job(), &TaskOutput::Map(m))
+    }
+
+    #[test]
+    fn a_planned_map_result_passes() {
+        check_map_output(map_output()).unwrap();
+    }
+
+    #[test]
+    fn map_results_with_foreign_paths_are_refused() {
+        let mut m = map_output();
+        m.shuffle_file = "manifest.json".into();
+        assert!(check_map_output(m).unwrap_err().contains("manifest.json"));
+        let mut m = map_output();
+        m.rejects_file = Some("manifest.json".into());
+        assert!(check_map_output(m).unwrap_err().contains("manifest.json"));
+        // Another attempt's paths are not this attempt's.
+        let mut m = map_output();
+        m.shuffle_file = shuffle_path(7, 1);
+        assert!(check_map_output(m).is_err());
+    }
+
+    #[test]
+    fn map_results_with_wrong_counts_or_partitions_are_refused() {
+        let mut m = map_output();
+        m.input_rows = 11;
+        assert!(check_map_output(m)
+            .unwrap_err()
+            .contains("planned row groups"));
+        let mut m = map_output();
+        m.kept_rows = 9;
+        assert!(check_map_output(m).is_err());
+        let mut m = map_output();
+        let seg = m.segments.remove(&3).unwrap();
+        m.segments.insert(4, seg);
+        assert!(check_map_output(m).unwrap_err().contains("partition 4"));
+        let mut m = map_output();
+        m.segments.get_mut(&3).unwrap().offset = 50;
+        assert!(check_map_output(m).unwrap_err().contains("overlaps"));
+        let mut m = map_output();
+        m.rejects_file = None;
+        assert!(check_map_output(m).unwrap_err().contains("no rejects file"));
+    }
+
+    fn reduce_task() -> TaskSpec {
+        let seg = ShuffleSegment {
+            offset: 0,
+            len: 10,
+            rows: 6,
+        };
+        TaskSpec::Reduce(ReduceTask {
+            partition: 2,
+            inputs: vec![("a".into(), seg), ("b".into(), seg)],
+        })
+    }
+
+    fn shard(split: &str, measurements: u64) -> ShardInfo {
+        ShardInfo {
+            split: split.into(),
+            partition: 2,
+            path: shard_path(split, 2, 4),
+            rows: 2,
+            sources: 1,
+            measurements,
+            bytes: 100,
+            blake3: "ab".repeat(32),
+        }
+    }
+
+    fn check_reduce_output(shards: Vec<ShardInfo>) -> Result<(), Refusal> {
+        check_result(
+            &reduce_task(),
+            1,
+            &job(),
+            &TaskOutput::Reduce(ReduceOutput { shards }),
+        )
+    }
+
+    #[test]
+    fn reduce_results_are_checked() {
+        check_reduce_output(vec![shard("train", 9), shard("test", 3)]).unwrap();
+        let mut foreign = shard("train", 9);
+        foreign.path = "../../elsewhere.array_record".into();
+        assert!(check_reduce_output(vec![foreign, shard("test", 3)])
+            .unwrap_err()
+            .contains("elsewhere"));
+        let mut other = shard("train", 9);
+        other.partition = 3;
+        other.path = shard_path("train", 3, 4);
+        assert!(check_reduce_output(vec![other, shard("test", 3)]).is_err());
+        assert!(
+            check_reduce_output(vec![shard("train", 9), shard("train", 3)])
+                .unwrap_err()
+                .contains("two train")
+        );
+        assert!(
+            check_reduce_output(vec![shard("train", 9), shard("test", 2)])
+                .unwrap_err()
+                .contains("segments hold 12")
+        );
+        let mut bad = shard("test", 3);
+        bad.blake3 = "x".into();
+        assert!(check_reduce_output(vec![shard("train", 9), bad]).is_err());
+    }
+}

@@ -1,0 +1,154 @@
+//! Fault injection for the end-to-end tests: a worker that misbehaves on purpose.
+//!
+//! Faults are chosen with `PROBEFLOW_FAULT` and exist only in builds with the
+//! `fault-injection` cargo feature (the test builds). In other builds [`Faults`] is
+//! empty, every hook is a no-op, and a set `PROBEFLOW_FAULT` is an error: a release
+//! worker cannot be made to misbehave.
+//!
+//! * `park-before-report`: after a task's outputs are written, wait forever instead of
+//!   reporting (a test kills the worker "while reporting");
+//! * `slow-report:<ms>`: keep heartbeating for `<ms>` before reporting (a task longer
+//!   than the lease);
+//! * `scratch-full`: every task fails as if the scratch disk were full (ENOSPC);
+//! * `forge-results`: report results the coordinator must refuse: for a lease this
+//!   worker does not hold, and for its own lease with paths it was not given.
+
+use crate::error::{Result, WorkerError};
+
+/// The environment variable that names the fault.
+pub const FAULT_ENV: &str = "PROBEFLOW_FAULT";
+
+/// One injected fault.
+#[cfg(feature = "fault-injection")]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    ParkBeforeReport,
+    SlowReport(std::time::Duration),
+    ScratchFull,
+    ForgeResults,
+}
+
+/// The faults this worker injects (none in builds without `fault-injection`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Faults {
+    #[cfg(feature = "fault-injection")]
+    fault: Option<Fault>,
+}
+
+impl Faults {
+    /// No fault.
+    pub fn none() -> Faults {
+        Faults::default()
+    }
+
+    /// The fault `PROBEFLOW_FAULT` names, if any.
+    pub fn from_env() -> Result<Faults> {
+        match std::env::var(FAULT_ENV).as_deref() {
+            Err(_) | Ok("") => Ok(Faults::none()),
+            Ok(name) => Faults::parse(name),
+        }
+    }
+
+    #[cfg(feature = "fault-injection")]
+    fn parse(name: &str) -> Result<Faults> {
+        let fault = match name {
+            "park-before-report" => Fault::ParkBeforeReport,
+            "scratch-full" => Fault::ScratchFull,
+            "forge-results" => Fault::ForgeResults,
+            other => match other
+                .strip_prefix("slow-report:")
+                .and_then(|ms| ms.parse().ok())
+            {
+                Some(ms) => Fault::SlowReport(std::time::Duration::from_millis(ms)),
+                None => {
+                    return Err(WorkerError::Cluster(format!(
+                        "{FAULT_ENV}={other:?}: the faults are park-before-report, \
+                         slow-report:<ms>, scratch-full and forge-results"
+                    )))
+                }
+            },
+        };
+        Ok(Faults { fault: Some(fault) })
+    }
+
+    #[cfg(not(feature = "fault-injection"))]
+    fn parse(name: &str) -> Result<Faults> {
+        Err(WorkerError::Cluster(format!(
+            "{FAULT_ENV}={name:?}: this build has no fault injection (a test-only feature)"
+        )))
+    }
+
+    /// The injected fault, if any.
+    #[cfg(feature = "fault-injection")]
+    pub fn get(&self) -> Option<Fault> {
+        self.fault
+    }
+
+    /// Before a task runs: `scratch-full` fails it as a full disk would.
+    pub fn before_task(&self, _scratch: &std::path::Path) -> Result<()> {
+        #[cfg(feature = "fault-injection")]
+        if self.fault == Some(Fault::ScratchFull) {
+            return Err(WorkerError::Scratch {
+                path: _scratch.display().to_string(),
+                source: std::io::Error::from_raw_os_error(28), // ENOSPC
+            });
+        }
+        Ok(())
+    }
+
+    /// After a task's outputs are written, before its heartbeats stop and it reports:
+    /// `slow-report` waits, `park-before-report` waits forever.
+    pub async fn before_report(&self) {
+        #[cfg(feature = "fault-injection")]
+        match self.fault {
+            Some(Fault::SlowReport(d)) => {
+                tracing::warn!(ms = d.as_millis() as u64, "fault injection: slow report");
+                tokio::time::sleep(d).await;
+            }
+            Some(Fault::ParkBeforeReport) => {
+                tracing::warn!("fault injection: parked before reporting");
+                std::future::pending::<()>().await;
+            }
+            _ => {}
+        }
+    }
+
+    /// Whether this worker forges results (`forge-results`).
+    pub fn forges_results(&self) -> bool {
+        #[cfg(feature = "fault-injection")]
+        return self.fault == Some(Fault::ForgeResults);
+        #[cfg(not(feature = "fault-injection"))]
+        false
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unknown_faults_are_errors() {
+        let e = Faults::parse("crash").unwrap_err().to_string();
+        assert!(e.contains(FAULT_ENV), "{e}");
+    }
+
+    #[cfg(feature = "fault-injection")]
+    #[test]
+    fn faults_parse() {
+        assert_eq!(
+            Faults::parse("slow-report:1500").unwrap().get(),
+            Some(Fault::SlowReport(std::time::Duration::from_millis(1500)))
+        );
+        assert_eq!(
+            Faults::parse("scratch-full").unwrap().get(),
+            Some(Fault::ScratchFull)
+        );
+    }
+
+    #[cfg(not(feature = "fault-injection"))]
+    #[test]
+    fn without_the_feature_no_fault_can_be_set() {
+        let e = Faults::parse("park-before-report").unwrap_err().to_string();
+        assert!(e.contains("no fault injection"), "{e}");
+    }
+}
