@@ -616,6 +616,21 @@ pub async fn run_job(spec: &JobSpec) -> Result<RunOutcome> {
                     Some((ClusterTls::load(&files)?, timeout))
                 }
             };
+            if tls.is_none() && !listen.ip().is_loopback() {
+                if !spec.run.allow_plaintext {
+                    return Err(JobError::Spec {
+                        file: "[run] listen".into(),
+                        what: format!(
+                            "{listen} is not a loopback address and there is no [run.tls]: the \
+                             cluster's traffic (cookie handshake, tasks, results) would cross \
+                             the network in plaintext. Set up mutual TLS ([run.tls], see \
+                             infra/make-certs), or, on a private network you trust, set \
+                             [run] allow_plaintext = true"
+                        ),
+                    });
+                }
+                tracing::warn!(%listen, "cluster mode in plaintext on a non-loopback address ([run] allow_plaintext = true)");
+            }
             Some(ClusterSettings {
                 listen,
                 cookie: cluster::load_cookie(None)?,
@@ -918,7 +933,7 @@ async fn serve_cluster(
         cookie,
         tls,
     } = settings;
-    let (node, tls_listener) =
+    let (node, listener) =
         cluster::start_coordinator_node(listen, cookie, tls.as_ref().map(|(t, d)| (t, *d))).await?;
     node.cast(ractor_cluster::NodeServerMessage::SubscribeToEvents {
         id: "probeflow-coordinator".into(),
@@ -931,14 +946,14 @@ async fn serve_cluster(
     );
     tracing::info!(
         %listen,
-        tls = tls_listener.is_some(),
+        tls = tls.is_some(),
         "waiting for workers (worker --join {listen})"
     );
     let result = rx
         .await
         .map_err(|_| JobError::Runtime("the coordinator actor stopped unexpectedly".into()));
     linger_until_workers_leave(&node).await;
-    drop(tls_listener);
+    drop(listener);
     coordinator.stop(None);
     let _ = coordinator_handle.await;
     Ok((node, result))

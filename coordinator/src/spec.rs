@@ -165,6 +165,10 @@ pub struct RunSpec {
     pub listen: String,
     /// Cluster mode: mutual TLS between the coordinator and the workers (optional).
     pub tls: Option<TlsSpec>,
+    /// Cluster mode without `[run.tls]` on a non-loopback `listen`: refused unless this
+    /// is true (for private networks only: the traffic is plaintext).
+    #[serde(default)]
+    pub allow_plaintext: bool,
 }
 
 /// `[run.tls]`: the coordinator's certificate and key, and the CA that signs every
@@ -223,6 +227,7 @@ impl Default for RunSpec {
             output_lock_seconds: default_output_lock_seconds(),
             listen: default_listen(),
             tls: None,
+            allow_plaintext: false,
         }
     }
 }
@@ -436,6 +441,27 @@ scratch = "/tmp/probeflow"
         assert_eq!(spec.output.shards, 64);
         assert_eq!(spec.memory_bytes(), 2 << 30);
         assert_eq!(spec.input.columns, InputColumns::default());
+    }
+
+    #[test]
+    fn the_shipped_job_files_parse() {
+        for (name, text) in [
+            (
+                "preprocess.toml",
+                include_str!("../../jobs/preprocess.toml"),
+            ),
+            ("local.toml", include_str!("../../jobs/local.toml")),
+            ("demo.toml", include_str!("../../jobs/demo.toml")),
+        ] {
+            let spec = JobSpec::parse(text, name).unwrap();
+            if spec.run.mode == Mode::Cluster {
+                // The shipped cluster job is TLS, not plaintext.
+                assert!(
+                    spec.run.tls.is_some() && !spec.run.allow_plaintext,
+                    "{name}"
+                );
+            }
+        }
     }
 
     #[test]

@@ -507,3 +507,65 @@ def test_a_worker_with_a_full_scratch_is_excluded_and_the_job_finishes(tmp_path,
     assert full.returncode == 2 and "excluded" in c.log("full")
     status = run(["status", str(c.out)]).stdout
     assert "worker full excluded" in status and "No space left" in status, status
+
+
+def closed_by_peer(s: socket.socket, timeout: float) -> bool:
+    """Whether the other end closes `s` within `timeout` seconds."""
+    s.settimeout(timeout)
+    try:
+        return s.recv(1) == b""
+    except ConnectionResetError:
+        return True
+    except (socket.timeout, TimeoutError):
+        return False
+
+
+def test_an_idle_connection_flood_on_the_plaintext_listener_is_capped_and_timed_out(tmp_path, data):
+    """300 silent TCP connections to a plaintext coordinator: those past the cap are
+    closed at once, the rest once they have not authenticated within 5 s; a worker
+    joins meanwhile and the job finishes with local mode's bytes."""
+    d, inputs, manifest = data
+    c = Cluster.for_job(tmp_path, inputs, "flood")
+    try:
+        idle = []
+        for _ in range(300):
+            idle.append(socket.create_connection(("127.0.0.1", c.port)))
+        # A slow worker: the job outlasts the check below.
+        c.start_worker("w1", fault="slow-report:3000")
+        wait_for(lambda: "joined" in c.log("w1"), timeout=30)
+        started = time.time()
+        closed = [closed_by_peer(s, max(0.1, started + 10 - time.time())) for s in idle]
+        assert c.coordinator.poll() is None, "the job ended before the check"
+        assert all(closed), f"{closed.count(False)} idle connections still open after 10 s"
+        stdout = c.finish()
+        for s in idle:
+            s.close()
+    finally:
+        c.kill_all()
+    assert c.coordinator.returncode == 0, stdout[-3000:]
+    same_output(c.out, manifest)
+    assert "not authenticated within 5s" in stdout, stdout[-3000:]
+    assert "unauthenticated connections already open" in stdout, stdout[-3000:]
+
+
+def test_plaintext_on_a_non_loopback_address_needs_allow_plaintext(tmp_path, data):
+    d, inputs, manifest = data
+    port = free_port()
+    spec = job(tmp_path, "open", inputs, "cluster", port)
+    spec.write_text(spec.read_text().replace(f'listen = "127.0.0.1:{port}"', f'listen = "0.0.0.0:{port}"'))
+    refused = subprocess.run([str(COORDINATOR), "run", str(spec)], env=env(), capture_output=True, text=True,
+                             timeout=60)
+    assert refused.returncode == 2, refused.stderr
+    assert "allow_plaintext" in refused.stderr and "[run.tls]" in refused.stderr, refused.stderr
+    assert not (tmp_path / "out-open").exists(), "refused before touching the output"
+    spec.write_text(spec.read_text().replace("[run]\n", "[run]\nallow_plaintext = true\n"))
+    c = Cluster(tmp_path, spec, port)
+    c.out = tmp_path / "out-open"
+    try:
+        c.start_worker("w1")
+        stdout = c.finish()
+    finally:
+        c.kill_all()
+    assert c.coordinator.returncode == 0, stdout[-3000:]
+    same_output(c.out, manifest)
+    assert "plaintext" in stdout

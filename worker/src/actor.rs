@@ -249,8 +249,6 @@ impl Actor for WorkerActor {
                     },
                     Err(e) => Ok(Err(e)),
                 };
-                state.faults.before_report().await;
-                beat.abort();
                 tracing::debug!(
                     worker = %name,
                     %task,
@@ -259,6 +257,9 @@ impl Actor for WorkerActor {
                     ok = matches!(result, Ok(Ok(_))),
                     "task ended"
                 );
+                // Heartbeats go on during a (fault-injected) slow report.
+                state.faults.before_report().await;
+                beat.abort();
                 let result = match result {
                     Ok(Ok(output)) => Ok(output),
                     Ok(Err(e)) => Err(TaskFailure {

@@ -20,7 +20,8 @@ use ractor_cluster::{IncomingEncryptionMode, NodeServer, NodeServerMessage};
 
 use crate::actor::CoordinatorMsg;
 use crate::error::{Result, WorkerError};
-use crate::tls::{ClusterTls, TlsListener};
+use crate::listener::ClusterListener;
+use crate::tls::ClusterTls;
 
 /// The process group the coordinator actor joins.
 pub const COORDINATOR_GROUP: &str = "probeflow.coordinator";
@@ -103,23 +104,21 @@ pub async fn start_node(
 
 /// The coordinator's node, serving workers on `listen`.
 ///
-/// Without TLS the node's own listener serves `listen`. With TLS a [`TlsListener`]
-/// serves it (one handshake task per connection, under `handshake_timeout`), and the
-/// node's own listener, which would run handshakes inline, is confined to a loopback
-/// port that nothing dials (still TLS-only). Keep the returned listener alive as long
-/// as the node should accept workers.
+/// A [`ClusterListener`] serves `listen` (TLS first when `tls` is given): every
+/// connection must authenticate within [`crate::listener::AUTH_TIMEOUT`], and only so
+/// many may be waiting to. The node's own listener, which has neither limit, is confined
+/// to an ephemeral loopback port that nothing dials. Keep the returned listener alive
+/// as long as the node should accept workers.
 pub async fn start_coordinator_node(
     listen: SocketAddr,
     cookie: String,
     tls: Option<(&ClusterTls, Duration)>,
-) -> Result<(ActorRef<NodeServerMessage>, Option<TlsListener>)> {
-    let Some((tls, handshake_timeout)) = tls else {
-        return Ok((start_node("coordinator", listen, cookie, None).await?, None));
-    };
+) -> Result<(ActorRef<NodeServerMessage>, ClusterListener)> {
     let loopback = SocketAddr::from(([127, 0, 0, 1], 0));
-    let node = start_node("coordinator", loopback, cookie, Some(tls)).await?;
-    match TlsListener::bind(listen, node.clone(), tls.acceptor(), handshake_timeout).await {
-        Ok(listener) => Ok((node, Some(listener))),
+    let node = start_node("coordinator", loopback, cookie, tls.map(|(t, _)| t)).await?;
+    let tls = tls.map(|(t, timeout)| (t.acceptor(), timeout));
+    match ClusterListener::bind(listen, node.clone(), tls).await {
+        Ok(listener) => Ok((node, listener)),
         Err(e) => {
             node.stop(None);
             Err(e)

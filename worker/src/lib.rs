@@ -9,6 +9,7 @@
 //! * [`scratch`]: one job run's local scratch directory, isolated from other jobs.
 //! * [`actor`]: the worker actor that pulls tasks from the coordinator and runs them.
 //! * [`cluster`]: cluster mode: nodes, the cookie, finding the coordinator.
+//! * [`listener`]: the coordinator's public socket (authentication timeout and cap).
 //! * [`tls`]: cluster mode's optional mutual TLS.
 //! * [`fault`]: fault injection, in test builds only.
 
@@ -16,6 +17,7 @@ pub mod actor;
 pub mod cluster;
 pub mod error;
 pub mod fault;
+pub mod listener;
 pub mod map;
 pub mod parquet_source;
 pub mod protocol;

@@ -6,13 +6,9 @@
 //! dialled (or `--tls-server-name`). The cookie is still checked inside the TLS
 //! session, so a peer needs both.
 //!
-//! Data flow on the coordinator: [`TlsListener`] owns the public socket. Each accepted
-//! TCP connection gets its own task that runs the TLS handshake under a timeout; only a
-//! finished handshake is handed to the node (`NodeServerMessage::ConnectionOpened`),
-//! whose session then runs the cookie handshake. A silent or slow peer therefore holds
-//! one task and one socket until its timeout, never the accept loop. (ractor_cluster's
-//! own listener runs the TLS handshake inline in its accept loop, which is why the
-//! coordinator does not expose it: with TLS on, that listener is bound to loopback.)
+//! On the coordinator, [`crate::listener::ClusterListener`] owns the public socket and
+//! runs each TLS handshake (with [`ClusterTls::acceptor`]) in a task of its own under a
+//! timeout, before the cookie handshake.
 //!
 //! On a worker, [`connect`] dials the coordinator, runs the handshake under a timeout
 //! and hands the stream to the worker's node.
@@ -23,8 +19,7 @@ use std::time::Duration;
 
 use ractor::ActorRef;
 use ractor_cluster::{NetworkStream, NodeServerMessage};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Semaphore;
+use tokio::net::TcpStream;
 use tokio_rustls::rustls::crypto::{aws_lc_rs, CryptoProvider};
 use tokio_rustls::rustls::pki_types::pem::PemObject;
 use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
@@ -33,10 +28,6 @@ use tokio_rustls::rustls::{ClientConfig, RootCertStore, ServerConfig};
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 
 use crate::error::{Result, WorkerError};
-
-/// Handshakes in flight at once on the coordinator; connections beyond this are closed
-/// at once (a flood of silent sockets cannot exhaust the process).
-pub const MAX_PENDING_HANDSHAKES: usize = 256;
 
 /// Where a node's TLS material lives (PEM files).
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -153,110 +144,8 @@ impl ClusterTls {
     }
 }
 
-/// The coordinator's public socket with TLS: accepts connections and hands finished
-/// handshakes to the node. Stops accepting when dropped.
-pub struct TlsListener {
-    local_addr: std::net::SocketAddr,
-    task: tokio::task::JoinHandle<()>,
-}
-
-impl TlsListener {
-    /// Binds `addr` and starts accepting for `node`.
-    pub async fn bind(
-        addr: std::net::SocketAddr,
-        node: ActorRef<NodeServerMessage>,
-        acceptor: TlsAcceptor,
-        handshake_timeout: Duration,
-    ) -> Result<TlsListener> {
-        let listener = TcpListener::bind(addr)
-            .await
-            .map_err(|e| WorkerError::Cluster(format!("cannot listen on {addr}: {e}")))?;
-        let local_addr = listener
-            .local_addr()
-            .map_err(|e| WorkerError::Cluster(format!("cannot listen on {addr}: {e}")))?;
-        let task = tokio::spawn(accept_loop(listener, node, acceptor, handshake_timeout));
-        Ok(TlsListener { local_addr, task })
-    }
-
-    /// The bound address (useful with port 0).
-    pub fn local_addr(&self) -> std::net::SocketAddr {
-        self.local_addr
-    }
-}
-
-impl Drop for TlsListener {
-    fn drop(&mut self) {
-        self.task.abort();
-    }
-}
-
-async fn accept_loop(
-    listener: TcpListener,
-    node: ActorRef<NodeServerMessage>,
-    acceptor: TlsAcceptor,
-    handshake_timeout: Duration,
-) {
-    let pending = Arc::new(Semaphore::new(MAX_PENDING_HANDSHAKES));
-    loop {
-        let (stream, peer) = match listener.accept().await {
-            Ok(accepted) => accepted,
-            Err(e) => {
-                // Typically out of file descriptors: back off instead of spinning.
-                tracing::warn!(error = %e, "cannot accept a connection");
-                tokio::time::sleep(Duration::from_millis(100)).await;
-                continue;
-            }
-        };
-        let Ok(permit) = pending.clone().try_acquire_owned() else {
-            tracing::warn!(
-                %peer,
-                "refused a connection: {MAX_PENDING_HANDSHAKES} TLS handshakes already pending"
-            );
-            continue;
-        };
-        let node = node.clone();
-        let acceptor = acceptor.clone();
-        tokio::spawn(async move {
-            let _permit = permit;
-            let local = match stream.set_nodelay(true).and_then(|()| stream.local_addr()) {
-                Ok(local) => local,
-                Err(e) => {
-                    tracing::warn!(%peer, error = %e, "dropped a connection");
-                    return;
-                }
-            };
-            match tokio::time::timeout(handshake_timeout, acceptor.accept(stream)).await {
-                Ok(Ok(stream)) => {
-                    tracing::debug!(%peer, "TLS handshake done");
-                    let opened = NodeServerMessage::ConnectionOpened {
-                        stream: Box::new(NetworkStream::TlsServer {
-                            peer_addr: peer,
-                            local_addr: local,
-                            stream,
-                        }),
-                        is_server: true,
-                    };
-                    if node.cast(opened).is_err() {
-                        tracing::debug!(%peer, "the node is gone; connection dropped");
-                    }
-                }
-                Ok(Err(e)) => tracing::warn!(
-                    %peer,
-                    error = %e,
-                    "TLS handshake failed; connection refused{}",
-                    not_tls_hint(&e)
-                ),
-                Err(_) => tracing::warn!(
-                    %peer,
-                    "TLS handshake timed out after {handshake_timeout:?}; connection closed"
-                ),
-            }
-        });
-    }
-}
-
 /// A hint for the most common mistake: a peer that does not speak TLS at all.
-fn not_tls_hint(e: &std::io::Error) -> &'static str {
+pub(crate) fn not_tls_hint(e: &std::io::Error) -> &'static str {
     let rustls_error = e
         .get_ref()
         .and_then(|inner| inner.downcast_ref::<tokio_rustls::rustls::Error>());
