@@ -1,5 +1,8 @@
 //! Planning: list the input, read every Parquet footer, and cut the input into map
-//! tasks of roughly equal rows (whole row groups, never across files). Reduce tasks are
+//! tasks of roughly equal rows (never across files): consecutive row groups up to
+//! `rows_per_task`, and a row group larger than that in row ranges of at most
+//! `rows_per_task` each, so a map's memory follows the settings, not the input's row
+//! groups. Reduce tasks are
 //! one per partition and are made once every map task has reported its segments.
 
 use futures::{StreamExt, TryStreamExt};
@@ -39,28 +42,76 @@ pub async fn plan_maps(url: &str, rows_per_task: u64) -> Result<(Vec<InputFile>,
     for (file, groups) in footers {
         let (url, size, etag) = (file.url.clone(), file.size, file.etag.clone());
         inputs.push(file);
-        let mut start = 0;
-        let mut rows = 0u64;
-        for (i, &g) in groups.iter().enumerate() {
-            rows += g;
-            let last = i + 1 == groups.len();
-            if rows >= rows_per_task || last {
-                if rows > 0 {
-                    maps.push(MapTask {
-                        index: maps.len(),
-                        file: url.clone(),
-                        file_size: size,
-                        file_etag: etag.clone(),
-                        row_groups: start..i + 1,
-                        rows,
-                    });
-                }
-                start = i + 1;
-                rows = 0;
-            }
+        for cut in cut_row_groups(&groups, rows_per_task) {
+            maps.push(MapTask {
+                index: maps.len(),
+                file: url.clone(),
+                file_size: size,
+                file_etag: etag.clone(),
+                row_groups: cut.row_groups,
+                skip_rows: cut.skip_rows,
+                rows: cut.rows,
+            });
         }
     }
     Ok((inputs, maps))
+}
+
+/// One map task's share of a file: rows `skip_rows .. skip_rows + rows` of the row
+/// groups `row_groups`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Cut {
+    pub row_groups: std::ops::Range<usize>,
+    pub skip_rows: u64,
+    pub rows: u64,
+}
+
+/// Cuts a file of row groups (their row counts) into map tasks: small consecutive
+/// groups are gathered until they reach `rows_per_task` (so a task holds less than
+/// twice that); a group of more rows is split into ranges of at most `rows_per_task`.
+/// Empty groups belong to no task.
+pub fn cut_row_groups(groups: &[u64], rows_per_task: u64) -> Vec<Cut> {
+    let per_task = rows_per_task.max(1);
+    let mut cuts = Vec::new();
+    let mut start = 0;
+    let mut rows = 0u64;
+    for (i, &g) in groups.iter().enumerate() {
+        if g > per_task {
+            if rows > 0 {
+                cuts.push(Cut {
+                    row_groups: start..i,
+                    skip_rows: 0,
+                    rows,
+                });
+            }
+            let mut skip = 0;
+            while skip < g {
+                let n = per_task.min(g - skip);
+                cuts.push(Cut {
+                    row_groups: i..i + 1,
+                    skip_rows: skip,
+                    rows: n,
+                });
+                skip += n;
+            }
+            start = i + 1;
+            rows = 0;
+            continue;
+        }
+        rows += g;
+        if rows >= per_task || i + 1 == groups.len() {
+            if rows > 0 {
+                cuts.push(Cut {
+                    row_groups: start..i + 1,
+                    skip_rows: 0,
+                    rows,
+                });
+            }
+            start = i + 1;
+            rows = 0;
+        }
+    }
+    cuts
 }
 
 /// How the input differs from the planned file list: one line per changed, added or
@@ -101,4 +152,71 @@ pub fn plan_reduces(shards: u32, maps: &[(usize, &MapOutput)]) -> Vec<ReduceTask
                 .collect(),
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cut(row_groups: std::ops::Range<usize>, skip_rows: u64, rows: u64) -> Cut {
+        Cut {
+            row_groups,
+            skip_rows,
+            rows,
+        }
+    }
+
+    #[test]
+    fn small_row_groups_are_gathered() {
+        assert_eq!(
+            cut_row_groups(&[4, 4, 4, 4, 1], 8),
+            vec![cut(0..2, 0, 8), cut(2..4, 0, 8), cut(4..5, 0, 1)]
+        );
+        assert_eq!(cut_row_groups(&[3, 6], 8), vec![cut(0..2, 0, 9)]);
+    }
+
+    #[test]
+    fn a_large_row_group_is_split_in_row_ranges() {
+        assert_eq!(
+            cut_row_groups(&[8_000_000], 3_000_000),
+            vec![
+                cut(0..1, 0, 3_000_000),
+                cut(0..1, 3_000_000, 3_000_000),
+                cut(0..1, 6_000_000, 2_000_000)
+            ]
+        );
+        // Gathered groups before it are a task of their own; so are those after.
+        assert_eq!(
+            cut_row_groups(&[2, 3, 20, 1, 1], 8),
+            vec![
+                cut(0..2, 0, 5),
+                cut(2..3, 0, 8),
+                cut(2..3, 8, 8),
+                cut(2..3, 16, 4),
+                cut(3..5, 0, 2)
+            ]
+        );
+    }
+
+    #[test]
+    fn every_row_is_in_exactly_one_cut_and_no_cut_is_too_big() {
+        let groups = [0, 7, 100, 3, 0, 9, 9, 250, 1];
+        let per_task = 10;
+        let cuts = cut_row_groups(&groups, per_task);
+        let mut covered = vec![0u64; groups.len()];
+        for c in &cuts {
+            assert!(c.rows > 0 && c.rows < 2 * per_task, "{c:?}");
+            if c.row_groups.len() == 1 {
+                covered[c.row_groups.start] += c.rows;
+            } else {
+                assert_eq!(c.skip_rows, 0);
+                let sum: u64 = groups[c.row_groups.clone()].iter().sum();
+                assert_eq!(sum, c.rows);
+                for i in c.row_groups.clone() {
+                    covered[i] += groups[i];
+                }
+            }
+        }
+        assert_eq!(covered, groups.to_vec());
+    }
 }

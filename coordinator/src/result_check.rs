@@ -47,7 +47,7 @@ fn check_map(task: &MapTask, attempt: u32, job: &JobContext, m: &MapOutput) -> R
     }
     if m.input_rows != task.rows {
         return Err(format!(
-            "{} input rows, but the planned row groups hold {}",
+            "{} input rows, but the planned rows are {}",
             m.input_rows, task.rows
         ));
     }
@@ -148,6 +148,7 @@ mod tests {
             file_size: 10,
             file_etag: None,
             row_groups: 0..1,
+            skip_rows: 0,
             rows: 10,
         })
     }
@@ -195,9 +196,7 @@ mod tests {
     fn map_results_with_wrong_counts_or_partitions_are_refused() {
         let mut m = map_output();
         m.input_rows = 11;
-        assert!(check_map_output(m)
-            .unwrap_err()
-            .contains("planned row groups"));
+        assert!(check_map_output(m).unwrap_err().contains("planned rows"));
         let mut m = map_output();
         m.kept_rows = 9;
         assert!(check_map_output(m).is_err());

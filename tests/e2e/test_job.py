@@ -516,3 +516,33 @@ def test_a_torn_journal_entry_is_redone_on_resume(workdir, clean_input, baseline
     # Every entry is whole again.
     for e in journal.glob("*.json"):
         json.loads(e.read_text())
+
+
+def test_a_large_row_group_is_read_by_several_maps_each_row_once(workdir):
+    """One row group of 50 000 rows with rows_per_map_task = 7 000: eight map tasks read
+    row ranges of it, and the output holds every input row exactly once."""
+    d = workdir / "one-group"
+    d.mkdir()
+    n = 50_000
+    table = pa.table({
+        "src_addr": [f"10.0.{i % 97}.{i % 13}" for i in range(n)],
+        "dst_addr": [f"192.0.2.{i % 211}" for i in range(n)],
+        "ip_version": pa.array([4] * n, pa.int32()),
+        "rtt": [0.25 + (i * 7) % 500 for i in range(n)],
+        "event_time": pa.array([1_767_300_000 + (i * 104_729) % 1_000_000 for i in range(n)], pa.int64()),
+    })
+    pq.write_table(table, d / "one.parquet", row_group_size=n, write_page_index=True)
+    out = workdir / "out-one-group"
+    spec = job_file(workdir, "one-group", f"{d}/*.parquet", out)
+    spec.write_text(spec.read_text().replace("rows_per_map_task = 60000", "rows_per_map_task = 7000"))
+    run(["run", str(spec)])
+    maps = json.loads((out / "_job" / "journal" / "job.json").read_text())["maps"]
+    assert [(m["row_groups"], m["skip_rows"], m["rows"]) for m in maps] == [
+        ({"start": 0, "end": 1}, skip, min(7000, n - skip)) for skip in range(0, n, 7000)
+    ]
+    expected = expected_from_input([d / "one.parquet"])
+    got, manifest = read_output(out)
+    assert set(got) == set(expected)
+    for src, ms in expected.items():
+        assert got[src] == ms, src
+    assert manifest["totals"]["kept_measurements"] == n

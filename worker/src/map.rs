@@ -2,21 +2,26 @@
 //! partition the valid rows by `partition(src_addr)`, and write one shuffle file (plus a
 //! Parquet file of rejected rows with their reasons).
 //!
-//! The split is a range of the file's row groups, read with a column projection by the
-//! arrow-rs async Parquet reader over `object_store` (range reads: only the projected
-//! column chunks of those row groups are fetched). Memory is bounded by the split size,
-//! which the planner chooses from `memory_per_worker`.
+//! The split is a range of rows of the file's row groups (whole row groups, or a row
+//! range of one large row group), read with a column projection and a row selection by
+//! the arrow-rs async Parquet reader over `object_store`: only the projected column
+//! chunks are fetched, and with the file's offset index only the pages holding the
+//! split's rows. The shuffle file and the rejects go out in parts as they are encoded
+//! ([`crate::store::PartWriter`]: multipart beyond 8 MiB). Memory is bounded by the
+//! split's rows, which the planner chooses from `memory_per_worker`, whatever the
+//! input's row group sizes.
 
 use std::collections::BTreeMap;
 
 use futures::StreamExt;
 use object_store::ObjectStoreExt;
+use parquet::arrow::arrow_reader::{RowSelection, RowSelector};
 use parquet::arrow::{ArrowWriter, ProjectionMask};
 
 use crate::error::{Result, WorkerError};
 use crate::protocol::{JobContext, MapOutput, MapTask, ShuffleSegment};
 use crate::shuffle;
-use crate::store::StoreUrl;
+use crate::store::{PartWriter, StoreUrl, PART_BYTES};
 use crate::validate::{rejects_batch, AddressCache, Reason, Validator};
 
 /// The shuffle file of attempt `attempt` of map task `index`, relative to the output
@@ -76,6 +81,7 @@ pub async fn run_map(
         &task.file,
         task.file_size,
         &[&job.columns.src_addr, &job.columns.dst_addr],
+        true,
     )
     .await?;
     let schema = builder.parquet_schema();
@@ -109,10 +115,12 @@ pub async fn run_map(
         file: task.file.clone(),
         what: e.to_string(),
     };
+    let selection = row_selection(&builder, task);
     let mut stream = builder
         .with_projection(mask)
         .with_row_groups(task.row_groups.clone().collect())
-        .with_batch_size(131_072)
+        .with_row_selection(selection)
+        .with_batch_size(BATCH_ROWS)
         .build()
         .map_err(parquet_err)?;
 
@@ -129,7 +137,7 @@ pub async fn run_map(
         .map(|_| Vec::with_capacity(expected + expected / 8))
         .collect();
     let mut rejected: BTreeMap<String, u64> = BTreeMap::new();
-    let mut rejects_writer: Option<ArrowWriter<Vec<u8>>> = None;
+    let mut rejects_out: Option<RejectsOut> = None;
     let mut input_rows = 0u64;
     let started = std::time::Instant::now();
     let mut scan = std::time::Duration::ZERO;
@@ -147,12 +155,23 @@ pub async fn run_map(
                 *rejected.entry(reason.as_str().to_string()).or_default() += 1;
             }
             let rb = rejects_batch(&batch, &rejects)?;
-            if rejects_writer.is_none() {
-                rejects_writer =
-                    Some(ArrowWriter::try_new(Vec::new(), rb.schema(), None).map_err(parquet_err)?);
-            }
-            if let Some(w) = rejects_writer.as_mut() {
-                w.write(&rb).map_err(parquet_err)?;
+            let r = match rejects_out.as_mut() {
+                Some(r) => r,
+                None => {
+                    let rel = rejects_path(task.index, attempt);
+                    rejects_out.insert(RejectsOut {
+                        writer: ArrowWriter::try_new(Vec::new(), rb.schema(), None)
+                            .map_err(parquet_err)?,
+                        upload: output.put_in_parts(output.child(&rel)),
+                        rel,
+                    })
+                }
+            };
+            r.writer.write(&rb).map_err(parquet_err)?;
+            // What the writer has encoded so far goes out in parts.
+            if r.writer.inner().len() >= PART_BYTES {
+                let encoded = std::mem::take(r.writer.inner_mut());
+                r.upload.write(&encoded).await?;
             }
         }
     }
@@ -160,8 +179,8 @@ pub async fn run_map(
         return Err(WorkerError::Parquet {
             file: task.file.clone(),
             what: format!(
-                "row groups {:?} hold {input_rows} rows, the footer said {}",
-                task.row_groups, task.rows
+                "row groups {:?} (from row {}) gave {input_rows} rows, the footer said {}",
+                task.row_groups, task.skip_rows, task.rows
             ),
         });
     }
@@ -183,30 +202,34 @@ pub async fn run_map(
     }
 
     let validated = started.elapsed();
-    // Partitions in order, each a self-contained IPC stream.
-    let total: usize = by_partition.iter().map(Vec::len).sum();
-    let mut file = Vec::with_capacity(total + by_partition.len() * 1024);
+    // Partitions in order, each a self-contained IPC stream, uploaded as encoded.
+    let shuffle_file = shuffle_path(task.index, attempt);
+    let mut upload = output.put_in_parts(output.child(&shuffle_file));
     let mut segments = BTreeMap::new();
     let mut kept_rows = 0u64;
+    let mut offset = 0u64;
+    let mut segment = Vec::new();
     for (p, keys) in by_partition.into_iter().enumerate() {
         if keys.is_empty() {
             continue;
         }
         let rows = (keys.len() / shuffle::KEY_LEN) as u64;
-        let offset = file.len() as u64;
-        let len = shuffle::encode_segment(&mut file, keys)?;
+        segment.clear();
+        let len = shuffle::encode_segment(&mut segment, keys)?;
+        upload.write(&segment).await?;
         segments.insert(p as u32, ShuffleSegment { offset, len, rows });
+        offset += len;
         kept_rows += rows;
     }
-    let shuffle_file = shuffle_path(task.index, attempt);
-    output.put(&output.child(&shuffle_file), file).await?;
+    drop(segment);
+    upload.finish().await?;
 
-    let rejects_file = match rejects_writer {
-        Some(w) => {
-            let bytes = w.into_inner().map_err(parquet_err)?;
-            let rel = rejects_path(task.index, attempt);
-            output.put(&output.child(&rel), bytes).await?;
-            Some(rel)
+    let rejects_file = match rejects_out {
+        Some(mut r) => {
+            let buffered = r.writer.into_inner().map_err(parquet_err)?;
+            r.upload.write(&buffered).await?;
+            r.upload.finish().await?;
+            Some(r.rel)
         }
         None => None,
     };
@@ -225,6 +248,37 @@ pub async fn run_map(
         rejected,
         rejects_file,
     })
+}
+
+/// Rows decoded at once.
+const BATCH_ROWS: usize = 131_072;
+
+/// The rejects file of a map attempt, written as its rows come.
+struct RejectsOut {
+    writer: ArrowWriter<Vec<u8>>,
+    upload: PartWriter,
+    rel: String,
+}
+
+/// The task's rows of its row groups: skip `skip_rows`, take `rows`, skip the rest.
+/// With the file's offset index only the pages holding them are fetched.
+fn row_selection<T>(
+    builder: &parquet::arrow::arrow_reader::ArrowReaderBuilder<T>,
+    task: &MapTask,
+) -> RowSelection {
+    let groups = builder.metadata().row_groups();
+    let total: u64 = task
+        .row_groups
+        .clone()
+        .filter_map(|i| groups.get(i))
+        .map(|g| g.num_rows().max(0) as u64)
+        .sum();
+    let after = total.saturating_sub(task.skip_rows + task.rows);
+    RowSelection::from(vec![
+        RowSelector::skip(task.skip_rows as usize),
+        RowSelector::select(task.rows as usize),
+        RowSelector::skip(after as usize),
+    ])
 }
 
 /// Refuses an input file that is no longer the one planned (size and ETag).
@@ -255,7 +309,7 @@ async fn check_unchanged(task: &MapTask) -> Result<()> {
 
 /// Row groups and their row counts, from an input file's footer.
 pub async fn row_groups(url: &str, size: u64) -> Result<Vec<u64>> {
-    let builder = crate::parquet_source::open(url, size, &[]).await?;
+    let builder = crate::parquet_source::open(url, size, &[], false).await?;
     Ok(builder
         .metadata()
         .row_groups()

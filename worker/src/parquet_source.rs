@@ -13,7 +13,7 @@ use object_store::{ObjectStore, ObjectStoreExt};
 use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions};
 use parquet::arrow::async_reader::{AsyncFileReader, ParquetRecordBatchStreamBuilder};
 use parquet::errors::ParquetError;
-use parquet::file::metadata::{ParquetMetaData, ParquetMetaDataReader};
+use parquet::file::metadata::{PageIndexPolicy, ParquetMetaData, ParquetMetaDataReader};
 
 use crate::error::{Result, WorkerError};
 use crate::store::StoreUrl;
@@ -23,6 +23,9 @@ pub struct ParquetSource {
     store: Arc<dyn ObjectStore>,
     path: Path,
     size: u64,
+    /// Whether to load the offset index (page locations), when the file has one: it
+    /// lets a row range be read without fetching its row group's whole column chunks.
+    pages: bool,
 }
 
 fn external(e: object_store::Error) -> ParquetError {
@@ -59,8 +62,14 @@ impl AsyncFileReader for ParquetSource {
     ) -> BoxFuture<'a, parquet::errors::Result<Arc<ParquetMetaData>>> {
         async move {
             let size = self.size;
+            let pages = if self.pages {
+                PageIndexPolicy::Optional
+            } else {
+                PageIndexPolicy::Skip
+            };
             let metadata = ParquetMetaDataReader::new()
                 .with_prefetch_hint(Some(64 * 1024))
+                .with_offset_index_policy(pages)
                 .load_and_finish(self, size)
                 .await?;
             Ok(Arc::new(metadata))
@@ -76,6 +85,7 @@ pub async fn open(
     url: &str,
     size: u64,
     as_dictionary: &[&str],
+    pages: bool,
 ) -> Result<ParquetRecordBatchStreamBuilder<ParquetSource>> {
     let parquet_err = |e: ParquetError| WorkerError::Parquet {
         file: url.to_string(),
@@ -86,6 +96,7 @@ pub async fn open(
         store: loc.store.clone(),
         path: loc.root.clone(),
         size,
+        pages,
     };
     let plain = ArrowReaderMetadata::load_async(&mut source, ArrowReaderOptions::new())
         .await

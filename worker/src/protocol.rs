@@ -148,7 +148,8 @@ pub struct JobContext {
     pub plausible: Plausible,
 }
 
-/// Scan `row_groups` of one input file, validate, partition, write one shuffle file.
+/// Scan `rows` rows of `row_groups` of one input file (after skipping `skip_rows`),
+/// validate, partition, write one shuffle file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MapTask {
     pub index: usize,
@@ -159,7 +160,11 @@ pub struct MapTask {
     /// file that no longer matches.
     pub file_etag: Option<String>,
     pub row_groups: std::ops::Range<usize>,
-    /// Rows in those row groups (from the footer; checked against what is read).
+    /// Rows of those row groups skipped before this task's rows begin: a row group
+    /// larger than a task is read by several tasks, each a range of its rows.
+    #[serde(default)]
+    pub skip_rows: u64,
+    /// Rows this task reads, from `skip_rows` on (checked against what is read).
     pub rows: u64,
 }
 

@@ -20,6 +20,7 @@ use futures::TryStreamExt;
 use object_store::path::Path;
 use object_store::{
     ObjectMeta, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, UpdateVersion,
+    WriteMultipart,
 };
 
 use crate::error::{Result, WorkerError};
@@ -166,6 +167,16 @@ impl StoreUrl {
             .await
             .map_err(|e| WorkerError::store(self.display(path), e))?;
         self.sync(path)
+    }
+
+    /// Starts writing an object in parts: see [`PartWriter`].
+    pub fn put_in_parts(&self, path: Path) -> PartWriter {
+        PartWriter {
+            url: self.clone(),
+            path,
+            buffer: Vec::new(),
+            upload: None,
+        }
     }
 
     /// Creates an object only if none exists at `path`: `Ok(None)` if one does.
@@ -414,6 +425,67 @@ pub fn glob_match(pattern: &str, text: &str) -> bool {
     pi == p.len()
 }
 
+/// The size of one part of an object written with [`PartWriter`] (S3's smallest part is
+/// 5 MiB).
+pub const PART_BYTES: usize = 8 << 20;
+
+/// Parts uploaded at once by one [`PartWriter`].
+const PARTS_IN_FLIGHT: usize = 2;
+
+/// An object written as it is produced, so that neither memory nor any one request
+/// grows with the object: up to [`PART_BYTES`] it is one put at [`PartWriter::finish`];
+/// beyond, a multipart upload of parts of that size (on a local disk, a temporary file
+/// renamed into place and fsynced). Nothing is visible at the path before `finish`.
+pub struct PartWriter {
+    url: StoreUrl,
+    path: Path,
+    buffer: Vec<u8>,
+    upload: Option<WriteMultipart>,
+}
+
+impl PartWriter {
+    /// Appends `bytes`.
+    pub async fn write(&mut self, bytes: &[u8]) -> Result<()> {
+        if self.upload.is_none() {
+            if self.buffer.len() + bytes.len() <= PART_BYTES {
+                self.buffer.extend_from_slice(bytes);
+                return Ok(());
+            }
+            let upload = self
+                .url
+                .store
+                .put_multipart(&self.path)
+                .await
+                .map_err(|e| WorkerError::store(self.url.display(&self.path), e))?;
+            let mut upload = WriteMultipart::new_with_chunk_size(upload, PART_BYTES);
+            upload.write(&std::mem::take(&mut self.buffer));
+            self.upload = Some(upload);
+        }
+        if let Some(upload) = self.upload.as_mut() {
+            upload
+                .wait_for_capacity(PARTS_IN_FLIGHT)
+                .await
+                .map_err(|e| WorkerError::store(self.url.display(&self.path), e))?;
+            upload.write(bytes);
+        }
+        Ok(())
+    }
+
+    /// Completes the object; it is durable when this returns.
+    pub async fn finish(self) -> Result<()> {
+        match self.upload {
+            None => self.url.put(&self.path, self.buffer).await,
+            Some(upload) => {
+                upload
+                    .finish()
+                    .await
+                    .map_err(|e| WorkerError::store(self.url.display(&self.path), e))?;
+                self.url.sync(&self.path)
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -434,5 +506,34 @@ mod tests {
         assert_eq!(u.child("a/b.txt").as_ref(), "tmp/x/y/a/b.txt");
         assert!(StoreUrl::parse("ftp://x").is_err());
         assert!(StoreUrl::parse("").is_err());
+    }
+
+    #[tokio::test]
+    async fn objects_written_in_parts_are_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let url = StoreUrl::parse(dir.path().to_str().unwrap()).unwrap();
+        let big: Vec<u8> = (0..(2 * PART_BYTES + 12345))
+            .map(|i| (i % 251) as u8)
+            .collect();
+        for (name, data) in [("small", &big[..1000]), ("big", &big[..])] {
+            let mut w = url.put_in_parts(url.child(name));
+            for piece in data.chunks(1 << 20) {
+                w.write(piece).await.unwrap();
+            }
+            assert!(
+                url.get_opt(&url.child(name)).await.unwrap().is_none(),
+                "not before finish"
+            );
+            w.finish().await.unwrap();
+            let got = url.get_opt(&url.child(name)).await.unwrap().unwrap();
+            assert_eq!(&got[..], data);
+        }
+        // No staging files are left beside them.
+        let mut names: Vec<String> = std::fs::read_dir(dir.path())
+            .unwrap()
+            .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+            .collect();
+        names.sort();
+        assert_eq!(names, ["big", "small"]);
     }
 }
