@@ -93,6 +93,14 @@ pub struct CoordinatorState {
 pub struct CoordinatorActor;
 
 impl CoordinatorState {
+    /// How often leases and the output lock are checked: every heartbeat period (a
+    /// quarter lease), at most every half second.
+    fn tick(&self) -> Duration {
+        self.timing
+            .heartbeat()
+            .clamp(Duration::from_millis(10), Duration::from_millis(500))
+    }
+
     fn finish(&mut self, result: Result<u64>) {
         self.phase = Phase::Finished;
         self.queue.clear();
@@ -245,7 +253,7 @@ impl Actor for CoordinatorActor {
         myself: ActorRef<Self::Msg>,
         state: CoordinatorState,
     ) -> std::result::Result<CoordinatorState, ActorProcessingErr> {
-        myself.send_after(Duration::from_millis(500), || CoordinatorMsg::Tick);
+        myself.send_after(state.tick(), || CoordinatorMsg::Tick);
         Ok(state)
     }
 
@@ -440,7 +448,7 @@ impl Actor for CoordinatorActor {
                 );
                 s.progress.tick();
                 if !matches!(s.phase, Phase::Finished) {
-                    myself.send_after(Duration::from_millis(500), || CoordinatorMsg::Tick);
+                    myself.send_after(s.tick(), || CoordinatorMsg::Tick);
                 }
             }
         }
@@ -641,27 +649,44 @@ pub async fn run_job(spec: &JobSpec) -> Result<RunOutcome> {
     let output = StoreUrl::parse(&spec.output.url)?;
     let fingerprint = spec.fingerprint();
 
-    if output.exists(&output.child("_SUCCESS")).await? {
-        return match read_manifest(&output).await? {
-            Some(m) if m.job_fingerprint == fingerprint => {
-                if let Some(url) = &spec.input.url {
-                    refuse_changed_input(url, &m.inputs, "this output was made").await?;
-                }
-                Ok(RunOutcome::AlreadyComplete(m.totals))
-            }
-            _ => Err(JobError::Conflict(format!(
-                "{} already holds the output of a different job (fingerprint mismatch); \
-                 choose another [output] url or remove it",
-                output.url
-            ))),
-        };
+    if let Some(done) = already_complete(spec, &output, &fingerprint).await? {
+        return Ok(done);
     }
-
     let lock = OutputLock::acquire(&output, spec.output_lock_ttl()).await?;
     let keeper = LockKeeper::start(lock);
-    let result = run_owned(spec, output, fingerprint, cluster, keeper.lost()).await;
+    // Another coordinator may have finished the job between the check and the lock.
+    let result = match already_complete(spec, &output, &fingerprint).await {
+        Ok(Some(done)) => Ok(done),
+        Ok(None) => run_owned(spec, output, fingerprint, cluster, keeper.lost()).await,
+        Err(e) => Err(e),
+    };
     keeper.release().await;
     result
+}
+
+/// The outcome when `output` is already complete (`_SUCCESS`): done if it is this
+/// job's output over the same input, an error if the job or the input differ.
+async fn already_complete(
+    spec: &JobSpec,
+    output: &StoreUrl,
+    fingerprint: &str,
+) -> Result<Option<RunOutcome>> {
+    if !output.exists(&output.child("_SUCCESS")).await? {
+        return Ok(None);
+    }
+    match read_manifest(output).await? {
+        Some(m) if m.job_fingerprint == fingerprint => {
+            if let Some(url) = &spec.input.url {
+                refuse_changed_input(url, &m.inputs, "this output was made").await?;
+            }
+            Ok(Some(RunOutcome::AlreadyComplete(m.totals)))
+        }
+        _ => Err(JobError::Conflict(format!(
+            "{} already holds the output of a different job (fingerprint mismatch); \
+             choose another [output] url or remove it",
+            output.url
+        ))),
+    }
 }
 
 /// Keeps the output lock renewed in a task of its own (storage latency never stalls

@@ -218,7 +218,23 @@ impl OutputLock {
         };
         let path = self.output.child(LOCK_PATH);
         let bytes = serde_json::to_vec_pretty(&next).unwrap_or_default();
-        match self.output.replace_if(&path, &self.revision, bytes).await? {
+        let replaced = match self.output.replace_if(&path, &self.revision, bytes).await {
+            Ok(replaced) => replaced,
+            // A storage hiccup: the lock is still ours until it expires; the next tick
+            // tries again. Past the expiry another coordinator may hold it.
+            Err(e) if t + 1 < self.record.expires_at => {
+                tracing::warn!(error = %e, expires_at = self.record.expires_at, "cannot renew the output lock yet; retrying");
+                return Ok(());
+            }
+            Err(e) => {
+                return Err(JobError::Conflict(format!(
+                    "{}: could not renew the output lock before it expired ({e}). Stopping so \
+                     that two coordinators never write one output",
+                    self.output.url
+                )))
+            }
+        };
+        match replaced {
             Some(revision) => {
                 self.revision = revision;
                 self.record = next;

@@ -102,7 +102,7 @@ fn default_max_row_bytes() -> usize {
     probeflow_reader::row::DEFAULT_MAX_ROW_BYTES
 }
 fn default_options() -> String {
-    "group_size:1,zstd:3".into()
+    probeflow_reader::array_record::DEFAULT_WRITER_OPTIONS.into()
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -259,7 +259,7 @@ struct PyArrayRecordWriter {
 #[pymethods]
 impl PyArrayRecordWriter {
     #[new]
-    #[pyo3(signature = (path, options = "group_size:1,zstd:3"))]
+    #[pyo3(signature = (path, options = probeflow_reader::array_record::DEFAULT_WRITER_OPTIONS))]
     fn new(py: Python<'_>, path: PathBuf, options: &str) -> PyResult<Self> {
         let options: WriterOptions = options.parse().map_err(py_err)?;
         let writer = py
@@ -499,6 +499,9 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
         probeflow_reader::tokenizer::TOKENIZER_VERSION,
     )?;
     m.add("DEFAULT_MAX_ROW_BYTES", row::DEFAULT_MAX_ROW_BYTES)?;
-    m.add("DEFAULT_ARRAY_RECORD_OPTIONS", "group_size:1,zstd:3")?;
+    m.add(
+        "DEFAULT_ARRAY_RECORD_OPTIONS",
+        probeflow_reader::array_record::DEFAULT_WRITER_OPTIONS,
+    )?;
     Ok(())
 }

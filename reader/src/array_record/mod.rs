@@ -29,6 +29,6 @@ pub mod proto;
 mod reader;
 mod writer;
 
-pub use options::{Compression, WriterOptions};
+pub use options::{Compression, WriterOptions, DEFAULT_WRITER_OPTIONS};
 pub use reader::{ArrayRecordReader, RecordBuf, Records};
 pub use writer::{ArrayRecordWriter, WriteSummary};

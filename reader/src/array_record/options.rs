@@ -15,6 +15,9 @@ use std::str::FromStr;
 
 use crate::error::Error;
 
+/// probeflow's default writer options: one record per chunk, zstd level 3.
+pub const DEFAULT_WRITER_OPTIONS: &str = "group_size:1,zstd:3";
+
 /// How chunk sizes and values are compressed.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Compression {
