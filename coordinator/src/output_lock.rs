@@ -306,6 +306,34 @@ mod tests {
     }
 
     #[tokio::test]
+    async fn a_storage_error_while_renewing_is_retried_until_the_lock_expires() {
+        let (dir, out) = store();
+        let ttl = Duration::from_secs(60);
+        let mut lock = OutputLock::acquire(&out, ttl).await.unwrap();
+        // The local compare-and-swap's guard file cannot be opened: an I/O error.
+        let guard = dir.path().join("_job").join("lock.guard");
+        let _ = std::fs::remove_file(&guard);
+        std::fs::create_dir(&guard).unwrap();
+        lock.last_renewal = std::time::Instant::now() - ttl;
+        lock.renew_if_due().await.unwrap();
+        assert!(lock.last_renewal.elapsed() >= ttl, "not renewed yet");
+        // Storage is back: the next tick renews.
+        std::fs::remove_dir(&guard).unwrap();
+        lock.renew_if_due().await.unwrap();
+        assert!(lock.last_renewal.elapsed() < ttl);
+        // Still failing when the lock expires: lost.
+        std::fs::remove_file(&guard).unwrap();
+        std::fs::create_dir(&guard).unwrap();
+        lock.last_renewal = std::time::Instant::now() - ttl;
+        lock.record.expires_at = now();
+        let e = lock.renew_if_due().await.unwrap_err().to_string();
+        assert!(
+            e.contains("could not renew the output lock before it expired"),
+            "{e}"
+        );
+    }
+
+    #[tokio::test]
     async fn an_expired_or_orphaned_lock_is_taken_over_and_the_old_owner_loses_it() {
         let (_d, out) = store();
         let path = out.child(LOCK_PATH);
