@@ -958,8 +958,13 @@ async fn serve_cluster(
         cookie,
         tls,
     } = settings;
-    let (node, listener) =
-        cluster::start_coordinator_node(listen, cookie, tls.as_ref().map(|(t, d)| (t, *d))).await?;
+    let (node, listener) = cluster::start_listening_node(
+        "coordinator",
+        listen,
+        cookie,
+        tls.as_ref().map(|(t, d)| (t, *d)),
+    )
+    .await?;
     node.cast(ractor_cluster::NodeServerMessage::SubscribeToEvents {
         id: "probeflow-coordinator".into(),
         subscription: Box::new(cluster::NodeLossNotifier(coordinator.clone())),

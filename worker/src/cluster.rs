@@ -102,20 +102,21 @@ pub async fn start_node(
     Ok(node)
 }
 
-/// The coordinator's node, serving workers on `listen`.
+/// A node (the coordinator's, or a worker's) whose public socket is `listen`.
 ///
 /// A [`ClusterListener`] serves `listen` (TLS first when `tls` is given): every
 /// connection must authenticate within [`crate::listener::AUTH_TIMEOUT`], and only so
 /// many may be waiting to. The node's own listener, which has neither limit, is confined
 /// to an ephemeral loopback port that nothing dials. Keep the returned listener alive
-/// as long as the node should accept workers.
-pub async fn start_coordinator_node(
+/// as long as the node should accept connections.
+pub async fn start_listening_node(
+    name: &str,
     listen: SocketAddr,
     cookie: String,
     tls: Option<(&ClusterTls, Duration)>,
 ) -> Result<(ActorRef<NodeServerMessage>, ClusterListener)> {
     let loopback = SocketAddr::from(([127, 0, 0, 1], 0));
-    let node = start_node("coordinator", loopback, cookie, tls.map(|(t, _)| t)).await?;
+    let node = start_node(name, loopback, cookie, tls.map(|(t, _)| t)).await?;
     let tls = tls.map(|(t, timeout)| (t.acceptor(), timeout));
     match ClusterListener::bind(listen, node.clone(), tls).await {
         Ok(listener) => Ok((node, listener)),

@@ -167,7 +167,14 @@ impl std::error::Error for Refused {}
 async fn run(plan: Plan, cookie: String) -> anyhow::Result<()> {
     let node_name = cluster::unique_node_name(&plan.name);
     let tls = plan.tls.as_ref().map(|t| &t.tls);
-    let node = cluster::start_node(&node_name, plan.listen, cookie, tls).await?;
+    // The worker dials out; its own socket admits only peers that authenticate in time.
+    let (node, _listener) = cluster::start_listening_node(
+        &node_name,
+        plan.listen,
+        cookie,
+        tls.map(|t| (t, CONNECT_TIMEOUT)),
+    )
+    .await?;
     let mut backoff = Duration::from_millis(200);
     let mut unreachable_since = Instant::now();
     let job_output = Arc::new(std::sync::OnceLock::new());
