@@ -28,13 +28,14 @@ use probeflow_worker::WorkerConfig;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tokio::sync::oneshot;
 
+use crate::engine::leases::{AfterFailure, Grant, Lease, LeaseBoard, Refused, Revoked};
+use crate::engine::schedule::{worker_of, RetryPolicy};
 use crate::error::{JobError, Result};
 use crate::journal::{self, InputFile, JobRecord, Journal, Manifest, TaskRecord, Totals};
 use crate::output_lock::OutputLock;
 use crate::plan;
 use crate::progress::Progress;
 use crate::result_check::check_result;
-use crate::schedule::{worker_of, Pick, RetryPolicy, Scheduler};
 use crate::spec::{JobSpec, Mode};
 
 /// What a run did.
@@ -50,15 +51,6 @@ pub enum RunOutcome {
     },
 }
 
-struct Lease {
-    worker: String,
-    attempt: u32,
-    /// The random token only the worker holding the lease knows.
-    token: String,
-    deadline: Instant,
-    spec: TaskSpec,
-}
-
 enum Phase {
     Map,
     Reduce,
@@ -69,12 +61,8 @@ pub struct CoordinatorState {
     job: JobContext,
     output: StoreUrl,
     record: JobRecord,
-    max_attempts: u32,
-    lease: Duration,
     timing: WorkerTiming,
-    queue: Scheduler,
-    leases: HashMap<TaskId, Lease>,
-    attempts: HashMap<TaskId, u32>,
+    board: LeaseBoard,
     maps: BTreeMap<usize, MapOutput>,
     reduces: BTreeMap<u32, ReduceOutput>,
     phase: Phase,
@@ -103,36 +91,25 @@ impl CoordinatorState {
 
     fn finish(&mut self, result: Result<u64>) {
         self.phase = Phase::Finished;
-        self.queue.clear();
-        self.leases.clear();
+        self.board.clear();
         if let Some(tx) = self.done.take() {
             let _ = tx.send(result);
         }
     }
 
-    /// Takes back the leases `which` selects and re-queues their tasks (logged as
-    /// `"{event}; re-queued"`); a task out of attempts fails the job with `why`.
-    fn revoke_leases(&mut self, which: impl Fn(&Lease) -> bool, event: &str, why: &str) {
-        let ids: Vec<TaskId> = self
-            .leases
-            .iter()
-            .filter(|(_, l)| which(l))
-            .map(|(id, _)| *id)
-            .collect();
-        for id in ids {
-            let Some(lease) = self.leases.remove(&id) else {
-                continue;
-            };
-            tracing::warn!(worker = %lease.worker, task = %id, attempt = lease.attempt, "{event}; re-queued");
-            if lease.attempt >= self.max_attempts {
+    /// Logs leases taken back (`"{event}; re-queued"`); a task out of attempts fails
+    /// the job with `why`.
+    fn revoked(&mut self, revoked: Vec<Revoked>, event: &str, why: &str) {
+        for r in revoked {
+            tracing::warn!(worker = %r.worker, task = %r.task, attempt = r.attempt, "{event}; re-queued");
+            if r.out_of_attempts {
                 self.finish(Err(JobError::TaskFailed {
-                    task: id.to_string(),
-                    attempts: lease.attempt,
+                    task: r.task.to_string(),
+                    attempts: r.attempt,
                     error: why.to_string(),
                 }));
                 return;
             }
-            self.queue.revoked(lease.spec, &lease.worker);
         }
     }
 
@@ -141,7 +118,7 @@ impl CoordinatorState {
         let me = worker_of(actor);
         self.workers
             .keys()
-            .filter(|w| *w != me && !self.queue.is_excluded(w))
+            .filter(|w| *w != me && !self.board.is_excluded(w))
             .cloned()
             .collect()
     }
@@ -154,29 +131,28 @@ impl CoordinatorState {
         let task = lease.spec.id();
         let attempt = lease.attempt;
         tracing::warn!(%worker, %task, attempt, error = %failure, retryable = failure.retryable, "task failed");
-        if attempt >= self.max_attempts || !failure.retryable {
-            self.finish(Err(JobError::TaskFailed {
-                task: task.to_string(),
-                attempts: attempt,
-                error: failure.error,
-            }));
-            return;
-        }
         let others = self.others(worker);
         let others: Vec<&str> = others.iter().map(String::as_str).collect();
-        let excluded = self.queue.failed(
-            lease.spec,
-            worker,
-            attempt,
-            &failure.error,
-            &others,
-            Instant::now(),
-        );
-        if let Some(why) = excluded {
-            tracing::warn!(worker = worker_of(worker), reason = %why, "worker excluded for the rest of the job");
-            let record: BTreeMap<&String, &String> = self.queue.excluded().iter().collect();
-            if let Err(e) = journal::put_json(&self.output, EXCLUDED_WORKERS, &record).await {
-                tracing::warn!(error = %e, "cannot record the excluded workers");
+        match self
+            .board
+            .failed(worker, lease, &failure, &others, Instant::now())
+        {
+            AfterFailure::GiveUp { attempts, error } => {
+                self.finish(Err(JobError::TaskFailed {
+                    task: task.to_string(),
+                    attempts,
+                    error,
+                }));
+            }
+            AfterFailure::Retry { excluded: None } => {}
+            AfterFailure::Retry {
+                excluded: Some(why),
+            } => {
+                tracing::warn!(worker = worker_of(worker), reason = %why, "worker excluded for the rest of the job");
+                let record: BTreeMap<&String, &String> = self.board.excluded().iter().collect();
+                if let Err(e) = journal::put_json(&self.output, EXCLUDED_WORKERS, &record).await {
+                    tracing::warn!(error = %e, "cannot record the excluded workers");
+                }
             }
         }
     }
@@ -185,7 +161,7 @@ impl CoordinatorState {
         let maps: Vec<(usize, &MapOutput)> = self.maps.iter().map(|(i, m)| (*i, m)).collect();
         for task in plan::plan_reduces(self.job.shards, &maps) {
             if !self.reduces.contains_key(&task.partition) {
-                self.queue.push_back(TaskSpec::Reduce(task));
+                self.board.push(TaskSpec::Reduce(task));
             }
         }
         self.phase = Phase::Reduce;
@@ -283,10 +259,10 @@ impl Actor for CoordinatorActor {
                         "worker name {:?}: must be non-empty and without '/'",
                         r.worker
                     )),
-                    Ok(r) if s.queue.is_excluded(&r.worker) => Err(format!(
+                    Ok(r) if s.board.is_excluded(&r.worker) => Err(format!(
                         "worker {:?} is excluded from this job ({})",
                         r.worker,
-                        s.queue.excluded().get(&r.worker).map_or("", String::as_str)
+                        s.board.excluded().get(&r.worker).map_or("", String::as_str)
                     )),
                     Ok(r) => {
                         tracing::info!(worker = %r.worker, capacity = r.capacity, memory = r.memory_bytes, "worker joined");
@@ -309,38 +285,29 @@ impl Actor for CoordinatorActor {
                 }
                 let others = s.others(&worker);
                 let others: Vec<&str> = others.iter().map(String::as_str).collect();
-                let pick = match s.phase {
-                    Phase::Finished => None,
-                    _ => Some(s.queue.next_for(&worker, &others, Instant::now())),
-                };
-                let answer = match pick {
-                    None => TaskReply::Done,
-                    Some(Pick::Wait) => TaskReply::Wait,
-                    Some(Pick::Excluded(why)) => TaskReply::Excluded(why),
-                    Some(Pick::Task(spec)) => {
-                        let id = spec.id();
-                        let attempt = s.attempts.get(&id).copied().unwrap_or(0) + 1;
-                        s.attempts.insert(id, attempt);
-                        s.tasks_run += 1;
+                let answer = match s.phase {
+                    Phase::Finished => TaskReply::Done,
+                    _ => {
                         s.lease_tokens += 1;
                         let token = lease_token(s.lease_tokens);
-                        s.leases.insert(
-                            id,
-                            Lease {
-                                worker: worker.clone(),
+                        match s.board.request(&worker, &others, token, Instant::now()) {
+                            Grant::Wait => TaskReply::Wait,
+                            Grant::Excluded(why) => TaskReply::Excluded(why),
+                            Grant::Task {
+                                spec,
                                 attempt,
-                                token: token.clone(),
-                                deadline: Instant::now() + s.lease,
-                                spec: spec.clone(),
-                            },
-                        );
-                        tracing::debug!(%worker, task = %id, attempt, "leased");
-                        TaskReply::Task(Box::new(Assignment {
-                            task: spec,
-                            attempt,
-                            lease: token,
-                            job: s.job.clone(),
-                        }))
+                                token,
+                            } => {
+                                s.tasks_run += 1;
+                                tracing::debug!(%worker, task = %spec.id(), attempt, "leased");
+                                TaskReply::Task(Box::new(Assignment {
+                                    task: spec,
+                                    attempt,
+                                    lease: token,
+                                    job: s.job.clone(),
+                                }))
+                            }
+                        }
                     }
                 };
                 let _ = reply.send(Wire::new(answer));
@@ -355,11 +322,8 @@ impl Actor for CoordinatorActor {
                     tracing::warn!(%worker, "undecodable heartbeat refused");
                     return Ok(());
                 };
-                if let Some(held) = s.leases.get_mut(&task) {
-                    if held.attempt == attempt && held.worker == worker && held.token == lease {
-                        held.deadline = Instant::now() + s.lease;
-                    }
-                }
+                s.board
+                    .heartbeat(&worker, task, attempt, &lease, Instant::now());
             }
             CoordinatorMsg::Finished {
                 worker,
@@ -379,20 +343,18 @@ impl Actor for CoordinatorActor {
                         retryable: true,
                     })
                 });
-                let holds = s.leases.get(&task).is_some_and(|l| {
-                    l.attempt == attempt && l.worker == worker && l.token == token
-                });
-                if !holds {
-                    tracing::info!(%worker, %task, attempt, "late or duplicate result refused (no lease held with this attempt and token)");
-                    // Only an attempt this coordinator granted, by its planned paths.
-                    let granted = s.attempts.get(&task).is_some_and(|&a| attempt <= a);
-                    if let (Phase::Finished, TaskId::Map(index), true) = (&s.phase, task, granted) {
-                        discard_late_map_output(&s.job, index, attempt, &worker).await;
+                let lease = match s.board.take(&worker, task, attempt, &token) {
+                    Ok(lease) => lease,
+                    Err(refused) => {
+                        tracing::info!(%worker, %task, attempt, ?refused, "late or duplicate result refused (no lease held with this attempt and token)");
+                        // Only an attempt this coordinator granted, by its planned paths.
+                        if let (Phase::Finished, TaskId::Map(index), Refused::Late) =
+                            (&s.phase, task, refused)
+                        {
+                            discard_late_map_output(&s.job, index, attempt, &worker).await;
+                        }
+                        return Ok(());
                     }
-                    return Ok(());
-                }
-                let Some(lease) = s.leases.remove(&task) else {
-                    return Ok(());
                 };
                 // A result names only what was planned for this task and attempt.
                 let result = result.and_then(|output| {
@@ -427,9 +389,9 @@ impl Actor for CoordinatorActor {
                 };
                 s.workers.remove(&worker);
                 tracing::info!(%worker, "worker left");
-                let prefix = format!("{worker}/");
-                s.revoke_leases(
-                    |l| l.worker == worker || l.worker.starts_with(&prefix),
+                let revoked = s.board.node_lost(&worker);
+                s.revoked(
+                    revoked,
                     "worker node lost",
                     &format!("worker {worker} lost"),
                 );
@@ -440,12 +402,8 @@ impl Actor for CoordinatorActor {
                     s.finish(Err(JobError::Conflict(why)));
                     return Ok(());
                 }
-                let now = Instant::now();
-                s.revoke_leases(
-                    |l| l.deadline < now,
-                    "lease expired",
-                    "lease expired (worker silent)",
-                );
+                let revoked = s.board.expire(Instant::now());
+                s.revoked(revoked, "lease expired", "lease expired (worker silent)");
                 s.progress.tick();
                 if !matches!(s.phase, Phase::Finished) {
                     myself.send_after(s.tick(), || CoordinatorMsg::Tick);
@@ -803,13 +761,9 @@ async fn run_owned(
     let mut state = CoordinatorState {
         job: job.clone(),
         output: output.clone(),
-        max_attempts: spec.run.max_attempts,
-        lease: spec.lease(),
         timing: WorkerTiming::for_lease(spec.lease()),
-        queue: Scheduler::new(RetryPolicy::default()),
+        board: LeaseBoard::new(spec.lease(), spec.run.max_attempts, RetryPolicy::default()),
         lease_tokens: 0,
-        leases: HashMap::new(),
-        attempts: HashMap::new(),
         maps: journal
             .maps
             .into_iter()
@@ -848,7 +802,7 @@ async fn run_owned(
     }
     for m in &record.maps {
         if !state.maps.contains_key(&m.index) {
-            state.queue.push_back(TaskSpec::Map(m.clone()));
+            state.board.push(TaskSpec::Map(m.clone()));
         }
     }
     if state.maps.len() == record.maps.len() {
@@ -856,7 +810,7 @@ async fn run_owned(
     }
     let (tx, rx) = oneshot::channel();
     state.done = Some(tx);
-    let nothing_left = state.queue.is_empty() && state.reduces.len() == job.shards as usize;
+    let nothing_left = state.board.nothing_pending() && state.reduces.len() == job.shards as usize;
     if nothing_left {
         // Crashed after the last reduce but before the manifest.
         let totals = finalize(&output, &record, &job, &state.maps, &state.reduces).await?;

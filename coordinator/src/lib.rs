@@ -5,13 +5,15 @@
 //! * [`plan`]: input listing and Parquet footers → map tasks; map outputs → reduce tasks.
 //! * [`job`]: the coordinator actor and [`job::run_job`] (local mode).
 //! * [`output_lock`]: one coordinator per output (an atomic, renewed lock object).
-//! * [`schedule`]: which task a worker gets next (retry backoff, worker exclusion).
+//! * [`engine`]: the job-independent runtime: the lease state machine and the task
+//!   schedule (retry backoff, worker exclusion), pure and unit-tested.
 //! * [`result_check`]: a task result checked against its plan before it counts.
 //! * [`journal`]: the per-task journal under `<output>/_job/` and `manifest.json`.
 //! * [`synthetic`]: RIPE-Atlas-like demo input.
 //! * [`inspect`], [`status`]: human views of shards and of a job's state.
 //! * [`verify`]: a finished output checked against its manifest.
 
+pub mod engine;
 pub mod error;
 pub mod inspect;
 pub mod job;
@@ -20,7 +22,6 @@ pub mod output_lock;
 pub mod plan;
 pub mod progress;
 pub mod result_check;
-pub mod schedule;
 pub mod spec;
 pub mod status;
 pub mod synthetic;
