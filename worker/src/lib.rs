@@ -12,6 +12,7 @@
 //! * [`listener`]: the coordinator's public socket (authentication timeout and cap).
 //! * [`tls`]: cluster mode's optional mutual TLS.
 //! * [`fault`]: fault injection, in test builds only.
+//! * [`ngram_overlap`]: the n-gram overlap job (in progress: its tokenizers).
 
 pub mod actor;
 pub mod cluster;
@@ -19,6 +20,7 @@ pub mod error;
 pub mod fault;
 pub mod listener;
 pub mod map;
+pub mod ngram_overlap;
 pub mod parquet_source;
 pub mod protocol;
 pub mod reduce;
