@@ -464,26 +464,33 @@ def joined(c: Cluster, name: str) -> None:
     wait_for(lambda: "joined" in c.log(name), timeout=60)
 
 
+def with_a_bad_worker(tmp_path: Path, inputs: Path, job_name: str, name: str, fault: str):
+    """Runs job `job_name` with a slow honest worker and, once it has joined, worker
+    `name` with `fault`; returns the cluster, the bad worker and the coordinator's log."""
+    c = Cluster.for_job(tmp_path, inputs, job_name)
+    try:
+        c.start_worker("honest", fault="slow-report:300")
+        joined(c, "honest")
+        bad = c.start_worker(name, fault=fault)
+        stdout = c.finish()
+    finally:
+        c.kill_all()
+    return c, bad, stdout
+
+
 def test_forged_results_are_refused_and_their_worker_excluded(tmp_path, data):
     """A peer with the cookie reports a result for a lease it does not hold, and results
     for its own leases naming paths it was not given (manifest.json, ../..): every one
     is refused, the peer is excluded, and the output is local mode's, manifest intact."""
     d, inputs, manifest = data
-    c = Cluster.for_job(tmp_path, inputs, "forged")
-    try:
-        c.start_worker("honest", fault="slow-report:300")
-        joined(c, "honest")
-        forger = c.start_worker("forger", fault="forge-results")
-        stdout = c.finish()
-    finally:
-        c.kill_all()
+    c, forger, stdout = with_a_bad_worker(tmp_path, inputs, "forged", "forger", "forge-results")
     assert c.coordinator.returncode == 0, stdout[-3000:]
     same_output(c.out, manifest)
     assert "result refused" in stdout and "manifest.json" in stdout, stdout[-3000:]
     assert "no lease held with this attempt and token" in stdout
     assert re.search(r"worker excluded for the rest of the job.*forger|forger.*worker excluded", stdout), stdout[-3000:]
     assert forger.returncode == 2 and "excluded" in c.log("forger")
-    assert not list(c.out.glob("elsewhere*")) and not (tmp_path / "elsewhere.array_record").exists()
+    assert not list(c.out.glob("elsewhere*")) and not (c.out / "../../elsewhere.array_record").exists()
     status = run(["status", str(c.out)]).stdout
     assert "worker forger excluded" in status, status
 
@@ -492,14 +499,7 @@ def test_a_worker_with_a_full_scratch_is_excluded_and_the_job_finishes(tmp_path,
     """One worker's scratch disk is full (every task fails with ENOSPC): failed attempts
     wait a backoff and go to the other worker; the full one is excluded."""
     d, inputs, manifest = data
-    c = Cluster.for_job(tmp_path, inputs, "fulldisk")
-    try:
-        c.start_worker("healthy", fault="slow-report:300")
-        joined(c, "healthy")
-        full = c.start_worker("full", fault="scratch-full")
-        stdout = c.finish()
-    finally:
-        c.kill_all()
+    c, full, stdout = with_a_bad_worker(tmp_path, inputs, "fulldisk", "full", "scratch-full")
     assert c.coordinator.returncode == 0, stdout[-3000:]
     same_output(c.out, manifest)
     assert "No space left on device" in stdout, stdout[-3000:]

@@ -228,16 +228,32 @@ def test_finished_job_does_nothing_and_other_job_is_refused(workdir, clean_input
     assert "different job" in refused.stderr
 
 
-def test_sigkill_then_resume_gives_the_same_bytes(workdir, clean_input, baseline):
-    out = workdir / "out-crash"
-    spec = job_file(workdir, "crash", f"{clean_input}/*.parquet", out, workers=1)
+def killed_after_maps(spec: Path, out: Path, maps: int) -> Path:
+    """Runs `spec` and SIGKILLs the coordinator once `maps` map tasks are journaled;
+    returns the journal directory."""
     proc = subprocess.Popen([str(COORDINATOR), "run", str(spec)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     journal = out / "_job" / "journal"
     deadline = time.time() + 120
-    while time.time() < deadline and len(list(journal.glob("map-*.json"))) < 2:
+    while time.time() < deadline and len(list(journal.glob("map-*.json"))) < maps:
         time.sleep(0.02)
     proc.send_signal(signal.SIGKILL)
     proc.wait()
+    return journal
+
+
+def same_shards(out: Path, baseline: Path) -> None:
+    """`out` holds the baseline's shards, byte for byte."""
+    ref = json.loads((baseline / "manifest.json").read_text())["shards"]
+    got = json.loads((out / "manifest.json").read_text())["shards"]
+    assert [s["blake3"] for s in got] == [s["blake3"] for s in ref]
+    for s in ref:
+        assert (out / s["path"]).read_bytes() == (baseline / s["path"]).read_bytes()
+
+
+def test_sigkill_then_resume_gives_the_same_bytes(workdir, clean_input, baseline):
+    out = workdir / "out-crash"
+    spec = job_file(workdir, "crash", f"{clean_input}/*.parquet", out, workers=1)
+    journal = killed_after_maps(spec, out, 2)
     done_before = {p.name for p in journal.glob("*-*.json")}
     assert done_before, "the job was killed before any task finished"
     assert not (out / "_SUCCESS").exists()
@@ -248,11 +264,7 @@ def test_sigkill_then_resume_gives_the_same_bytes(workdir, clean_input, baseline
     assert "resumed from the journal" in resumed.stdout
     n_resumed = int(resumed.stdout.split(" resumed")[0].rsplit("(", 1)[1].split(", ")[1].split()[0])
     assert n_resumed == len(done_before)
-    ref = json.loads((baseline / "manifest.json").read_text())["shards"]
-    got = json.loads((out / "manifest.json").read_text())["shards"]
-    assert [s["blake3"] for s in got] == [s["blake3"] for s in ref]
-    for s in ref:
-        assert (out / s["path"]).read_bytes() == (baseline / s["path"]).read_bytes()
+    same_shards(out, baseline)
 
 
 def test_dirty_rows_are_rejected_with_reasons(workdir):
@@ -493,13 +505,7 @@ def test_a_torn_journal_entry_is_redone_on_resume(workdir, clean_input, baseline
     and the output is the clean run's, byte for byte."""
     out = workdir / "out-torn"
     spec = job_file(workdir, "torn", f"{clean_input}/*.parquet", out, workers=1)
-    proc = subprocess.Popen([str(COORDINATOR), "run", str(spec)], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    journal = out / "_job" / "journal"
-    deadline = time.time() + 120
-    while time.time() < deadline and len(list(journal.glob("map-*.json"))) < 3:
-        time.sleep(0.02)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait()
+    journal = killed_after_maps(spec, out, 3)
     entries = sorted(journal.glob("map-*.json"))
     assert len(entries) >= 3, "the job was killed before three maps finished"
     entries[0].write_bytes(b"")
@@ -508,11 +514,7 @@ def test_a_torn_journal_entry_is_redone_on_resume(workdir, clean_input, baseline
     resumed = run(["run", str(spec)])
     assert entries[0].name in resumed.stderr and entries[1].name in resumed.stderr
     assert "redone" in resumed.stderr
-    ref = json.loads((baseline / "manifest.json").read_text())["shards"]
-    got = json.loads((out / "manifest.json").read_text())["shards"]
-    assert [s["blake3"] for s in got] == [s["blake3"] for s in ref]
-    for s in ref:
-        assert (out / s["path"]).read_bytes() == (baseline / s["path"]).read_bytes()
+    same_shards(out, baseline)
     # Every entry is whole again.
     for e in journal.glob("*.json"):
         json.loads(e.read_text())

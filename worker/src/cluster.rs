@@ -81,7 +81,7 @@ pub fn peer_node(full: &str) -> &str {
 
 /// Starts this process's node, listening on `listen` (port 0: any free port). With
 /// `tls`, the listener requires TLS with a client certificate signed by the CA.
-pub async fn start_node(
+async fn start_node(
     name: &str,
     listen: SocketAddr,
     cookie: String,
