@@ -6,10 +6,11 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use probeflow_coordinator::job::{run_job, RunOutcome};
+use probeflow_coordinator::engine::driver::{run_job, RunOutcome};
 use probeflow_coordinator::spec::JobSpec;
-use probeflow_coordinator::{inspect, status, synthetic, verify, JobError};
-use probeflow_worker::store::StoreUrl;
+use probeflow_coordinator::{inspect, status, verify, JobError};
+use probeflow_worker::engine::store::StoreUrl;
+use probeflow_worker::jobs::probe_rows::synthetic;
 
 /// The demo job, compiled in so `coordinator run` works with nothing else.
 const DEMO_JOB: &str = include_str!("../../jobs/demo.toml");
@@ -73,7 +74,9 @@ fn exit_code(e: &JobError) -> ExitCode {
         JobError::Spec { .. }
         | JobError::Conflict(_)
         | JobError::Worker(probeflow_worker::WorkerError::Cluster(_))
-        | JobError::Worker(probeflow_worker::WorkerError::Tls(_)) => ExitCode::from(2),
+        | JobError::Worker(probeflow_worker::WorkerError::Tls(_))
+        | JobError::Worker(probeflow_worker::WorkerError::Spec { .. })
+        | JobError::Worker(probeflow_worker::WorkerError::Conflict(_)) => ExitCode::from(2),
         _ => ExitCode::from(1),
     }
 }
@@ -123,23 +126,16 @@ fn main() -> ExitCode {
                     }
                 };
                 match run_job(&spec).await? {
-                    RunOutcome::AlreadyComplete(t) => {
+                    RunOutcome::AlreadyComplete(summary) => {
                         println!(
-                            "{}: already complete ({} rows from {} input rows); nothing to do",
-                            spec.output.url, t.rows, t.input_rows
+                            "{}: already complete ({summary}); nothing to do",
+                            spec.output_url()
                         );
                     }
-                    RunOutcome::Completed { totals: t, tasks_run, tasks_resumed } => {
+                    RunOutcome::Completed { summary, tasks_run, tasks_resumed } => {
                         println!(
-                            "{}: done. {} input rows → {} kept, {} rejected; {} rows from {} sources, {:.1} MB \
-                             ({tasks_run} tasks run, {tasks_resumed} resumed from the journal)",
-                            spec.output.url,
-                            t.input_rows,
-                            t.kept_measurements,
-                            t.rejected_rows,
-                            t.rows,
-                            t.sources,
-                            t.bytes as f64 / 1e6
+                            "{}: done. {summary} ({tasks_run} tasks run, {tasks_resumed} resumed from the journal)",
+                            spec.output_url()
                         );
                     }
                 }

@@ -4,72 +4,71 @@
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
-use probeflow_worker::store::StoreUrl;
+use probeflow_worker::engine::store::StoreUrl;
+use probeflow_worker::jobs;
 
+use crate::engine::driver::EXCLUDED_WORKERS;
+use crate::engine::journal::Journal;
 use crate::error::Result;
-use crate::job::{read_manifest, EXCLUDED_WORKERS};
-use crate::journal::Journal;
 
 pub async fn status(output_url: &str) -> Result<String> {
     let output = StoreUrl::parse(output_url)?;
     let mut out = String::new();
     let excluded = excluded_workers(&output).await?;
-    if output.exists(&output.child("_SUCCESS")).await? {
-        if let Some(m) = read_manifest(&output).await? {
-            let t = &m.totals;
-            let _ = writeln!(out, "{}: finished", output.url);
-            let _ = writeln!(
-                out,
-                "  {} input rows: {} kept, {} rejected {:?}",
-                t.input_rows, t.kept_measurements, t.rejected_rows, t.rejected_by_reason
-            );
-            let _ = writeln!(
-                out,
-                "  {} rows from {} sources in {} shards ({} per split), {:.1} MB",
-                t.rows,
-                t.sources,
-                m.shards.len(),
-                m.shards_per_split,
-                t.bytes as f64 / 1e6
-            );
-            out.push_str(&excluded);
-            return Ok(out);
+    let journal = Journal::load(&output).await?;
+    let Some(job) = &journal.job else {
+        let _ = writeln!(out, "{}: no job has started here", output.url);
+        out.push_str(&excluded);
+        return Ok(out);
+    };
+    let Some(kind) = jobs::kind(&job.kind) else {
+        let _ = writeln!(
+            out,
+            "{}: a {:?} job, a kind this release does not know ({:?})",
+            output.url,
+            job.kind,
+            jobs::names()
+        );
+        return Ok(out);
+    };
+    if let Some(lines) = kind.describe_finished(&output).await? {
+        let _ = writeln!(out, "{}: finished ({} job)", output.url, job.kind);
+        for line in lines {
+            let _ = writeln!(out, "  {line}");
+        }
+        out.push_str(&excluded);
+        return Ok(out);
+    }
+    let _ = writeln!(
+        out,
+        "{}: running or interrupted ({} job, fingerprint {})",
+        output.url,
+        job.kind,
+        &job.fingerprint[..16.min(job.fingerprint.len())]
+    );
+    let mut done: BTreeMap<&str, u64> = BTreeMap::new();
+    for task in journal.tasks.keys() {
+        *done.entry(task.stage.as_str()).or_default() += 1;
+    }
+    let planned = kind.planned_tasks(&job.plan);
+    let mut stages: Vec<String> = planned
+        .iter()
+        .map(|(stage, n)| {
+            format!(
+                "{stage} tasks {}/{n}",
+                done.get(stage).copied().unwrap_or(0)
+            )
+        })
+        .collect();
+    for (stage, n) in &done {
+        if !planned.iter().any(|(s, _)| s == stage) {
+            stages.push(format!("{stage} tasks {n} done"));
         }
     }
-    let journal = Journal::load(&output).await?;
-    match &journal.job {
-        None => {
-            let _ = writeln!(out, "{}: no job has started here", output.url);
-        }
-        Some(job) => {
-            let _ = writeln!(
-                out,
-                "{}: running or interrupted (fingerprint {})",
-                output.url,
-                &job.fingerprint[..16]
-            );
-            let _ = writeln!(
-                out,
-                "  map tasks {}/{}, reduce tasks {}/{}",
-                journal.maps.len(),
-                job.maps.len(),
-                journal.reduces.len(),
-                job.shards
-            );
-            let rows: u64 = journal.maps.values().map(|m| m.output.input_rows).sum();
-            let total: u64 = job.inputs.iter().map(|f| f.rows).sum();
-            let _ = writeln!(out, "  input rows mapped {rows}/{total}");
-            let retried = journal
-                .maps
-                .values()
-                .map(|m| m.attempt)
-                .chain(journal.reduces.values().map(|r| r.attempt))
-                .filter(|&a| a > 1)
-                .count();
-            if retried > 0 {
-                let _ = writeln!(out, "  {retried} tasks needed more than one attempt");
-            }
-        }
+    let _ = writeln!(out, "  {}", stages.join(", "));
+    let retried = journal.tasks.values().filter(|t| t.attempt > 1).count();
+    if retried > 0 {
+        let _ = writeln!(out, "  {retried} tasks needed more than one attempt");
     }
     out.push_str(&excluded);
     Ok(out)

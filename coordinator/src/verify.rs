@@ -16,10 +16,10 @@ use probeflow_reader::array_record::ArrayRecordReader;
 use probeflow_reader::output::{
     check_contents, check_rows, check_versions, stays_inside, SPLITS, SUCCESS_FILE,
 };
-use probeflow_worker::store::StoreUrl;
+use probeflow_worker::engine::store::StoreUrl;
 
 use crate::error::{JobError, Result};
-use crate::job::read_manifest;
+use probeflow_worker::jobs::probe_rows::manifest::read_manifest;
 
 /// What a successful verification found.
 #[derive(Debug, Clone, PartialEq, Eq)]

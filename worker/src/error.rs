@@ -56,6 +56,23 @@ pub enum WorkerError {
     },
 
     /// The shard format layer.
+    /// A job file (or its kind's sections) is invalid.
+    #[error("{file}: {what}")]
+    Spec { file: String, what: String },
+
+    /// The output or the input is not what this job expects (another job's output,
+    /// changed input): running would mix or lose data.
+    #[error("{0}")]
+    Conflict(String),
+
+    /// A file the job wrote or reads back does not decode.
+    #[error("{file}: {what}")]
+    Corrupt { file: String, what: String },
+
+    /// A job's own consistency check failed, or its input cannot be used.
+    #[error("{0}")]
+    Job(String),
+
     #[error(transparent)]
     Format(#[from] probeflow_reader::Error),
 
@@ -78,6 +95,8 @@ impl WorkerError {
             WorkerError::Schema { .. }
                 | WorkerError::Implausible { .. }
                 | WorkerError::InputChanged { .. }
+                | WorkerError::Spec { .. }
+                | WorkerError::Conflict(_)
         )
     }
 

@@ -20,14 +20,14 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use clap::Parser;
-use probeflow_worker::actor::{CoordinatorMsg, Wire, WorkerActor, WorkerArgs};
-use probeflow_worker::cluster;
-use probeflow_worker::fault::Faults;
-use probeflow_worker::protocol::{Registration, PROTOCOL_VERSION};
-use probeflow_worker::store::StoreUrl;
-use probeflow_worker::tls::{self, ClusterTls, TlsFiles};
-use probeflow_worker::units::parse_bytes;
-use probeflow_worker::WorkerConfig;
+use probeflow_worker::engine::actor::{CoordinatorMsg, Wire, WorkerActor, WorkerArgs};
+use probeflow_worker::engine::cluster;
+use probeflow_worker::engine::fault::Faults;
+use probeflow_worker::engine::job::WorkerConfig;
+use probeflow_worker::engine::protocol::{Registration, PROTOCOL_VERSION};
+use probeflow_worker::engine::store::StoreUrl;
+use probeflow_worker::engine::tls::{self, ClusterTls, TlsFiles};
+use probeflow_worker::engine::units::parse_bytes;
 use ractor::rpc::CallResult;
 use ractor::Actor;
 use tokio_rustls::rustls::pki_types::ServerName;
@@ -278,6 +278,7 @@ async fn run(plan: Plan, cookie: String) -> anyhow::Result<()> {
                 done: done.clone(),
                 faults: plan.faults,
                 job_output: job_output.clone(),
+                kinds: probeflow_worker::jobs::KINDS,
             };
             let (_, handle) = Actor::spawn(None, WorkerActor, args)
                 .await

@@ -18,7 +18,7 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
-use probeflow_worker::protocol::{TaskFailure, TaskId, TaskSpec};
+use probeflow_worker::engine::protocol::{TaskFailure, TaskId, TaskSpec};
 
 use super::schedule::{Pick, RetryPolicy, Scheduler};
 
@@ -271,15 +271,14 @@ impl LeaseBoard {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use probeflow_worker::protocol::ReduceTask;
 
     const LEASE: Duration = Duration::from_secs(10);
 
     fn task(p: u32) -> TaskSpec {
-        TaskSpec::Reduce(ReduceTask {
-            partition: p,
-            inputs: vec![],
-        })
+        TaskSpec {
+            id: TaskId::new("reduce", p),
+            body: serde_json::Value::Null,
+        }
     }
 
     fn board(tasks: u32) -> LeaseBoard {
@@ -318,7 +317,7 @@ mod tests {
         let mut b = board(1);
         let now = Instant::now();
         let (id, attempt, token) = grant(&mut b, "a", &[], now);
-        assert_eq!((id, attempt), (TaskId::Reduce(0), 1));
+        assert_eq!((id, attempt), (TaskId::new("reduce", 0), 1));
         assert!(!token.is_empty());
         assert_eq!(b.request("b", &[], "t".into(), now), Grant::Wait);
         assert!(b.granted(id, 1) && !b.granted(id, 2));
@@ -369,7 +368,10 @@ mod tests {
             lost.iter()
                 .map(|r| (r.worker.as_str(), r.task))
                 .collect::<Vec<_>>(),
-            vec![("a/0", TaskId::Reduce(0)), ("a/1", TaskId::Reduce(1))]
+            vec![
+                ("a/0", TaskId::new("reduce", 0)),
+                ("a/1", TaskId::new("reduce", 1))
+            ]
         );
         assert!(!b.nothing_pending());
         assert!(b.node_lost("c").is_empty());
@@ -406,11 +408,11 @@ mod tests {
         assert_eq!(b.take("a", id, attempt, "guess"), Err(Refused::Foreign));
         assert_eq!(b.take("b", id, attempt, &token), Err(Refused::Foreign));
         assert_eq!(
-            b.take("a", TaskId::Reduce(1), 1, &token),
+            b.take("a", TaskId::new("reduce", 1), 1, &token),
             Err(Refused::Foreign)
         );
         assert_eq!(
-            b.take("a", TaskId::Reduce(9), 1, &token),
+            b.take("a", TaskId::new("reduce", 9), 1, &token),
             Err(Refused::Foreign)
         );
         // The real holder still can.
@@ -440,7 +442,7 @@ mod tests {
         let mut now = Instant::now();
         for expected in 1..=3 {
             let (id, attempt, token) = grant(&mut b, "a", &[], now);
-            assert_eq!((id, attempt), (TaskId::Reduce(0), expected));
+            assert_eq!((id, attempt), (TaskId::new("reduce", 0), expected));
             let lease = b.take("a", id, attempt, &token).unwrap();
             let after = b.failed("a", lease, &failure(true), &[], now);
             if expected < 3 {
@@ -457,7 +459,7 @@ mod tests {
             now += Duration::from_secs(60);
         }
         let (id, attempt, token) = grant(&mut b, "a", &[], now);
-        assert_eq!(id, TaskId::Reduce(1));
+        assert_eq!(id, TaskId::new("reduce", 1));
         let lease = b.take("a", id, attempt, &token).unwrap();
         assert!(matches!(
             b.failed("a", lease, &failure(false), &[], now),

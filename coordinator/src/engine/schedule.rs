@@ -16,7 +16,7 @@
 use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::time::{Duration, Instant};
 
-use probeflow_worker::protocol::{TaskId, TaskSpec};
+use probeflow_worker::engine::protocol::{TaskId, TaskSpec};
 
 /// How failed attempts are retried.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -174,13 +174,12 @@ impl Scheduler {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use probeflow_worker::protocol::ReduceTask;
 
     fn task(p: u32) -> TaskSpec {
-        TaskSpec::Reduce(ReduceTask {
-            partition: p,
-            inputs: vec![],
-        })
+        TaskSpec {
+            id: TaskId::new("reduce", p),
+            body: serde_json::Value::Null,
+        }
     }
 
     fn sched() -> Scheduler {

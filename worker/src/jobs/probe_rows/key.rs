@@ -1,9 +1,5 @@
-//! Shuffle files: a map task's valid rows, grouped by partition, in sort-key form.
-//!
-//! One file per map task. Each non-empty partition is a self-contained Arrow IPC stream
-//! (schema, batches, end marker) and the partitions follow each other in order, so the
-//! file's index (partition → byte range, kept in the map task's result and the journal)
-//! lets a reduce task range-read just its partition.
+//! The probe-rows job's shuffle rows: a map task's valid measurements in sort-key form,
+//! written to the engine's shuffle ([`crate::engine::shuffle`]) by partition.
 //!
 //! A measurement is one fixed-width, memcmp-ordered key (column `key`,
 //! FixedSizeBinary(45)), so the reduce sorts a single binary column:
@@ -27,7 +23,8 @@ use arrow::buffer::Buffer;
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use probeflow_reader::row::RttCode;
 
-use crate::error::{Result, WorkerError};
+use crate::engine::shuffle;
+use crate::error::Result;
 
 pub const KEY_LEN: usize = 45;
 /// Rows per IPC batch inside a segment.
@@ -103,16 +100,13 @@ pub fn parse_key(k: &[u8]) -> Option<Key<'_>> {
     })
 }
 
-/// Appends the keys of one partition (`KEY_LEN` bytes each) to `out` as one IPC stream;
-/// returns the segment's length. The keys are moved into Arrow buffers, not copied.
+/// Appends the keys of one partition (`KEY_LEN` bytes each) to `out` as one shuffle
+/// segment; returns its length. The keys are moved into Arrow buffers, not copied.
 pub fn encode_segment(out: &mut Vec<u8>, keys: Vec<u8>) -> Result<u64> {
-    let start = out.len();
     let total = keys.len();
     let keys = Buffer::from_vec(keys);
-    let mut writer = arrow::ipc::writer::StreamWriter::try_new(&mut *out, &SCHEMA)?;
     let step = BATCH_ROWS * KEY_LEN;
-    let mut offset = 0;
-    while offset < total {
+    let batches = (0..total).step_by(step.max(1)).map(|offset| {
         let len = step.min(total - offset);
         let array = FixedSizeBinaryArray::try_new(
             KEY_LEN as i32,
@@ -120,26 +114,9 @@ pub fn encode_segment(out: &mut Vec<u8>, keys: Vec<u8>) -> Result<u64> {
             None,
         )?;
         let columns: Vec<ArrayRef> = vec![Arc::new(array)];
-        writer.write(&RecordBatch::try_new(SCHEMA.clone(), columns)?)?;
-        offset += len;
-    }
-    writer.finish()?;
-    drop(writer);
-    Ok((out.len() - start) as u64)
-}
-
-/// Decodes one segment (as range-read from a shuffle file) into batches.
-pub fn decode_segment(file: &str, bytes: bytes::Bytes) -> Result<Vec<RecordBatch>> {
-    let bad = |what: String| WorkerError::Shuffle {
-        file: file.to_string(),
-        what,
-    };
-    let reader = arrow::ipc::reader::StreamReader::try_new(std::io::Cursor::new(bytes), None)
-        .map_err(|e| bad(e.to_string()))?;
-    if reader.schema() != *SCHEMA {
-        return Err(bad("unexpected schema".into()));
-    }
-    reader.map(|b| b.map_err(|e| bad(e.to_string()))).collect()
+        Ok(RecordBatch::try_new(SCHEMA.clone(), columns)?)
+    });
+    shuffle::encode_segment(out, &SCHEMA, batches)
 }
 
 #[cfg(test)]

@@ -12,7 +12,7 @@
 //!
 //! The lock names its owner (host, pid, process start, time started) and when it
 //! expires. Creating and replacing are atomic on every store (see
-//! [`probeflow_worker::store`]), so of two coordinators started at once exactly one
+//! [`probeflow_worker::engine::store`]), so of two coordinators started at once exactly one
 //! wins, and a takeover of an expired lock can succeed for only one of several
 //! contenders. A lock whose owner stopped renewing is taken over only after it
 //! expired, or at once when it was held by a process on this host that no longer
@@ -20,7 +20,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use probeflow_worker::store::{Revision, StoreUrl};
+use probeflow_worker::engine::store::{Revision, StoreUrl};
 use serde::{Deserialize, Serialize};
 
 use crate::error::{JobError, Result};

@@ -1,7 +1,7 @@
 //! Validation and normalisation of input measurements (the first step of a map task).
 //!
 //! Each input row is checked and turned into the job's normal form, written straight
-//! into its partition's shuffle keys ([`crate::shuffle::key`]): source and destination
+//! into its partition's shuffle keys ([`super::key::key`]): source and destination
 //! as network-order bytes (canonical: IPv4-mapped IPv6 is IPv4), the time in u64
 //! seconds, the RTT as its 2-byte code (negative RTT = failed ping = no code). A row that
 //! cannot be used is *rejected* with one reason ([`Reason`]); rejected rows keep their
@@ -24,9 +24,9 @@ use arrow::compute::cast;
 use arrow::datatypes::{DataType, Float64Type, Int32Type, Int64Type};
 use probeflow_reader::row::{addr, partition, RttCode};
 
+use super::key;
+use super::protocol::{InputColumns, Plausible, TimeUnit};
 use crate::error::{Result, WorkerError};
-use crate::protocol::{InputColumns, Plausible, TimeUnit};
-use crate::shuffle;
 
 /// Why an input row was rejected.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -392,13 +392,13 @@ impl<'c> Validator<'c> {
         &mut self,
         c: &Columns<'_>,
         i: usize,
-    ) -> std::result::Result<(u32, [u8; shuffle::KEY_LEN]), Reason> {
+    ) -> std::result::Result<(u32, [u8; key::KEY_LEN]), Reason> {
         let shards = self.shards;
         let src = lookup(c.src, i, &mut self.src_memo, &mut self.cache.src, |t| {
             let a = addr::parse_addr(t).ok()?;
             let partition = partition(&a, shards).ok()?;
             Some(Source {
-                key: shuffle::addr_key(&a),
+                key: key::addr_key(&a),
                 version: addr::ip_version(&a),
                 partition,
             })
@@ -413,7 +413,7 @@ impl<'c> Validator<'c> {
         let dst = lookup(c.dst, i, &mut self.dst_memo, &mut self.cache.dst, |t| {
             let a = addr::parse_addr(t).ok()?;
             Some(Destination {
-                key: shuffle::addr_key(&a),
+                key: key::addr_key(&a),
                 version: addr::ip_version(&a),
             })
         })
@@ -460,7 +460,7 @@ impl<'c> Validator<'c> {
         let code = RttCode::from_ms(rtt).map_err(|_| Reason::NanRtt)?;
         Ok((
             src.partition,
-            shuffle::key(&src.key, event_time, &dst.key, code),
+            key::key(&src.key, event_time, &dst.key, code),
         ))
     }
 }

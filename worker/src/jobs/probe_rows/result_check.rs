@@ -5,29 +5,19 @@
 
 use std::collections::BTreeSet;
 
-use probeflow_worker::map::{rejects_path, shuffle_path};
-use probeflow_worker::protocol::{
-    shard_path, JobContext, MapOutput, MapTask, ReduceOutput, ReduceTask, TaskOutput, TaskSpec,
-};
+use super::map::{rejects_path, shuffle_path};
+use super::protocol::{shard_path, MapOutput, MapTask, ReduceOutput, ReduceTask, Settings};
 
 /// Why a result was refused.
 pub type Refusal = String;
 
-/// Checks `output` against `task`, attempt `attempt`, of `job`.
-pub fn check_result(
-    task: &TaskSpec,
+/// Checks map result `m` of attempt `attempt` of `task`.
+pub fn check_map(
+    task: &MapTask,
     attempt: u32,
-    job: &JobContext,
-    output: &TaskOutput,
+    job: &Settings,
+    m: &MapOutput,
 ) -> Result<(), Refusal> {
-    match (task, output) {
-        (TaskSpec::Map(t), TaskOutput::Map(m)) => check_map(t, attempt, job, m),
-        (TaskSpec::Reduce(t), TaskOutput::Reduce(r)) => check_reduce(t, job, r),
-        _ => Err("a result of the wrong kind".into()),
-    }
-}
-
-fn check_map(task: &MapTask, attempt: u32, job: &JobContext, m: &MapOutput) -> Result<(), Refusal> {
     let shuffle = shuffle_path(task.index, attempt);
     if m.shuffle_file != shuffle {
         return Err(format!(
@@ -83,7 +73,8 @@ fn check_map(task: &MapTask, attempt: u32, job: &JobContext, m: &MapOutput) -> R
     Ok(())
 }
 
-fn check_reduce(task: &ReduceTask, job: &JobContext, r: &ReduceOutput) -> Result<(), Refusal> {
+/// Checks reduce result `r` of `task`.
+pub fn check_reduce(task: &ReduceTask, job: &Settings, r: &ReduceOutput) -> Result<(), Refusal> {
     let mut splits = BTreeSet::new();
     let mut measurements = 0u64;
     for s in &r.shards {
@@ -123,14 +114,13 @@ fn check_reduce(task: &ReduceTask, job: &JobContext, r: &ReduceOutput) -> Result
 
 #[cfg(test)]
 mod tests {
+    use super::super::protocol::{Plausible, ShardInfo};
     use super::*;
-    use probeflow_worker::protocol::{Plausible, ShardInfo, ShuffleSegment};
+    use crate::engine::shuffle::ShuffleSegment;
     use std::collections::BTreeMap;
 
-    fn job() -> JobContext {
-        JobContext {
-            job_id: "j".into(),
-            output: "/tmp/out".into(),
+    fn job() -> Settings {
+        Settings {
             shards: 4,
             max_row_bytes: 1 << 20,
             array_record_options: String::new(),
@@ -141,8 +131,8 @@ mod tests {
         }
     }
 
-    fn map_task() -> TaskSpec {
-        TaskSpec::Map(MapTask {
+    fn map_task() -> MapTask {
+        MapTask {
             index: 7,
             file: "in.parquet".into(),
             file_size: 10,
@@ -150,7 +140,7 @@ mod tests {
             row_groups: 0..1,
             skip_rows: 0,
             rows: 10,
-        })
+        }
     }
 
     fn map_output() -> MapOutput {
@@ -170,7 +160,7 @@ mod tests {
     }
 
     fn check_map_output(m: MapOutput) -> Result<(), Refusal> {
-        check_result(&map_task(), 2, &job(), &TaskOutput::Map(m))
+        check_map(&map_task(), 2, &job(), &m)
     }
 
     #[test]
@@ -212,16 +202,16 @@ mod tests {
         assert!(check_map_output(m).unwrap_err().contains("no rejects file"));
     }
 
-    fn reduce_task() -> TaskSpec {
+    fn reduce_task() -> ReduceTask {
         let seg = ShuffleSegment {
             offset: 0,
             len: 10,
             rows: 6,
         };
-        TaskSpec::Reduce(ReduceTask {
+        ReduceTask {
             partition: 2,
             inputs: vec![("a".into(), seg), ("b".into(), seg)],
-        })
+        }
     }
 
     fn shard(split: &str, measurements: u64) -> ShardInfo {
@@ -238,12 +228,7 @@ mod tests {
     }
 
     fn check_reduce_output(shards: Vec<ShardInfo>) -> Result<(), Refusal> {
-        check_result(
-            &reduce_task(),
-            1,
-            &job(),
-            &TaskOutput::Reduce(ReduceOutput { shards }),
-        )
+        check_reduce(&reduce_task(), &job(), &ReduceOutput { shards })
     }
 
     #[test]

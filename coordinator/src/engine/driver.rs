@@ -1,72 +1,76 @@
-//! Running a job: the coordinator actor (task queue, leases, retries, journal) and the
-//! local-mode driver that plans or resumes the job and spawns worker actors in-process.
+//! Running a job, whatever its kind: the coordinator actor (task queue, leases,
+//! retries, journal) and the driver that plans or resumes the job and runs it in local
+//! mode (worker actors in-process) or cluster mode (worker processes join).
 //!
 //! ```text
 //! run_job ─ plan or resume ─► CoordinatorActor ◄─ RequestTask/Heartbeat/Finished ─ WorkerActor × N
 //!                                  │ journal entry after every task
-//!                                  └─ all maps done → reduce tasks; all reduces done → manifest, _SUCCESS
+//!                                  └─ a stage's tasks all done → the job's next stage; none left → JobDriver::finish
 //! ```
 //!
 //! A task is leased to one worker with a deadline; heartbeats extend it; an expired
-//! lease puts the task back in the queue. Results are fenced by `(task, attempt)`: only
-//! the attempt that holds the lease is accepted, so a late duplicate changes nothing
-//! (and every attempt writes the same bytes anyway).
+//! lease puts the task back in the queue ([`crate::engine::leases`]). Results are fenced
+//! by `(task, attempt, lease token)`: only the attempt that holds the lease is accepted,
+//! so a late duplicate changes nothing. The job kind sees only its own
+//! [`JobDriver`]: stages, result checks, accepted results, and the end of the job.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
-use probeflow_worker::actor::{CoordinatorMsg, TaskReply, Wire, WorkerActor, WorkerArgs};
-use probeflow_worker::cluster;
-use probeflow_worker::fault::Faults;
-use probeflow_worker::protocol::{
-    Assignment, JobContext, MapOutput, ReduceOutput, Registration, TaskFailure, TaskId, TaskOutput,
-    TaskSpec, WorkerTiming, PROTOCOL_VERSION,
+use probeflow_worker::engine::actor::{CoordinatorMsg, TaskReply, Wire, WorkerActor, WorkerArgs};
+use probeflow_worker::engine::cluster;
+use probeflow_worker::engine::fault::Faults;
+use probeflow_worker::engine::job::{JobDriver, WorkerConfig};
+use probeflow_worker::engine::protocol::{
+    Assignment, JobContext, Payload, Registration, TaskFailure, TaskId, WorkerTiming,
+    PROTOCOL_VERSION,
 };
-use probeflow_worker::store::StoreUrl;
-use probeflow_worker::tls::{ClusterTls, TlsFiles};
-use probeflow_worker::WorkerConfig;
+use probeflow_worker::engine::store::StoreUrl;
+use probeflow_worker::engine::tls::{ClusterTls, TlsFiles};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tokio::sync::oneshot;
 
+use crate::engine::journal::{self, JobRecord, Journal, TaskRecord};
 use crate::engine::leases::{AfterFailure, Grant, Lease, LeaseBoard, Refused, Revoked};
+use crate::engine::output_lock::OutputLock;
+use crate::engine::progress::Progress;
 use crate::engine::schedule::{worker_of, RetryPolicy};
 use crate::error::{JobError, Result};
-use crate::journal::{self, InputFile, JobRecord, Journal, Manifest, TaskRecord, Totals};
-use crate::output_lock::OutputLock;
-use crate::plan;
-use crate::progress::Progress;
-use crate::result_check::check_result;
 use crate::spec::{JobSpec, Mode};
 
 /// What a run did.
 #[derive(Debug, Clone, PartialEq)]
 pub enum RunOutcome {
-    /// The output was already complete; nothing ran.
-    AlreadyComplete(Totals),
+    /// The output was already complete; nothing ran (the job kind's summary).
+    AlreadyComplete(String),
     /// The job ran (or resumed) to completion.
     Completed {
-        totals: Totals,
+        /// The job kind's one-line summary.
+        summary: String,
         tasks_run: u64,
         tasks_resumed: u64,
     },
 }
 
 enum Phase {
-    Map,
-    Reduce,
+    Running,
     Finished,
 }
 
 pub struct CoordinatorState {
     job: JobContext,
     output: StoreUrl,
-    record: JobRecord,
+    /// The job kind's side of the job.
+    driver: Box<dyn JobDriver>,
+    /// The stage running now, and its tasks not accepted yet.
+    stage: usize,
+    stage_pending: HashSet<TaskId>,
+    /// Every accepted task (journaled).
+    accepted: HashSet<TaskId>,
     timing: WorkerTiming,
     board: LeaseBoard,
-    maps: BTreeMap<usize, MapOutput>,
-    reduces: BTreeMap<u32, ReduceOutput>,
     phase: Phase,
-    done: Option<oneshot::Sender<Result<u64>>>,
+    done: Option<oneshot::Sender<Result<(u64, String)>>>,
     tasks_run: u64,
     progress: Progress,
     /// Set (with the reason) if this coordinator lost the output lock.
@@ -89,7 +93,7 @@ impl CoordinatorState {
             .clamp(Duration::from_millis(10), Duration::from_millis(500))
     }
 
-    fn finish(&mut self, result: Result<u64>) {
+    fn finish(&mut self, result: Result<(u64, String)>) {
         self.phase = Phase::Finished;
         self.board.clear();
         if let Some(tx) = self.done.take() {
@@ -149,7 +153,8 @@ impl CoordinatorState {
                 excluded: Some(why),
             } => {
                 tracing::warn!(worker = worker_of(worker), reason = %why, "worker excluded for the rest of the job");
-                let record: BTreeMap<&String, &String> = self.board.excluded().iter().collect();
+                let record: std::collections::BTreeMap<&String, &String> =
+                    self.board.excluded().iter().collect();
                 if let Err(e) = journal::put_json(&self.output, EXCLUDED_WORKERS, &record).await {
                     tracing::warn!(error = %e, "cannot record the excluded workers");
                 }
@@ -157,63 +162,55 @@ impl CoordinatorState {
         }
     }
 
-    fn start_reduces(&mut self) {
-        let maps: Vec<(usize, &MapOutput)> = self.maps.iter().map(|(i, m)| (*i, m)).collect();
-        for task in plan::plan_reduces(self.job.shards, &maps) {
-            if !self.reduces.contains_key(&task.partition) {
-                self.board.push(TaskSpec::Reduce(task));
+    /// Moves on to the first stage with tasks left and queues them; after the last
+    /// stage, finishes the job (the kind writes its final outputs). Returns the
+    /// summary when the job is complete.
+    async fn advance(&mut self) -> Result<Option<String>> {
+        loop {
+            match self.driver.stage(self.stage)? {
+                None => {
+                    let summary = self.driver.finish(&self.output).await?;
+                    return Ok(Some(summary));
+                }
+                Some(tasks) => {
+                    let pending: Vec<_> = tasks
+                        .into_iter()
+                        .filter(|t| !self.accepted.contains(&t.id))
+                        .collect();
+                    if pending.is_empty() {
+                        self.stage += 1;
+                        continue;
+                    }
+                    self.stage_pending = pending.iter().map(|t| t.id).collect();
+                    for t in pending {
+                        self.board.push(t);
+                    }
+                    return Ok(None);
+                }
             }
         }
-        self.phase = Phase::Reduce;
     }
 
-    async fn accept(&mut self, task: TaskId, attempt: u32, output: TaskOutput) -> Result<()> {
-        match (task, output) {
-            (TaskId::Map(i), TaskOutput::Map(m)) => {
-                journal::put_json(
-                    &self.output,
-                    &journal::map_path(i),
-                    &TaskRecord {
-                        attempt,
-                        output: &m,
-                    },
-                )
-                .await?;
-                self.progress.map_done(m.input_rows);
-                self.maps.insert(i, m);
-                if self.maps.len() == self.record.maps.len() {
-                    self.start_reduces();
-                }
+    async fn accept(&mut self, task: TaskId, attempt: u32, output: Payload) -> Result<()> {
+        journal::put_json(
+            &self.output,
+            &journal::task_path(task),
+            &TaskRecord {
+                attempt,
+                output: &output,
+            },
+        )
+        .await?;
+        let progressed = self.driver.accept(task, output)?;
+        self.progress.task_done(task.stage.as_str(), progressed);
+        self.accepted.insert(task);
+        self.stage_pending.remove(&task);
+        if self.stage_pending.is_empty() {
+            if let Some(summary) = self.advance().await? {
+                let tasks_run = self.tasks_run;
+                self.progress.finish();
+                self.finish(Ok((tasks_run, summary)));
             }
-            (TaskId::Reduce(p), TaskOutput::Reduce(r)) => {
-                journal::put_json(
-                    &self.output,
-                    &journal::reduce_path(p),
-                    &TaskRecord {
-                        attempt,
-                        output: &r,
-                    },
-                )
-                .await?;
-                self.progress
-                    .reduce_done(r.shards.iter().map(|s| s.bytes).sum());
-                self.reduces.insert(p, r);
-                if self.reduces.len() == self.job.shards as usize {
-                    let tasks_run = self.tasks_run;
-                    let result = finalize(
-                        &self.output,
-                        &self.record,
-                        &self.job,
-                        &self.maps,
-                        &self.reduces,
-                    )
-                    .await
-                    .map(|_| tasks_run);
-                    self.progress.finish();
-                    self.finish(result);
-                }
-            }
-            (t, _) => return Err(JobError::Runtime(format!("{t}: result of the wrong kind"))),
         }
         Ok(())
     }
@@ -348,17 +345,23 @@ impl Actor for CoordinatorActor {
                     Err(refused) => {
                         tracing::info!(%worker, %task, attempt, ?refused, "late or duplicate result refused (no lease held with this attempt and token)");
                         // Only an attempt this coordinator granted, by its planned paths.
-                        if let (Phase::Finished, TaskId::Map(index), Refused::Late) =
-                            (&s.phase, task, refused)
-                        {
-                            discard_late_map_output(&s.job, index, attempt, &worker).await;
+                        if let (Phase::Finished, Refused::Late) = (&s.phase, refused) {
+                            match s.driver.discard_late(&s.job, task, attempt).await {
+                                Ok(true) => {
+                                    tracing::info!(%worker, %task, attempt, "removed a late attempt's files")
+                                }
+                                Ok(false) => {}
+                                Err(e) => {
+                                    tracing::warn!(%worker, %task, error = %e, "cannot remove a late attempt's files")
+                                }
+                            }
                         }
                         return Ok(());
                     }
                 };
                 // A result names only what was planned for this task and attempt.
                 let result = result.and_then(|output| {
-                    match check_result(&lease.spec, attempt, &s.job, &output) {
+                    match s.driver.check(&lease.spec, attempt, &output) {
                         Ok(()) => Ok(output),
                         Err(why) => {
                             tracing::warn!(%worker, %task, attempt, reason = %why, "result refused");
@@ -436,123 +439,6 @@ fn lease_token(counter: u64) -> String {
     blake3::hash(&seed).to_hex()[..32].to_string()
 }
 
-/// A refused map result that arrived after the job finished: its files may have been
-/// written after the job cleaned up.
-async fn discard_late_map_output(job: &JobContext, index: usize, attempt: u32, worker: &str) {
-    match probeflow_worker::map::discard_late_output(job, index, attempt).await {
-        Ok(true) => {
-            tracing::info!(%worker, task = index, attempt, "removed a late attempt's files")
-        }
-        Ok(false) => {}
-        Err(e) => {
-            tracing::warn!(%worker, error = %e, "cannot remove a late attempt's shuffle file")
-        }
-    }
-}
-
-/// Writes the manifest and `_SUCCESS`, and removes the shuffle files.
-async fn finalize(
-    output: &StoreUrl,
-    record: &JobRecord,
-    job: &JobContext,
-    maps: &BTreeMap<usize, MapOutput>,
-    reduces: &BTreeMap<u32, ReduceOutput>,
-) -> Result<Totals> {
-    let mut totals = Totals::default();
-    let mut rejects = Vec::new();
-    for m in maps.values() {
-        totals.input_rows += m.input_rows;
-        totals.kept_measurements += m.kept_rows;
-        for (reason, n) in &m.rejected {
-            totals.rejected_rows += n;
-            *totals.rejected_by_reason.entry(reason.clone()).or_default() += n;
-        }
-        rejects.extend(m.rejects_file.clone());
-    }
-    let mut shards = Vec::new();
-    let mut written_measurements = 0;
-    for r in reduces.values() {
-        for s in &r.shards {
-            totals.rows += s.rows;
-            totals.sources += s.sources;
-            totals.bytes += s.bytes;
-            written_measurements += s.measurements;
-            shards.push(s.clone());
-        }
-    }
-    if totals.input_rows != totals.kept_measurements + totals.rejected_rows {
-        return Err(JobError::Runtime(format!(
-            "inconsistent counts: {} input rows but {} kept + {} rejected",
-            totals.input_rows, totals.kept_measurements, totals.rejected_rows
-        )));
-    }
-    if written_measurements != totals.kept_measurements {
-        return Err(JobError::Runtime(format!(
-            "data loss check failed: {} measurements kept by maps but {} written to shards",
-            totals.kept_measurements, written_measurements
-        )));
-    }
-    shards.sort_by(|a, b| (a.split.as_str(), a.partition).cmp(&(b.split.as_str(), b.partition)));
-    let manifest = Manifest {
-        manifest_version: journal::MANIFEST_VERSION,
-        job_fingerprint: record.fingerprint.clone(),
-        row_format_version: probeflow_reader::row::codec::ROW_FORMAT_VERSION.to_string(),
-        tokenizer_version: probeflow_reader::tokenizer::TOKENIZER_VERSION.to_string(),
-        partition_function: journal::PARTITION_FUNCTION.to_string(),
-        split_function: journal::SPLIT_FUNCTION.to_string(),
-        shards_per_split: job.shards,
-        split_seed: job.split_seed,
-        test_fraction: job.test_fraction,
-        max_row_bytes: job.max_row_bytes,
-        array_record_options: job.array_record_options.clone(),
-        plausible: job.plausible,
-        inputs: record.inputs.clone(),
-        shards,
-        rejects,
-        totals: totals.clone(),
-    };
-    journal::put_json(output, "manifest.json", &manifest).await?;
-    output.put(&output.child("_SUCCESS"), Vec::new()).await?;
-    output.delete_prefix("_job/shuffle").await?;
-    remove_losing_rejects(output, maps).await?;
-    Ok(totals)
-}
-
-/// Removes the rejects files of map attempts that were not accepted: planned names
-/// (`rejects/part-<map>-a<attempt>.parquet` of a planned map) that the manifest does
-/// not list. Nothing else under `rejects/` is touched.
-async fn remove_losing_rejects(output: &StoreUrl, maps: &BTreeMap<usize, MapOutput>) -> Result<()> {
-    let winners: std::collections::BTreeSet<&str> = maps
-        .values()
-        .filter_map(|m| m.rejects_file.as_deref())
-        .collect();
-    for meta in output.list("rejects").await? {
-        let rel = output.relative(&meta.location);
-        let planned = meta
-            .location
-            .filename()
-            .and_then(probeflow_worker::map::parse_rejects_name)
-            .is_some_and(|(index, _)| maps.contains_key(&index));
-        if planned && !winners.contains(rel.as_str()) {
-            output.delete(&meta.location).await?;
-        }
-    }
-    Ok(())
-}
-
-/// Reads a finished job's manifest.
-pub async fn read_manifest(output: &StoreUrl) -> Result<Option<Manifest>> {
-    match output.get_opt(&output.child("manifest.json")).await? {
-        None => Ok(None),
-        Some(bytes) => serde_json::from_slice(&bytes)
-            .map(Some)
-            .map_err(|e| JobError::Journal {
-                path: output.display(&output.child("manifest.json")),
-                what: e.to_string(),
-            }),
-    }
-}
-
 /// Plans (or resumes) and runs a job: with in-process worker actors (local mode), or
 /// with `worker` processes that join over the network (cluster mode).
 pub async fn run_job(spec: &JobSpec) -> Result<RunOutcome> {
@@ -604,16 +490,16 @@ pub async fn run_job(spec: &JobSpec) -> Result<RunOutcome> {
             })
         }
     };
-    let output = StoreUrl::parse(&spec.output.url)?;
+    let output = StoreUrl::parse(spec.output_url())?;
     let fingerprint = spec.fingerprint();
 
-    if let Some(done) = already_complete(spec, &output, &fingerprint).await? {
+    if let Some(done) = already_complete(spec, &output).await? {
         return Ok(done);
     }
     let lock = OutputLock::acquire(&output, spec.output_lock_ttl()).await?;
     let keeper = LockKeeper::start(lock);
     // Another coordinator may have finished the job between the check and the lock.
-    let result = match already_complete(spec, &output, &fingerprint).await {
+    let result = match already_complete(spec, &output).await {
         Ok(Some(done)) => Ok(done),
         Ok(None) => run_owned(spec, output, fingerprint, cluster, keeper.lost()).await,
         Err(e) => Err(e),
@@ -622,29 +508,14 @@ pub async fn run_job(spec: &JobSpec) -> Result<RunOutcome> {
     result
 }
 
-/// The outcome when `output` is already complete (`_SUCCESS`): done if it is this
-/// job's output over the same input, an error if the job or the input differ.
-async fn already_complete(
-    spec: &JobSpec,
-    output: &StoreUrl,
-    fingerprint: &str,
-) -> Result<Option<RunOutcome>> {
-    if !output.exists(&output.child("_SUCCESS")).await? {
-        return Ok(None);
-    }
-    match read_manifest(output).await? {
-        Some(m) if m.job_fingerprint == fingerprint => {
-            if let Some(url) = &spec.input.url {
-                refuse_changed_input(url, &m.inputs, "this output was made").await?;
-            }
-            Ok(Some(RunOutcome::AlreadyComplete(m.totals)))
-        }
-        _ => Err(JobError::Conflict(format!(
-            "{} already holds the output of a different job (fingerprint mismatch); \
-             choose another [output] url or remove it",
-            output.url
-        ))),
-    }
+/// The outcome when `output` is already complete: done if it is this job's output
+/// over the same input, an error if the job or the input differ (the kind decides).
+async fn already_complete(spec: &JobSpec, output: &StoreUrl) -> Result<Option<RunOutcome>> {
+    Ok(spec
+        .file
+        .completed(output)
+        .await?
+        .map(RunOutcome::AlreadyComplete))
 }
 
 /// Keeps the output lock renewed in a task of its own (storage latency never stalls
@@ -697,91 +568,86 @@ async fn run_owned(
 ) -> Result<RunOutcome> {
     let journal = Journal::load(&output).await?;
     let record = match journal.job {
-        Some(job) if job.fingerprint != fingerprint => {
+        Some(job) if job.fingerprint != fingerprint || job.kind != spec.kind.name() => {
             return Err(JobError::Conflict(format!(
-                "{} holds an unfinished run of a different job file (fingerprint {} vs {}); \
-                 resume it with its own job file, or choose another [output] url",
-                output.url, job.fingerprint, fingerprint
+                "{} holds an unfinished run of a different job file ({} job, fingerprint {} vs \
+                 {} job, {}); resume it with its own job file, or choose another [output] url",
+                output.url,
+                job.kind,
+                job.fingerprint,
+                spec.kind.name(),
+                fingerprint
             )))
         }
         Some(job) => {
             tracing::info!(
-                maps_done = journal.maps.len(),
-                reduces_done = journal.reduces.len(),
+                tasks_done = journal.tasks.len(),
                 "resuming from the journal"
             );
             job
         }
         None => {
-            let url = match (&spec.input.url, &spec.input.synthetic) {
-                (Some(url), _) => url.clone(),
-                (None, Some(s)) => {
-                    let dir = StoreUrl::parse(&format!(
-                        "{}/_job/input",
-                        output.url.trim_end_matches('/')
-                    ))?;
-                    tracing::info!(rows = s.rows, seed = s.seed, dir = %dir.url, "generating demo input");
-                    crate::synthetic::ensure(s.rows, s.seed, &dir).await?;
-                    format!("{}/*.parquet", dir.url)
-                }
-                (None, None) => return Err(JobError::Runtime("no input".into())),
-            };
-            let (inputs, maps) = plan::plan_maps(&url, spec.rows_per_map_task()).await?;
+            let plan = spec.file.plan(&output, spec.plan_hints()).await?;
             // Entries left by a plan whose record was unreadable belong to that plan.
             output.delete_prefix("_job/journal").await?;
-            let planned_at = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs());
             let record = JobRecord {
-                plausible: spec.plausible(planned_at),
                 version: journal::JOURNAL_VERSION,
+                kind: spec.kind.name().to_string(),
                 fingerprint: fingerprint.clone(),
-                spec: serde_json::to_value(spec).map_err(|e| JobError::Runtime(e.to_string()))?,
-                inputs,
-                maps,
-                shards: spec.output.shards,
+                spec: spec.file.to_json(),
+                plan,
             };
             journal::put_json(&output, journal::job_path(), &record).await?;
             record
         }
     };
-    if let Some(url) = &spec.input.url {
-        refuse_changed_input(url, &record.inputs, "the job was planned").await?;
+    let mut driver = spec.file.open(&output, record.plan).await?;
+    let progress = Progress::new(&driver.progress_plan());
+    let mut accepted = HashSet::new();
+    for (task, entry) in journal.tasks {
+        match driver.accept(task, entry.output) {
+            Ok(p) => {
+                progress.task_done(task.stage.as_str(), p);
+                accepted.insert(task);
+            }
+            Err(e) => {
+                tracing::warn!(%task, error = %e, "journal entry unusable: its task is redone")
+            }
+        }
     }
-
-    let job = spec.job_context(record.plausible);
-    let resumed = (journal.maps.len() + journal.reduces.len()) as u64;
-    let total_rows: u64 = record.inputs.iter().map(|f| f.rows).sum();
-    let progress = Progress::new(record.maps.len() as u64, u64::from(job.shards), total_rows);
-    progress.resume(
-        journal.maps.values().map(|m| m.output.input_rows).sum(),
-        journal.maps.len() as u64,
-        journal.reduces.len() as u64,
-    );
+    let resumed = accepted.len() as u64;
+    let job = JobContext {
+        job_id: fingerprint.clone(),
+        kind: spec.kind.name().to_string(),
+        output: output.url.clone(),
+        settings: driver.settings(),
+    };
     let mut state = CoordinatorState {
-        job: job.clone(),
+        job,
         output: output.clone(),
+        driver,
+        stage: 0,
+        stage_pending: HashSet::new(),
+        accepted,
         timing: WorkerTiming::for_lease(spec.lease()),
         board: LeaseBoard::new(spec.lease(), spec.run.max_attempts, RetryPolicy::default()),
         lease_tokens: 0,
-        maps: journal
-            .maps
-            .into_iter()
-            .map(|(i, r)| (i, r.output))
-            .collect(),
-        reduces: journal
-            .reduces
-            .into_iter()
-            .map(|(p, r)| (p, r.output))
-            .collect(),
-        phase: Phase::Map,
+        phase: Phase::Running,
         done: None,
         tasks_run: 0,
         progress,
         workers: HashMap::new(),
         lock_lost,
-        record: record.clone(),
     };
+    if let Some(summary) = state.advance().await? {
+        // Crashed after the last task but before the job's final outputs.
+        state.progress.finish();
+        return Ok(RunOutcome::Completed {
+            summary,
+            tasks_run: 0,
+            tasks_resumed: resumed,
+        });
+    }
     let local_workers: Vec<String> = match cluster {
         Some(_) => Vec::new(),
         None => (0..spec.run.workers)
@@ -800,26 +666,8 @@ async fn run_owned(
             },
         );
     }
-    for m in &record.maps {
-        if !state.maps.contains_key(&m.index) {
-            state.board.push(TaskSpec::Map(m.clone()));
-        }
-    }
-    if state.maps.len() == record.maps.len() {
-        state.start_reduces();
-    }
     let (tx, rx) = oneshot::channel();
     state.done = Some(tx);
-    let nothing_left = state.board.nothing_pending() && state.reduces.len() == job.shards as usize;
-    if nothing_left {
-        // Crashed after the last reduce but before the manifest.
-        let totals = finalize(&output, &record, &job, &state.maps, &state.reduces).await?;
-        return Ok(RunOutcome::Completed {
-            totals,
-            tasks_run: 0,
-            tasks_resumed: resumed,
-        });
-    }
 
     let (coordinator, coordinator_handle) = Actor::spawn(None, CoordinatorActor, state)
         .await
@@ -827,13 +675,9 @@ async fn run_owned(
     if let Some(settings) = cluster {
         let (node, result) = serve_cluster(coordinator, coordinator_handle, rx, settings).await?;
         node.stop(None);
-        let tasks_run = result??;
-        let totals = read_manifest(&output)
-            .await?
-            .map(|m| m.totals)
-            .unwrap_or_default();
+        let (tasks_run, summary) = result??;
         return Ok(RunOutcome::Completed {
-            totals,
+            summary,
             tasks_run,
             tasks_resumed: resumed,
         });
@@ -853,6 +697,7 @@ async fn run_owned(
             done: Default::default(),
             faults: Faults::none(),
             job_output: Default::default(),
+            kinds: probeflow_worker::jobs::KINDS,
         };
         let (worker, h) = Actor::spawn(None, WorkerActor, args)
             .await
@@ -875,14 +720,9 @@ async fn run_owned(
     }
     coordinator.stop(None);
     let _ = coordinator_handle.await;
-    let result = result?;
-    let tasks_run = result?;
-    let totals = read_manifest(&output)
-        .await?
-        .map(|m| m.totals)
-        .unwrap_or_default();
+    let (tasks_run, summary) = result??;
     Ok(RunOutcome::Completed {
-        totals,
+        summary,
         tasks_run,
         tasks_resumed: resumed,
     })
@@ -891,7 +731,7 @@ async fn run_owned(
 /// Cluster mode: the coordinator actor serves `worker` processes that join its node.
 /// After the job ends it keeps answering for a moment, so idle workers learn that the
 /// job is done and exit.
-type ActorResult = std::result::Result<Result<u64>, JobError>;
+type ActorResult = std::result::Result<Result<(u64, String)>, JobError>;
 
 /// Cluster mode's settings, checked before the output is touched.
 struct ClusterSettings {
@@ -904,7 +744,7 @@ struct ClusterSettings {
 async fn serve_cluster(
     coordinator: ActorRef<CoordinatorMsg>,
     coordinator_handle: tokio::task::JoinHandle<()>,
-    rx: oneshot::Receiver<Result<u64>>,
+    rx: oneshot::Receiver<Result<(u64, String)>>,
     settings: ClusterSettings,
 ) -> Result<(ActorRef<ractor_cluster::NodeServerMessage>, ActorResult)> {
     let ClusterSettings {
@@ -957,18 +797,4 @@ async fn linger_until_workers_leave(node: &ActorRef<ractor_cluster::NodeServerMe
         }
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
-}
-
-/// Refuses an input that is not the planned file list any more (a file changed, added
-/// or vanished): the output would silently mix or miss data.
-async fn refuse_changed_input(url: &str, planned: &[InputFile], since: &str) -> Result<()> {
-    let changes = plan::input_changes(url, planned).await?;
-    if changes.is_empty() {
-        return Ok(());
-    }
-    Err(JobError::Conflict(format!(
-        "the input {url} changed since {since}:\n  {}\nIts output would not be this input's: \
-         write to a new [output] url (or restore the files)",
-        changes.join("\n  ")
-    )))
 }

@@ -1,48 +1,37 @@
-//! The job's journal and manifest: what makes a job resumable and its output usable.
+//! The engine's journal: what makes a job resumable, whatever its kind.
 //!
 //! The journal lives under `<output>/_job/journal/` as one object per event, written
 //! with atomic puts (object stores cannot append):
 //!
-//! * `job.json` — the job's fingerprint, its input files and its plan (map tasks);
-//! * `map-NNNNN.json`, `reduce-NNNNN.json` — a finished task's winning attempt and result.
+//! * `job.json`: the job's kind, fingerprint, settings and plan (opaque to the engine);
+//! * `<stage>-NNNNN.json` (e.g. `map-00042.json`): a finished task's winning attempt
+//!   and its result (opaque to the engine too).
 //!
 //! A restarted coordinator reads it back ([`Journal::load`]) and redoes only what is
 //! missing; an entry that does not decode (torn by a crash) counts as missing, with a
-//! warning, and a journal of another version is refused. When every reduce is done the coordinator writes `manifest.json`, then
-//! `_SUCCESS`.
+//! warning, and a journal of another version is refused.
 
 use std::collections::BTreeMap;
 
-use probeflow_worker::protocol::{MapOutput, MapTask, Plausible, ReduceOutput, ShardInfo};
-use probeflow_worker::store::StoreUrl;
+use probeflow_worker::engine::protocol::{Payload, TaskId};
+use probeflow_worker::engine::store::StoreUrl;
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 
 use crate::error::{JobError, Result};
 
-pub const JOURNAL_VERSION: u32 = 2;
-pub const MANIFEST_VERSION: u32 = 2;
-
-/// One input file as planned.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct InputFile {
-    pub url: String,
-    pub size: u64,
-    pub etag: Option<String>,
-    pub last_modified: String,
-    pub rows: u64,
-}
+pub const JOURNAL_VERSION: u32 = 3;
 
 /// `job.json`: written once, when the job is planned.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct JobRecord {
     pub version: u32,
+    /// The job kind (`probe_rows`, `ngram_overlap`).
+    pub kind: String,
     pub fingerprint: String,
-    pub spec: serde_json::Value,
-    pub inputs: Vec<InputFile>,
-    pub maps: Vec<MapTask>,
-    pub shards: u32,
-    /// The plausibility limits, resolved when the job was planned.
-    pub plausible: Plausible,
+    /// The kind's job file sections, as JSON.
+    pub spec: Payload,
+    /// The kind's plan.
+    pub plan: Payload,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -55,20 +44,16 @@ pub struct TaskRecord<T> {
 #[derive(Debug, Default)]
 pub struct Journal {
     pub job: Option<JobRecord>,
-    pub maps: BTreeMap<usize, TaskRecord<MapOutput>>,
-    pub reduces: BTreeMap<u32, TaskRecord<ReduceOutput>>,
+    pub tasks: BTreeMap<TaskId, TaskRecord<Payload>>,
 }
 
 pub fn job_path() -> &'static str {
     "_job/journal/job.json"
 }
 
-pub fn map_path(index: usize) -> String {
-    format!("_job/journal/map-{index:05}.json")
-}
-
-pub fn reduce_path(partition: u32) -> String {
-    format!("_job/journal/reduce-{partition:05}.json")
+/// The journal entry of a finished task.
+pub fn task_path(task: TaskId) -> String {
+    format!("_job/journal/{task}.json")
 }
 
 fn decode<T: DeserializeOwned>(out: &StoreUrl, rel: &str, bytes: &[u8]) -> Result<T> {
@@ -79,9 +64,7 @@ fn decode<T: DeserializeOwned>(out: &StoreUrl, rel: &str, bytes: &[u8]) -> Resul
 }
 
 pub async fn put_json<T: Serialize>(out: &StoreUrl, rel: &str, value: &T) -> Result<()> {
-    let bytes = serde_json::to_vec_pretty(value).map_err(|e| JobError::Runtime(e.to_string()))?;
-    out.put(&out.child(rel), bytes).await?;
-    Ok(())
+    Ok(out.put_json(rel, value).await?)
 }
 
 impl Journal {
@@ -94,18 +77,23 @@ impl Journal {
         let Some(bytes) = out.get_opt(&out.child(job_path())).await? else {
             return Ok(j);
         };
-        match decode::<JobRecord>(out, job_path(), &bytes) {
-            Ok(job) if job.version != JOURNAL_VERSION => {
+        let version = serde_json::from_slice::<serde_json::Value>(&bytes)
+            .ok()
+            .and_then(|v| v.get("version").and_then(|v| v.as_u64()));
+        match version {
+            Some(v) if v != u64::from(JOURNAL_VERSION) => {
                 return Err(JobError::Journal {
                     path: out.display(&out.child(job_path())),
                     what: format!(
-                        "written by journal version {}, this coordinator reads version {JOURNAL_VERSION}: \
+                        "written by journal version {v}, this coordinator reads version {JOURNAL_VERSION}: \
                          finish the job with the release that started it, or write to a new \
-                         [output] url",
-                        job.version
+                         [output] url"
                     ),
                 });
             }
+            _ => {}
+        }
+        match decode::<JobRecord>(out, job_path(), &bytes) {
             Ok(job) => j.job = Some(job),
             Err(e) => {
                 tracing::warn!(error = %e, "the journal's job record is unreadable; the job is planned again (every task redone)");
@@ -114,76 +102,23 @@ impl Journal {
         }
         for meta in out.list("_job/journal").await? {
             let name = meta.location.filename().unwrap_or_default().to_string();
+            let Some(task) = name.strip_suffix(".json").and_then(TaskId::parse) else {
+                continue;
+            };
             let rel = format!("_job/journal/{name}");
-            let number = |prefix: &str| {
-                name.strip_prefix(prefix)
-                    .and_then(|r| r.strip_suffix(".json"))
-                    .and_then(|n| n.parse::<u64>().ok())
-            };
-            let torn = |e: JobError| {
-                tracing::warn!(entry = %name, error = %e, "torn journal entry: its task is redone");
-            };
-            if let Some(i) = number("map-") {
-                let bytes = out.get_opt(&meta.location).await?.unwrap_or_default();
-                match decode(out, &rel, &bytes) {
-                    Ok(record) => {
-                        j.maps.insert(i as usize, record);
-                    }
-                    Err(e) => torn(e),
+            let bytes = out.get_opt(&meta.location).await?.unwrap_or_default();
+            match decode(out, &rel, &bytes) {
+                Ok(record) => {
+                    j.tasks.insert(task, record);
                 }
-            } else if let Some(p) = number("reduce-") {
-                let bytes = out.get_opt(&meta.location).await?.unwrap_or_default();
-                match decode(out, &rel, &bytes) {
-                    Ok(record) => {
-                        j.reduces.insert(p as u32, record);
-                    }
-                    Err(e) => torn(e),
+                Err(e) => {
+                    tracing::warn!(entry = %name, error = %e, "torn journal entry: its task is redone");
                 }
             }
         }
         Ok(j)
     }
 }
-
-/// Row counts over the whole job.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Totals {
-    pub input_rows: u64,
-    pub kept_measurements: u64,
-    pub rejected_rows: u64,
-    pub rejected_by_reason: BTreeMap<String, u64>,
-    pub rows: u64,
-    pub sources: u64,
-    pub bytes: u64,
-}
-
-/// `manifest.json`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Manifest {
-    pub manifest_version: u32,
-    pub job_fingerprint: String,
-    pub row_format_version: String,
-    pub tokenizer_version: String,
-    pub partition_function: String,
-    pub split_function: String,
-    pub shards_per_split: u32,
-    pub split_seed: u64,
-    pub test_fraction: f64,
-    pub max_row_bytes: usize,
-    pub array_record_options: String,
-    /// The unit of integer event times, the event-time window and the RTT ceiling the
-    /// rows were checked against.
-    pub plausible: Plausible,
-    pub inputs: Vec<InputFile>,
-    pub shards: Vec<ShardInfo>,
-    pub rejects: Vec<String>,
-    pub totals: Totals,
-}
-
-pub const PARTITION_FUNCTION: &str =
-    "u64_le(blake3(canonical src_addr text)[0..8]) % shards_per_split";
-pub const SPLIT_FUNCTION: &str =
-    "test if u64_le(blake3(u64_le(split_seed) || canonical src_addr text)[0..8]) % 1000000 < test_fraction * 1000000, else train";
 
 #[cfg(test)]
 mod tests {
@@ -192,27 +127,26 @@ mod tests {
     fn record(version: u32) -> JobRecord {
         JobRecord {
             version,
+            kind: "probe_rows".into(),
             fingerprint: "f".into(),
             spec: serde_json::Value::Null,
-            inputs: vec![],
-            maps: vec![],
-            shards: 2,
-            plausible: Plausible::default(),
+            plan: serde_json::json!({"maps": [1, 2]}),
         }
     }
 
-    fn map_record() -> TaskRecord<MapOutput> {
+    fn map_record() -> TaskRecord<Payload> {
         TaskRecord {
             attempt: 1,
-            output: MapOutput {
-                shuffle_file: "_job/shuffle/map-00000-a1.bin".into(),
-                segments: BTreeMap::new(),
-                input_rows: 3,
-                kept_rows: 3,
-                rejected: BTreeMap::new(),
-                rejects_file: None,
-            },
+            output: serde_json::json!({"shuffle_file": "_job/shuffle/map-00000-a1.bin", "rows": 3}),
         }
+    }
+
+    fn map_path(index: u32) -> String {
+        task_path(TaskId::new("map", index))
+    }
+
+    fn reduce_path(index: u32) -> String {
+        task_path(TaskId::new("reduce", index))
     }
 
     async fn store() -> (tempfile::TempDir, StoreUrl) {
@@ -240,9 +174,11 @@ mod tests {
             .unwrap();
         let j = Journal::load(&out).await.unwrap();
         assert_eq!(j.job, Some(record(JOURNAL_VERSION)));
-        assert_eq!(j.maps.keys().copied().collect::<Vec<_>>(), vec![0]);
-        assert_eq!(j.maps[&0], map_record());
-        assert!(j.reduces.is_empty());
+        assert_eq!(
+            j.tasks.keys().copied().collect::<Vec<_>>(),
+            vec![TaskId::new("map", 0)]
+        );
+        assert_eq!(j.tasks[&TaskId::new("map", 0)], map_record());
     }
 
     #[tokio::test]
@@ -257,7 +193,7 @@ mod tests {
         let j = Journal::load(&out).await.unwrap();
         assert!(j.job.is_none());
         assert!(
-            j.maps.is_empty(),
+            j.tasks.is_empty(),
             "entries of an unreadable plan are not used"
         );
     }

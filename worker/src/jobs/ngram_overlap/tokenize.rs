@@ -168,7 +168,7 @@ mod tests {
     }
 
     fn reference() -> Reference {
-        serde_json::from_str(include_str!("../../../tests/fixtures/python_text.json")).unwrap()
+        serde_json::from_str(include_str!("../../../../tests/fixtures/python_text.json")).unwrap()
     }
 
     fn all_chars() -> impl Iterator<Item = char> {

@@ -6,7 +6,7 @@
 //! dialled (or `--tls-server-name`). The cookie is still checked inside the TLS
 //! session, so a peer needs both.
 //!
-//! On the coordinator, [`crate::listener::ClusterListener`] owns the public socket and
+//! On the coordinator, [`crate::engine::listener::ClusterListener`] owns the public socket and
 //! runs each TLS handshake (with [`ClusterTls::acceptor`]) in a task of its own under a
 //! timeout, before the cookie handshake.
 //!

@@ -169,6 +169,34 @@ impl StoreUrl {
         self.sync(path)
     }
 
+    /// Writes `value` as pretty JSON to `rel` (relative to this root), atomically.
+    pub async fn put_json<T: serde::Serialize>(&self, rel: &str, value: &T) -> Result<()> {
+        let bytes = serde_json::to_vec_pretty(value).map_err(|e| {
+            WorkerError::Job(format!(
+                "{}: cannot encode: {e}",
+                self.display(&self.child(rel))
+            ))
+        })?;
+        self.put(&self.child(rel), bytes).await
+    }
+
+    /// Reads `rel` (relative to this root) as JSON; `None` if it does not exist. A file
+    /// that does not decode is an error naming it.
+    pub async fn get_json<T: serde::de::DeserializeOwned>(&self, rel: &str) -> Result<Option<T>> {
+        let path = self.child(rel);
+        match self.get_opt(&path).await? {
+            None => Ok(None),
+            Some(bytes) => {
+                serde_json::from_slice(&bytes)
+                    .map(Some)
+                    .map_err(|e| WorkerError::Corrupt {
+                        file: self.display(&path),
+                        what: e.to_string(),
+                    })
+            }
+        }
+    }
+
     /// Starts writing an object in parts: see [`PartWriter`].
     pub fn put_in_parts(&self, path: Path) -> PartWriter {
         PartWriter {

@@ -13,12 +13,12 @@ use std::net::IpAddr;
 
 use std::sync::Arc;
 
+use crate::engine::store::StoreUrl;
 use arrow::array::{ArrayRef, Float64Array, Int32Array, Int64Array, RecordBatch, StringArray};
 use arrow::datatypes::{DataType, Field, Schema};
 use parquet::arrow::ArrowWriter;
 use parquet::basic::Compression;
 use parquet::file::properties::WriterProperties;
-use probeflow_worker::store::StoreUrl;
 
 use crate::error::Result;
 
@@ -28,8 +28,8 @@ const ANCHORS: u64 = 3_000;
 const ROWS_PER_FILE: u64 = 2_000_000;
 const ROW_GROUP: usize = 131_072;
 
-fn runtime(e: impl std::fmt::Display) -> crate::error::JobError {
-    crate::error::JobError::Runtime(format!("generating demo data: {e}"))
+fn runtime(e: impl std::fmt::Display) -> crate::error::WorkerError {
+    crate::error::WorkerError::Job(format!("generating demo data: {e}"))
 }
 
 /// SplitMix64: small, fast, and good enough for demo data.

@@ -5,9 +5,9 @@
 //! authenticate each other with the shared cookie ([`load_cookie`]) before any message
 //! passes. The coordinator actor joins the process group [`COORDINATOR_GROUP`]; once a
 //! worker's node session is up, the group's member on that worker's node is a remote
-//! actor to which the worker actors send their [`crate::actor::CoordinatorMsg`]s.
+//! actor to which the worker actors send their [`crate::engine::actor::CoordinatorMsg`]s.
 //!
-//! With TLS ([`crate::tls`]) every connection is mutually authenticated by certificate
+//! With TLS ([`crate::engine::tls`]) every connection is mutually authenticated by certificate
 //! before the cookie handshake runs inside it.
 
 use std::net::SocketAddr;
@@ -18,10 +18,10 @@ use ractor::{Actor, ActorRef};
 use ractor_cluster::node::NodeConnectionMode;
 use ractor_cluster::{IncomingEncryptionMode, NodeServer, NodeServerMessage};
 
-use crate::actor::CoordinatorMsg;
+use crate::engine::actor::CoordinatorMsg;
+use crate::engine::listener::ClusterListener;
+use crate::engine::tls::ClusterTls;
 use crate::error::{Result, WorkerError};
-use crate::listener::ClusterListener;
-use crate::tls::ClusterTls;
 
 /// The process group the coordinator actor joins.
 pub const COORDINATOR_GROUP: &str = "probeflow.coordinator";
@@ -105,7 +105,7 @@ async fn start_node(
 /// A node (the coordinator's, or a worker's) whose public socket is `listen`.
 ///
 /// A [`ClusterListener`] serves `listen` (TLS first when `tls` is given): every
-/// connection must authenticate within [`crate::listener::AUTH_TIMEOUT`], and only so
+/// connection must authenticate within [`crate::engine::listener::AUTH_TIMEOUT`], and only so
 /// many may be waiting to. The node's own listener, which has neither limit, is confined
 /// to an ephemeral loopback port that nothing dials. Keep the returned listener alive
 /// as long as the node should accept connections.

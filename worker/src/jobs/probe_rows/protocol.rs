@@ -1,30 +1,43 @@
-//! The job's task and report messages, shared by the coordinator and the workers.
+//! The probe-rows job's task payloads and results (inside the engine's opaque task
+//! bodies), and the settings every task of a job shares.
 //!
 //! Tasks carry only metadata and URIs, never bulk data: a map task names an input file
-//! and a range of its row groups; a reduce task names a partition and the byte ranges
-//! of that partition in every map output. Results carry counts, paths and checksums.
-//! Every message is a serde type (JSON in the journal; bincode over the wire later).
+//! and a range of its rows; a reduce task names a partition and the byte ranges of that
+//! partition in every map output. Results carry counts, paths and checksums.
 
 use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-/// Version of the coordinator ↔ worker messages; a worker of another version is refused.
-pub const PROTOCOL_VERSION: u32 = 3;
+use crate::engine::protocol::TaskId;
+use crate::engine::shuffle::ShuffleSegment;
 
-/// What a worker process says when it joins (cluster mode).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Registration {
-    /// The worker's name, unique among the connected workers.
-    pub worker: String,
-    /// Its transport node name (the worker name plus a per-process suffix, so that a
-    /// second process with the same worker name cannot displace the first one's session).
-    pub node: String,
-    /// Tasks it runs at once.
-    pub capacity: u32,
-    /// Sort memory per task.
-    pub memory_bytes: u64,
-    pub version: u32,
+/// The map stage: one task per input row range.
+pub const MAP: &str = "map";
+/// The reduce stage: one task per output partition.
+pub const REDUCE: &str = "reduce";
+
+/// The task id of map task `index`.
+pub fn map_id(index: usize) -> TaskId {
+    TaskId::new(MAP, index as u32)
+}
+
+/// The task id of the reduce of `partition`.
+pub fn reduce_id(partition: u32) -> TaskId {
+    TaskId::new(REDUCE, partition)
+}
+
+/// What every task of a probe-rows job needs to know, fixed for the whole job (sent as
+/// the engine context's settings).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Settings {
+    pub shards: u32,
+    pub max_row_bytes: usize,
+    pub array_record_options: String,
+    pub split_seed: u64,
+    pub test_fraction: f64,
+    pub columns: InputColumns,
+    pub plausible: Plausible,
 }
 
 /// Column names in the input Parquet files.
@@ -132,22 +145,6 @@ impl Default for Plausible {
     }
 }
 
-/// What every task of a job needs to know, fixed for the whole job.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct JobContext {
-    /// The job's identity (its fingerprint): names its scratch directories.
-    pub job_id: String,
-    /// Output root URL.
-    pub output: String,
-    pub shards: u32,
-    pub max_row_bytes: usize,
-    pub array_record_options: String,
-    pub split_seed: u64,
-    pub test_fraction: f64,
-    pub columns: InputColumns,
-    pub plausible: Plausible,
-}
-
 /// Scan `rows` rows of `row_groups` of one input file (after skipping `skip_rows`),
 /// validate, partition, write one shuffle file.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -165,14 +162,6 @@ pub struct MapTask {
     #[serde(default)]
     pub skip_rows: u64,
     /// Rows this task reads, from `skip_rows` on (checked against what is read).
-    pub rows: u64,
-}
-
-/// One partition's bytes in one map output.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct ShuffleSegment {
-    pub offset: u64,
-    pub len: u64,
     pub rows: u64,
 }
 
@@ -219,117 +208,7 @@ pub struct ReduceOutput {
     pub shards: Vec<ShardInfo>,
 }
 
-/// A unit of work.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub enum TaskSpec {
-    Map(MapTask),
-    Reduce(ReduceTask),
-}
-
-impl TaskSpec {
-    pub fn id(&self) -> TaskId {
-        match self {
-            TaskSpec::Map(m) => TaskId::Map(m.index),
-            TaskSpec::Reduce(r) => TaskId::Reduce(r.partition),
-        }
-    }
-}
-
-/// A task's identity.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
-pub enum TaskId {
-    Map(usize),
-    Reduce(u32),
-}
-
-impl std::fmt::Display for TaskId {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            TaskId::Map(i) => write!(f, "map-{i:05}"),
-            TaskId::Reduce(p) => write!(f, "reduce-{p:05}"),
-        }
-    }
-}
-
-/// A task leased to a worker: fenced by `attempt` and by `lease`, a random token only
-/// the worker it was given to knows; heartbeats and the result must carry it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct Assignment {
-    pub task: TaskSpec,
-    pub attempt: u32,
-    pub lease: String,
-    pub job: JobContext,
-}
-
-/// How a worker keeps in touch with the coordinator, derived from the job's lease so
-/// that local and cluster mode agree: a heartbeat every quarter of the lease, and a
-/// request to the coordinator waits as long as a lease (at least
-/// [`WorkerTiming::MIN_REQUEST_TIMEOUT`]). Cluster workers get it when they register.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-pub struct WorkerTiming {
-    pub heartbeat_ms: u64,
-    pub request_timeout_ms: u64,
-}
-
-impl WorkerTiming {
-    /// The shortest wait for an answer from the coordinator.
-    pub const MIN_REQUEST_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
-
-    pub fn for_lease(lease: std::time::Duration) -> WorkerTiming {
-        WorkerTiming {
-            heartbeat_ms: (lease.as_millis() as u64 / 4).max(10),
-            request_timeout_ms: lease.max(Self::MIN_REQUEST_TIMEOUT).as_millis() as u64,
-        }
-    }
-
-    pub fn heartbeat(&self) -> std::time::Duration {
-        std::time::Duration::from_millis(self.heartbeat_ms)
-    }
-
-    pub fn request_timeout(&self) -> std::time::Duration {
-        std::time::Duration::from_millis(self.request_timeout_ms)
-    }
-}
-
-/// Why an attempt failed, and whether another attempt could succeed. Input that is
-/// wrong (a missing column, mostly implausible values) fails the same way every time:
-/// the job stops at once instead of retrying.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct TaskFailure {
-    pub error: String,
-    pub retryable: bool,
-}
-
-impl std::fmt::Display for TaskFailure {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.error)
-    }
-}
-
-/// What a finished task reports.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub enum TaskOutput {
-    Map(MapOutput),
-    Reduce(ReduceOutput),
-}
-
 /// The shard file name of a partition.
 pub fn shard_path(split: &str, partition: u32, shards: u32) -> String {
     format!("{split}/shard-{partition:05}-of-{shards:05}.array_record")
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use std::time::Duration;
-
-    #[test]
-    fn heartbeats_come_four_times_a_lease_in_both_modes() {
-        let t = WorkerTiming::for_lease(Duration::from_secs(1));
-        assert_eq!(t.heartbeat(), Duration::from_millis(250));
-        assert_eq!(t.request_timeout(), WorkerTiming::MIN_REQUEST_TIMEOUT);
-        let t = WorkerTiming::for_lease(Duration::from_secs(60));
-        assert_eq!(t.heartbeat(), Duration::from_secs(15));
-        assert_eq!(t.request_timeout(), Duration::from_secs(60));
-    }
 }

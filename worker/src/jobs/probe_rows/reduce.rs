@@ -35,22 +35,14 @@ use object_store::{ObjectStoreExt, WriteMultipart};
 use probeflow_reader::array_record::{ArrayRecordWriter, WriterOptions};
 use probeflow_reader::row::{addr::addr_from_bytes, RowBuilder, Split, SplitRule};
 
+use super::key;
+use super::protocol::{shard_path, ReduceOutput, ReduceTask, Settings, ShardInfo};
+use crate::engine::job::WorkerConfig;
+use crate::engine::protocol::JobContext;
+use crate::engine::scratch::JobScratch;
+use crate::engine::shuffle::{self, ShuffleSegment};
+use crate::engine::store::StoreUrl;
 use crate::error::{Result, WorkerError};
-use crate::protocol::{
-    shard_path, JobContext, ReduceOutput, ReduceTask, ShardInfo, ShuffleSegment,
-};
-use crate::scratch::JobScratch;
-use crate::shuffle;
-use crate::store::StoreUrl;
-
-/// Where and with how much memory a worker runs its tasks.
-#[derive(Debug, Clone)]
-pub struct WorkerConfig {
-    /// The scratch root: each job run gets its own directory in it
-    /// ([`crate::scratch::JobScratch`]).
-    pub scratch: PathBuf,
-    pub memory_bytes: usize,
-}
 
 /// Feeds the partition's segments, fetched one by one, into the sort.
 #[derive(Debug)]
@@ -61,7 +53,7 @@ struct SegmentStream {
 
 impl PartitionStream for SegmentStream {
     fn schema(&self) -> &SchemaRef {
-        &shuffle::SCHEMA
+        &key::SCHEMA
     }
 
     fn execute(&self, _ctx: Arc<TaskContext>) -> SendableRecordBatchStream {
@@ -70,20 +62,13 @@ impl PartitionStream for SegmentStream {
             .then(move |(file, seg)| {
                 let output = output.clone();
                 async move {
-                    let path = output.child(&file);
-                    let bytes = output
-                        .get_range(&path, seg.offset..seg.offset + seg.len)
-                        .await?;
-                    let batches = shuffle::decode_segment(&output.display(&path), bytes)?;
+                    let batches = shuffle::read_segment(&output, &file, &seg, &key::SCHEMA).await?;
                     Ok::<_, WorkerError>(futures::stream::iter(batches.into_iter().map(Ok)))
                 }
             })
             .try_flatten()
             .map_err(|e: WorkerError| datafusion::error::DataFusionError::External(Box::new(e)));
-        Box::pin(RecordBatchStreamAdapter::new(
-            shuffle::SCHEMA.clone(),
-            batches,
-        ))
+        Box::pin(RecordBatchStreamAdapter::new(key::SCHEMA.clone(), batches))
     }
 }
 
@@ -107,20 +92,21 @@ struct Group {
 pub async fn run_reduce(
     task: &ReduceTask,
     job: &JobContext,
+    settings: &Settings,
     config: &WorkerConfig,
     job_scratch: &JobScratch,
     attempt: u32,
 ) -> Result<ReduceOutput> {
     let output = StoreUrl::parse(&job.output)?;
     let scratch = job_scratch.task_dir(&format!("reduce-{:05}-a{attempt}", task.partition))?;
-    let result = reduce_into(task, job, config, &scratch, &output).await;
+    let result = reduce_into(task, settings, config, &scratch, &output).await;
     let _ = std::fs::remove_dir_all(&scratch);
     result
 }
 
 async fn reduce_into(
     task: &ReduceTask,
-    job: &JobContext,
+    job: &Settings,
     config: &WorkerConfig,
     scratch: &FsPath,
     output: &StoreUrl,
@@ -157,7 +143,7 @@ async fn reduce_into(
         runtime,
     );
     let source = StreamingTableExec::try_new(
-        shuffle::SCHEMA.clone(),
+        key::SCHEMA.clone(),
         vec![Arc::new(SegmentStream {
             output: output.clone(),
             inputs: task.inputs.clone(),
@@ -167,7 +153,7 @@ async fn reduce_into(
         false,
         None,
     )?;
-    let schema = shuffle::SCHEMA.clone();
+    let schema = key::SCHEMA.clone();
     let asc = SortOptions {
         descending: false,
         nulls_first: true,
@@ -197,7 +183,7 @@ async fn reduce_into(
         let batch = batch?;
         let keys = batch.column(0).as_fixed_size_binary();
         for i in 0..batch.num_rows() {
-            let k = shuffle::parse_key(keys.value(i)).ok_or_else(bad_key)?;
+            let k = key::parse_key(keys.value(i)).ok_or_else(bad_key)?;
             if group.as_ref().is_none_or(|g| g.src != k.src_key) {
                 if let Some(g) = group.take() {
                     finish_group(g, &mut shards)?;

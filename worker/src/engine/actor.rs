@@ -19,12 +19,12 @@ use ractor::{Actor, ActorProcessingErr, ActorRef, BytesConvertable, RpcReplyPort
 use ractor_cluster::{RactorClusterMessage, RactorMessage};
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 
-use crate::fault::Faults;
-use crate::protocol::{
-    Assignment, Registration, TaskFailure, TaskId, TaskOutput, TaskSpec, WorkerTiming,
+use crate::engine::fault::Faults;
+use crate::engine::job::{find_kind, JobKind, TaskEnv, TaskRunner, WorkerConfig};
+use crate::engine::protocol::{
+    Assignment, Registration, TaskFailure, TaskId, TaskOutput, WorkerTiming,
 };
-use crate::reduce::WorkerConfig;
-use crate::scratch::JobScratch;
+use crate::engine::scratch::JobScratch;
 
 /// A message payload that may have crossed the network: JSON on the wire. Bytes from a
 /// peer that do not decode give `Err` (with the reason), which the receiver refuses,
@@ -119,8 +119,10 @@ pub struct WorkerArgs {
     /// The job's output URL, from the first task (lets a worker that lost the
     /// coordinator see whether the job finished without it).
     pub job_output: Arc<std::sync::OnceLock<String>>,
-    /// Fault injection (test builds only; see [`crate::fault`]).
+    /// Fault injection (test builds only; see [`crate::engine::fault`]).
     pub faults: Faults,
+    /// The job kinds this worker runs tasks of (`crate::jobs::KINDS`).
+    pub kinds: &'static [&'static dyn JobKind],
 }
 
 pub struct WorkerActor;
@@ -128,7 +130,8 @@ pub struct WorkerActor;
 /// A worker actor's state: its arguments and what it keeps between tasks.
 pub struct WorkerState {
     args: WorkerArgs,
-    addresses: crate::validate::AddressCache,
+    /// Each job kind's task runner, made at its first task.
+    runners: std::collections::HashMap<&'static str, Box<dyn TaskRunner>>,
     /// The current job run's scratch directory (made at its first task, removed when
     /// the worker stops or moves on to another job).
     scratch: Option<JobScratch>,
@@ -147,7 +150,7 @@ impl Actor for WorkerActor {
         myself.cast(WorkerMsg::Poll)?;
         Ok(WorkerState {
             args,
-            addresses: Default::default(),
+            runners: Default::default(),
             scratch: None,
         })
     }
@@ -160,7 +163,7 @@ impl Actor for WorkerActor {
     ) -> Result<(), ActorProcessingErr> {
         let WorkerState {
             args: state,
-            addresses,
+            runners,
             scratch,
         } = state;
         let name = state.name.clone();
@@ -229,6 +232,31 @@ impl Actor for WorkerActor {
                         }
                     })
                 };
+                let Some(kind) = find_kind(state.kinds, &assignment.job.kind) else {
+                    beat.abort();
+                    let known: Vec<&str> = state.kinds.iter().map(|k| k.name()).collect();
+                    let msg = CoordinatorMsg::Finished {
+                        worker: name.clone(),
+                        task: Wire::new(task),
+                        attempt,
+                        lease,
+                        result: Wire::new(Err(TaskFailure {
+                            error: format!(
+                                "this worker runs no job of kind {:?} (it knows {known:?}): \
+                                 run the same probeflow release everywhere",
+                                assignment.job.kind
+                            ),
+                            retryable: false,
+                        })),
+                    };
+                    if state.coordinator.cast(msg).is_err() {
+                        myself.stop(None);
+                    } else {
+                        myself.cast(WorkerMsg::Poll)?;
+                    }
+                    return Ok(());
+                };
+                let runner = runners.entry(kind.name()).or_insert_with(|| kind.runner());
                 let result = match JobScratch::for_job(
                     scratch,
                     &state.config.scratch,
@@ -237,14 +265,13 @@ impl Actor for WorkerActor {
                     Ok(s) => match state.faults.before_task(s.path()) {
                         Err(e) => Ok(Err(e)),
                         Ok(()) => {
-                            AssertUnwindSafe(crate::run_task(
-                                &assignment,
-                                &state.config,
-                                s,
-                                addresses,
-                            ))
-                            .catch_unwind()
-                            .await
+                            let env = TaskEnv {
+                                config: &state.config,
+                                scratch: s,
+                            };
+                            AssertUnwindSafe(runner.run(&assignment, env))
+                                .catch_unwind()
+                                .await
                         }
                     },
                     Err(e) => Ok(Err(e)),
@@ -278,13 +305,15 @@ impl Actor for WorkerActor {
                         retryable: true,
                     }),
                 };
-                // Kept in case the report cannot be delivered (see below).
-                let map_output = match &result {
-                    Ok(TaskOutput::Map(m)) => Some(m.clone()),
-                    _ => None,
-                };
+                let delivered_ok = result.is_ok();
                 let result = if state.faults.forges_results() {
-                    forge_results(&state.coordinator, &name, &assignment, result)
+                    forge_results(
+                        &state.coordinator,
+                        &name,
+                        &assignment,
+                        runner.as_ref(),
+                        result,
+                    )
                 } else {
                     result
                 };
@@ -296,16 +325,14 @@ impl Actor for WorkerActor {
                     result: Wire::new(result),
                 };
                 if state.coordinator.cast(msg).is_err() {
-                    if let (Some(_), TaskSpec::Map(m)) = (&map_output, &assignment.task) {
-                        match crate::map::discard_late_output(&assignment.job, m.index, attempt)
-                            .await
-                        {
+                    if delivered_ok {
+                        match runner.discard_unreported(&assignment).await {
                             Ok(true) => {
-                                tracing::info!(worker = %name, %task, "the job finished without this attempt; its shuffle file is removed (and its rejects file)")
+                                tracing::info!(worker = %name, %task, "the job finished without this attempt; what it wrote is removed")
                             }
                             Ok(false) => {}
                             Err(e) => {
-                                tracing::warn!(worker = %name, %task, error = %e, "cannot remove this attempt's shuffle and rejects files")
+                                tracing::warn!(worker = %name, %task, error = %e, "cannot remove what this attempt wrote")
                             }
                         }
                     }
@@ -320,34 +347,23 @@ impl Actor for WorkerActor {
 }
 
 /// Fault injection (`forge-results`): first reports a result for a task this worker
-/// holds no lease on, naming the output's manifest as its rejects file; then returns
-/// its own task's result with paths it was not given. The coordinator must refuse both.
+/// holds no lease on; then returns its own task's result with paths it was not given
+/// (the job kind forges them). The coordinator must refuse both.
 fn forge_results(
     coordinator: &ActorRef<CoordinatorMsg>,
     name: &str,
     assignment: &Assignment,
+    runner: &dyn TaskRunner,
     result: Result<TaskOutput, TaskFailure>,
 ) -> Result<TaskOutput, TaskFailure> {
-    let forged = |mut m: crate::protocol::MapOutput| {
-        m.shuffle_file = "manifest.json".into();
-        m.rejects_file = Some("manifest.json".into());
-        TaskOutput::Map(m)
-    };
     let Ok(output) = result else {
         return result;
     };
-    let output = match output {
-        TaskOutput::Map(m) => forged(m),
-        TaskOutput::Reduce(mut r) => {
-            for s in &mut r.shards {
-                s.path = "../../elsewhere.array_record".into();
-            }
-            TaskOutput::Reduce(r)
-        }
-    };
-    let other = match assignment.task.id() {
-        TaskId::Map(i) => TaskId::Map(i + 1),
-        TaskId::Reduce(p) => TaskId::Reduce(p + 1),
+    let output = runner.forged(assignment, output);
+    let mine = assignment.task.id();
+    let other = TaskId {
+        index: mine.index + 1,
+        ..mine
     };
     tracing::warn!(worker = %name, task = %other, "fault injection: reporting a result for a lease this worker does not hold");
     let _ = coordinator.cast(CoordinatorMsg::Finished {
@@ -357,6 +373,6 @@ fn forge_results(
         lease: assignment.lease.clone(),
         result: Wire::new(Ok(output.clone())),
     });
-    tracing::warn!(worker = %name, task = %assignment.task.id(), "fault injection: reporting paths this worker was not given");
+    tracing::warn!(worker = %name, task = %mine, "fault injection: reporting paths this worker was not given");
     Ok(output)
 }

@@ -15,8 +15,8 @@ use parquet::arrow::async_reader::{AsyncFileReader, ParquetRecordBatchStreamBuil
 use parquet::errors::ParquetError;
 use parquet::file::metadata::{PageIndexPolicy, ParquetMetaData, ParquetMetaDataReader};
 
+use crate::engine::store::StoreUrl;
 use crate::error::{Result, WorkerError};
-use crate::store::StoreUrl;
 
 /// One input Parquet file in an object store.
 pub struct ParquetSource {

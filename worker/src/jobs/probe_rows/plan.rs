@@ -5,25 +5,25 @@
 //! groups. Reduce tasks are
 //! one per partition and are made once every map task has reported its segments.
 
+use super::manifest::InputFile;
+use super::protocol::{MapOutput, MapTask, ReduceTask};
+use crate::engine::store;
 use futures::{StreamExt, TryStreamExt};
-use probeflow_worker::protocol::{MapOutput, MapTask, ReduceTask};
-use probeflow_worker::store;
 
-use crate::error::{JobError, Result};
-use crate::journal::InputFile;
+use crate::error::{Result, WorkerError};
 
 /// Lists the input and plans the map tasks.
 pub async fn plan_maps(url: &str, rows_per_task: u64) -> Result<(Vec<InputFile>, Vec<MapTask>)> {
     let (base, files) = store::list_matching(url).await?;
     if files.is_empty() {
-        return Err(JobError::Runtime(format!("no input files match {url}")));
+        return Err(WorkerError::Job(format!("no input files match {url}")));
     }
     // Footers are read concurrently; the plan's order is the sorted file order.
     let footers: Vec<(InputFile, Vec<u64>)> =
         futures::stream::iter(files.into_iter().map(|meta| {
             let url = base.display(&meta.location);
             async move {
-                let groups = probeflow_worker::map::row_groups(&url, meta.size).await?;
+                let groups = super::map::row_groups(&url, meta.size).await?;
                 let file = InputFile {
                     url,
                     size: meta.size,
@@ -31,7 +31,7 @@ pub async fn plan_maps(url: &str, rows_per_task: u64) -> Result<(Vec<InputFile>,
                     last_modified: meta.last_modified.to_rfc3339(),
                     rows: groups.iter().sum(),
                 };
-                Ok::<_, JobError>((file, groups))
+                Ok::<_, WorkerError>((file, groups))
             }
         }))
         .buffered(8)

@@ -224,7 +224,7 @@ async fn admit(
                         %peer,
                         error = %e,
                         "TLS handshake failed; connection refused{}",
-                        crate::tls::not_tls_hint(&e)
+                        crate::engine::tls::not_tls_hint(&e)
                     );
                     return;
                 }

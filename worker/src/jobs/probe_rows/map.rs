@@ -7,7 +7,7 @@
 //! the arrow-rs async Parquet reader over `object_store`: only the projected column
 //! chunks are fetched, and with the file's offset index only the pages holding the
 //! split's rows. The shuffle file and the rejects go out in parts as they are encoded
-//! ([`crate::store::PartWriter`]: multipart beyond 8 MiB). Memory is bounded by the
+//! ([`crate::engine::store::PartWriter`]: multipart beyond 8 MiB). Memory is bounded by the
 //! split's rows, which the planner chooses from `memory_per_worker`, whatever the
 //! input's row group sizes.
 
@@ -18,11 +18,13 @@ use object_store::ObjectStoreExt;
 use parquet::arrow::arrow_reader::{RowSelection, RowSelector};
 use parquet::arrow::{ArrowWriter, ProjectionMask};
 
+use super::key;
+use super::protocol::{MapOutput, MapTask, Settings};
+use super::validate::{rejects_batch, AddressCache, Reason, Validator};
+use crate::engine::protocol::JobContext;
+use crate::engine::shuffle::ShuffleSegment;
+use crate::engine::store::{PartWriter, StoreUrl, PART_BYTES};
 use crate::error::{Result, WorkerError};
-use crate::protocol::{JobContext, MapOutput, MapTask, ShuffleSegment};
-use crate::shuffle;
-use crate::store::{PartWriter, StoreUrl, PART_BYTES};
-use crate::validate::{rejects_batch, AddressCache, Reason, Validator};
 
 /// The shuffle file of attempt `attempt` of map task `index`, relative to the output
 /// root. Every attempt writes its own file, so a late attempt never overwrites the
@@ -72,25 +74,26 @@ pub async fn discard_late_output(job: &JobContext, index: usize, attempt: u32) -
 pub async fn run_map(
     task: &MapTask,
     job: &JobContext,
+    settings: &Settings,
     attempt: u32,
     cache: &mut AddressCache,
 ) -> Result<MapOutput> {
     let output = StoreUrl::parse(&job.output)?;
     check_unchanged(task).await?;
-    let builder = crate::parquet_source::open(
+    let builder = super::parquet_source::open(
         &task.file,
         task.file_size,
-        &[&job.columns.src_addr, &job.columns.dst_addr],
+        &[&settings.columns.src_addr, &settings.columns.dst_addr],
         true,
     )
     .await?;
     let schema = builder.parquet_schema();
     let wanted = [
-        &job.columns.src_addr,
-        &job.columns.dst_addr,
-        &job.columns.event_time,
-        &job.columns.rtt,
-        &job.columns.ip_version,
+        &settings.columns.src_addr,
+        &settings.columns.dst_addr,
+        &settings.columns.event_time,
+        &settings.columns.rtt,
+        &settings.columns.ip_version,
     ];
     let arrow_schema = builder.schema().clone();
     let mut roots = Vec::new();
@@ -126,14 +129,14 @@ pub async fn run_map(
 
     let mut validator = Validator::new(
         task.file.clone(),
-        job.columns.clone(),
-        job.shards,
-        job.plausible,
+        settings.columns.clone(),
+        settings.shards,
+        settings.plausible,
         cache,
     );
-    // Sort keys per partition (shuffle::KEY_LEN bytes each).
-    let expected = (task.rows / u64::from(job.shards.max(1))) as usize * shuffle::KEY_LEN;
-    let mut by_partition: Vec<Vec<u8>> = (0..job.shards)
+    // Sort keys per partition (key::KEY_LEN bytes each).
+    let expected = (task.rows / u64::from(settings.shards.max(1))) as usize * key::KEY_LEN;
+    let mut by_partition: Vec<Vec<u8>> = (0..settings.shards)
         .map(|_| Vec::with_capacity(expected + expected / 8))
         .collect();
     let mut rejected: BTreeMap<String, u64> = BTreeMap::new();
@@ -213,9 +216,9 @@ pub async fn run_map(
         if keys.is_empty() {
             continue;
         }
-        let rows = (keys.len() / shuffle::KEY_LEN) as u64;
+        let rows = (keys.len() / key::KEY_LEN) as u64;
         segment.clear();
-        let len = shuffle::encode_segment(&mut segment, keys)?;
+        let len = key::encode_segment(&mut segment, keys)?;
         upload.write(&segment).await?;
         segments.insert(p as u32, ShuffleSegment { offset, len, rows });
         offset += len;
@@ -309,7 +312,7 @@ async fn check_unchanged(task: &MapTask) -> Result<()> {
 
 /// Row groups and their row counts, from an input file's footer.
 pub async fn row_groups(url: &str, size: u64) -> Result<Vec<u64>> {
-    let builder = crate::parquet_source::open(url, size, &[], false).await?;
+    let builder = super::parquet_source::open(url, size, &[], false).await?;
     Ok(builder
         .metadata()
         .row_groups()
@@ -321,7 +324,6 @@ pub async fn row_groups(url: &str, size: u64) -> Result<Vec<u64>> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::InputColumns;
 
     #[test]
     fn rejects_names_parse_back_to_their_task_and_attempt() {
@@ -343,14 +345,9 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let job = JobContext {
             job_id: "test".into(),
+            kind: super::super::NAME.into(),
             output: dir.path().display().to_string(),
-            shards: 4,
-            max_row_bytes: 1 << 20,
-            array_record_options: String::new(),
-            split_seed: 1,
-            test_fraction: 0.0,
-            columns: InputColumns::default(),
-            plausible: Default::default(),
+            settings: serde_json::Value::Null,
         };
         let late = MapOutput {
             shuffle_file: shuffle_path(3, 2),

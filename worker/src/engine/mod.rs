@@ -1,0 +1,19 @@
+//! The engine's runtime shared by the coordinator and the workers, whatever the job.
+//!
+//! ```text
+//! coordinator (probeflow-coordinator) ── protocol (Assignment, results) ──► actor (WorkerActor)
+//!      │ job::JobDriver                                                        │ job::TaskRunner
+//!      └────────── store (object stores), shuffle (partitioned Arrow IPC) ◄───┘
+//! ```
+
+pub mod actor;
+pub mod cluster;
+pub mod fault;
+pub mod job;
+pub mod listener;
+pub mod protocol;
+pub mod scratch;
+pub mod shuffle;
+pub mod store;
+pub mod tls;
+pub mod units;
