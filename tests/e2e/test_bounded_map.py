@@ -68,6 +68,6 @@ scratch = "{tmp_path}/scratch"
     assert peak_mib <= BOUND_MIB, f"peak RSS {peak_mib} MiB > {BOUND_MIB} MiB"
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
     assert manifest["totals"]["kept_measurements"] == ROWS
-    maps = json.loads((tmp_path / "out" / "_job" / "journal" / "job.json").read_text())["maps"]
+    maps = json.loads((tmp_path / "out" / "_job" / "journal" / "job.json").read_text())["plan"]["maps"]
     assert len(maps) > 1 and all(m["rows"] <= 268_435 for m in maps), [m["rows"] for m in maps]
     assert sum(m["rows"] for m in maps) == ROWS

@@ -184,7 +184,7 @@ def tasks_run(stdout: str) -> int:
 
 def planned_tasks(out: Path) -> int:
     record = json.loads((out / "_job" / "journal" / "job.json").read_text())
-    return len(record["maps"]) + record["shards"]
+    return len(record["plan"]["maps"]) + record["plan"]["shards"]
 
 
 def test_three_workers_give_local_bytes(tmp_path, data):

@@ -305,7 +305,7 @@ impl Actor for WorkerActor {
                         retryable: true,
                     }),
                 };
-                let delivered_ok = result.is_ok();
+                let succeeded = result.is_ok();
                 let result = if state.faults.forges_results() {
                     forge_results(
                         &state.coordinator,
@@ -325,10 +325,10 @@ impl Actor for WorkerActor {
                     result: Wire::new(result),
                 };
                 if state.coordinator.cast(msg).is_err() {
-                    if delivered_ok {
+                    if succeeded {
                         match runner.discard_unreported(&assignment).await {
                             Ok(true) => {
-                                tracing::info!(worker = %name, %task, "the job finished without this attempt; what it wrote is removed")
+                                tracing::debug!(worker = %name, %task, "the job finished without this attempt")
                             }
                             Ok(false) => {}
                             Err(e) => {

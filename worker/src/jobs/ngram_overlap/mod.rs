@@ -4,4 +4,5 @@
 //! * [`tokenize`]: the tokenizers, with Python's `str.lower()` and `\s` semantics
 //!   exactly, each token with its span in the original text.
 
+pub mod records;
 pub mod tokenize;

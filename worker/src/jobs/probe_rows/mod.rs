@@ -430,7 +430,12 @@ impl TaskRunner for ProbeRowsRunner {
             if a.task.id.stage.as_str() != MAP {
                 return Ok(false);
             }
-            map::discard_late_output(&a.job, a.task.id.index as usize, a.attempt).await
+            let removed =
+                map::discard_late_output(&a.job, a.task.id.index as usize, a.attempt).await?;
+            if removed {
+                tracing::info!(task = %a.task.id, "the job finished without this attempt; its shuffle file is removed (and its rejects file)");
+            }
+            Ok(removed)
         })
     }
 
