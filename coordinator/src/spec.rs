@@ -15,6 +15,14 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::{JobError, Result};
 
+/// The keys of a job file the engine reads (the kind's sections are ignored here).
+#[derive(Deserialize)]
+struct EngineKeys {
+    kind: Option<toml::Value>,
+    #[serde(default)]
+    run: RunSpec,
+}
+
 /// A validated job file.
 #[derive(Debug)]
 pub struct JobSpec {
@@ -146,9 +154,11 @@ impl JobSpec {
             file: file.to_string(),
             what,
         };
-        let mut table: toml::Table = toml::from_str(text)
+        // The engine's keys; the kind reads its own sections from the same text. Both
+        // parse the text itself, so an error points at its line and column.
+        let keys: EngineKeys = toml::from_str(text)
             .map_err(|e: toml::de::Error| spec_error(e.to_string().trim_end().to_string()))?;
-        let kind_name = match table.remove("kind") {
+        let kind_name = match keys.kind {
             None => jobs::DEFAULT_KIND.to_string(),
             Some(toml::Value::String(k)) => k,
             Some(other) => {
@@ -164,12 +174,7 @@ impl JobSpec {
                 jobs::names()
             ))
         })?;
-        let run: RunSpec = match table.remove("run") {
-            None => RunSpec::default(),
-            Some(value) => value.try_into().map_err(|e: toml::de::Error| {
-                spec_error(format!("[run]: {}", e.to_string().trim_end()))
-            })?,
-        };
+        let run = keys.run;
         run.validate().map_err(spec_error)?;
         let file_sections = kind.load(file, text)?;
         Ok(JobSpec {
@@ -316,6 +321,9 @@ scratch = "/tmp/probeflow"
         let bad = FULL.replace("shards = 64", "shards = 64\nshard_count = 3");
         let err = JobSpec::parse(&bad, "x.toml").unwrap_err().to_string();
         assert!(err.contains("shard_count") && err.contains("line"), "{err}");
+        let bad_run = FULL.replace("workers = 2", "workers = 2\nworker = 3");
+        let err = JobSpec::parse(&bad_run, "x.toml").unwrap_err().to_string();
+        assert!(err.contains("`worker`") && err.contains("line 15"), "{err}");
         let err = JobSpec::parse(
             "[input]\nurl='a'\n[output]\nurl='b'\n[run]\nworkers=0\n",
             "y.toml",
