@@ -155,7 +155,7 @@ impl CoordinatorState {
                 tracing::warn!(worker = worker_of(worker), reason = %why, "worker excluded for the rest of the job");
                 let record: std::collections::BTreeMap<&String, &String> =
                     self.board.excluded().iter().collect();
-                if let Err(e) = journal::put_json(&self.output, EXCLUDED_WORKERS, &record).await {
+                if let Err(e) = self.output.put_json(EXCLUDED_WORKERS, &record).await {
                     tracing::warn!(error = %e, "cannot record the excluded workers");
                 }
             }
@@ -192,15 +192,15 @@ impl CoordinatorState {
     }
 
     async fn accept(&mut self, task: TaskId, attempt: u32, output: Payload) -> Result<()> {
-        journal::put_json(
-            &self.output,
-            &journal::task_path(task),
-            &TaskRecord {
-                attempt,
-                output: &output,
-            },
-        )
-        .await?;
+        self.output
+            .put_json(
+                &journal::task_path(task),
+                &TaskRecord {
+                    attempt,
+                    output: &output,
+                },
+            )
+            .await?;
         let progressed = self.driver.accept(task, output)?;
         self.progress.task_done(task.stage.as_str(), progressed);
         self.accepted.insert(task);
@@ -597,7 +597,7 @@ async fn run_owned(
                 spec: spec.file.to_json(),
                 plan,
             };
-            journal::put_json(&output, journal::job_path(), &record).await?;
+            output.put_json(journal::job_path(), &record).await?;
             record
         }
     };

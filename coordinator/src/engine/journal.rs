@@ -63,10 +63,6 @@ fn decode<T: DeserializeOwned>(out: &StoreUrl, rel: &str, bytes: &[u8]) -> Resul
     })
 }
 
-pub async fn put_json<T: Serialize>(out: &StoreUrl, rel: &str, value: &T) -> Result<()> {
-    Ok(out.put_json(rel, value).await?)
-}
-
 impl Journal {
     /// Reads the journal back. A task entry that does not decode (torn by a crash
     /// mid-write, or truncated) is left out with a warning, so its task is redone; an
@@ -77,11 +73,11 @@ impl Journal {
         let Some(bytes) = out.get_opt(&out.child(job_path())).await? else {
             return Ok(j);
         };
-        let version = serde_json::from_slice::<serde_json::Value>(&bytes)
-            .ok()
-            .and_then(|v| v.get("version").and_then(|v| v.as_u64()));
-        match version {
-            Some(v) if v != u64::from(JOURNAL_VERSION) => {
+        // Decoded once; the version is checked before the record's shape, which
+        // another version need not share.
+        let value = decode::<Payload>(out, job_path(), &bytes);
+        if let Some(v) = value.as_ref().ok().and_then(|v| v.get("version")?.as_u64()) {
+            if v != u64::from(JOURNAL_VERSION) {
                 return Err(JobError::Journal {
                     path: out.display(&out.child(job_path())),
                     what: format!(
@@ -91,9 +87,14 @@ impl Journal {
                     ),
                 });
             }
-            _ => {}
         }
-        match decode::<JobRecord>(out, job_path(), &bytes) {
+        let record = value.and_then(|v| {
+            serde_json::from_value::<JobRecord>(v).map_err(|e| JobError::Journal {
+                path: out.display(&out.child(job_path())),
+                what: e.to_string(),
+            })
+        });
+        match record {
             Ok(job) => j.job = Some(job),
             Err(e) => {
                 tracing::warn!(error = %e, "the journal's job record is unreadable; the job is planned again (every task redone)");
@@ -158,7 +159,7 @@ mod tests {
     #[tokio::test]
     async fn torn_entries_are_left_out_and_whole_ones_kept() {
         let (_dir, out) = store().await;
-        put_json(&out, job_path(), &record(JOURNAL_VERSION))
+        out.put_json(job_path(), &record(JOURNAL_VERSION))
             .await
             .unwrap();
         let whole = serde_json::to_vec_pretty(&map_record()).unwrap();
@@ -201,7 +202,7 @@ mod tests {
     #[tokio::test]
     async fn a_journal_of_another_version_is_refused() {
         let (_dir, out) = store().await;
-        put_json(&out, job_path(), &record(JOURNAL_VERSION + 1))
+        out.put_json(job_path(), &record(JOURNAL_VERSION + 1))
             .await
             .unwrap();
         let e = Journal::load(&out).await.unwrap_err().to_string();

@@ -37,11 +37,8 @@ pub fn eval_dataset_name(path: &str) -> String {
         .rsplit('/')
         .find(|c| !c.is_empty() && !c.contains(['*', '?', '[']))
         .unwrap_or(trimmed);
-    let mut name = last;
-    for ext in [".gz", ".zst", ".jsonl", ".json", ".parquet"] {
-        name = name.strip_suffix(ext).unwrap_or(name);
-        name = name.strip_suffix(ext).unwrap_or(name);
-    }
+    let name = strip_any(last, &[".gz", ".zst"]);
+    let name = strip_any(name, &[".jsonl", ".json", ".parquet"]);
     let name = match name.rsplit_once('-') {
         Some((stem, hash)) if hash.len() == 6 && hash.bytes().all(|b| b.is_ascii_hexdigit()) => {
             stem
@@ -49,6 +46,14 @@ pub fn eval_dataset_name(path: &str) -> String {
         _ => name,
     };
     name.strip_suffix("-dolma").unwrap_or(name).to_string()
+}
+
+/// `name` without the first of `suffixes` it ends with.
+fn strip_any<'a>(name: &'a str, suffixes: &[&str]) -> &'a str {
+    suffixes
+        .iter()
+        .find_map(|s| name.strip_suffix(s))
+        .unwrap_or(name)
 }
 
 /// A record's id: its `id` (a string as is, any other value as Python's `str()` of a
