@@ -69,6 +69,11 @@ pub enum WorkerError {
     #[error("{file}: {what}")]
     Corrupt { file: String, what: String },
 
+    /// One input record that cannot be used (e.g. an id of no usable type): the record
+    /// is rejected, the job goes on.
+    #[error("{0}")]
+    BadRecord(String),
+
     /// A job's own consistency check failed, or its input cannot be used.
     #[error("{0}")]
     Job(String),

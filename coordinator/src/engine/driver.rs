@@ -178,6 +178,9 @@ impl CoordinatorState {
                         .filter(|t| !self.accepted.contains(&t.id))
                         .collect();
                     if pending.is_empty() {
+                        self.driver
+                            .record_progress(&self.output, Some(self.stage))
+                            .await?;
                         self.stage += 1;
                         continue;
                     }
@@ -202,6 +205,7 @@ impl CoordinatorState {
             )
             .await?;
         let progressed = self.driver.accept(task, output)?;
+        self.driver.record_progress(&self.output, None).await?;
         self.progress.task_done(task.stage.as_str(), progressed);
         self.accepted.insert(task);
         self.stage_pending.remove(&task);

@@ -127,6 +127,16 @@ pub trait JobDriver: Send {
     /// Takes an accepted result (already journaled; also each journaled result on
     /// resume). An error means the result cannot be used (its task is redone).
     fn accept(&mut self, task: TaskId, output: Payload) -> Result<Progressed>;
+    /// Writes the kind's own progress files, if it keeps any: after each accepted
+    /// result (`stage_done` = `None`; not for results replayed on resume) and when
+    /// stage `k` is complete (`Some(k)`, also on resume). The default writes nothing.
+    fn record_progress<'a>(
+        &'a mut self,
+        _output: &'a StoreUrl,
+        _stage_done: Option<usize>,
+    ) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async { Ok(()) })
+    }
     /// After the last stage: writes the job's final outputs (completion marker last)
     /// and returns a one-line summary.
     fn finish<'a>(&'a mut self, output: &'a StoreUrl) -> BoxFuture<'a, Result<String>>;

@@ -11,6 +11,7 @@ pub mod cluster;
 pub mod fault;
 pub mod job;
 pub mod listener;
+pub mod parquet_source;
 pub mod protocol;
 pub mod scratch;
 pub mod shuffle;

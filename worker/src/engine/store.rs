@@ -389,6 +389,15 @@ pub enum Revision {
 /// the matching objects (sorted). A URL without glob characters names one file or a
 /// directory (all `*.parquet` under it).
 pub async fn list_matching(url: &str) -> Result<(StoreUrl, Vec<ObjectMeta>)> {
+    list_matching_in(url, |rel| rel.ends_with(".parquet")).await
+}
+
+/// [`list_matching`], where a directory stands for the files under it that
+/// `in_directory` (given their path below it) keeps.
+pub async fn list_matching_in(
+    url: &str,
+    in_directory: impl Fn(&str) -> bool,
+) -> Result<(StoreUrl, Vec<ObjectMeta>)> {
     let glob_at = url.find(['*', '?', '[']);
     let (dir, pattern) = match glob_at {
         Some(i) => {
@@ -414,7 +423,7 @@ pub async fn list_matching(url: &str) -> Result<(StoreUrl, Vec<ObjectMeta>)> {
         let rel = base.relative(&meta.location);
         let keep = match pattern {
             Some(p) => glob_match(p, &rel),
-            None => rel.ends_with(".parquet"),
+            None => in_directory(&rel),
         };
         if keep {
             files.push(meta);

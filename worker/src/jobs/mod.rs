@@ -7,7 +7,7 @@ pub mod ngram_overlap;
 pub mod probe_rows;
 
 /// Every job kind, by its name in job files.
-pub static KINDS: &[&'static dyn JobKind] = &[&probe_rows::ProbeRows];
+pub static KINDS: &[&'static dyn JobKind] = &[&probe_rows::ProbeRows, &ngram_overlap::NgramOverlap];
 
 /// The kind of a job file without `kind = "..."`.
 pub const DEFAULT_KIND: &str = probe_rows::NAME;

@@ -1,8 +1,751 @@
-//! The train/test n-gram overlap job (in progress): which training documents share
-//! n-grams with which eval instances, with full provenance.
+//! The train/test n-gram overlap job: which training documents share n-grams with
+//! which eval instances, with full provenance (files, rows, n-grams, code-point
+//! offsets on both sides).
 //!
-//! * [`tokenize`]: the tokenizers, with Python's `str.lower()` and `\s` semantics
-//!   exactly, each token with its span in the original text.
+//! ```text
+//! plan:   list + pin the eval and training files
+//! index:  eval file ─► tokens ─► n-grams (min(n, tokens) for short rows)
+//!           ─► shuffle file partitioned by stable_hash("n:ngram")      (+ the rows)
+//! scan:   training file × index group ─► stream records ─► look every window up
+//!           ─► events, only for n-grams in the index (exact text match)
+//! report: events ─► stats/overlap_details.jsonl.gz, stats/overlap_stats.jsonl,
+//!           tmp/overlap_instances-*.jsonl.gz
+//! finish: progress_summary.json, .SUCCESS; the intermediate files removed
+//! ```
+//!
+//! The training n-gram stream is never stored or shuffled: memory is the index group
+//! a scan holds (groups are cut so that one fits in half of `memory_per_worker`) plus
+//! one document.
+//!
+//! * [`spec`]: the job file; [`protocol`]: stages, tasks, results, file names.
+//! * [`source`]: JSONL / gzip / zstd / Parquet records; [`records`]: dataset names,
+//!   record ids, the stable hash; [`tokenize`]: the tokenizers, with Python's
+//!   `str.lower()` and `\s` semantics exactly; [`ngrams`]: n-grams and the index.
+//! * [`index`], [`scan`], [`report`]: the three tasks.
 
+pub mod index;
+pub mod ngrams;
+pub mod protocol;
 pub mod records;
+pub mod report;
+pub mod scan;
+pub mod source;
+pub mod spec;
 pub mod tokenize;
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{de::DeserializeOwned, Deserialize, Serialize};
+
+use crate::engine::job::{
+    BoxFuture, JobDriver, JobFile, JobKind, PlanHints, ProgressPlan, Progressed, TaskEnv,
+    TaskRunner,
+};
+use crate::engine::protocol::{Assignment, JobContext, Payload, TaskId, TaskSpec};
+use crate::engine::store::{self, StoreUrl};
+use crate::error::{Result, WorkerError};
+use protocol::{
+    eval_rows_path, events_path, index_id, index_shuffle_path, instances_path, rejects_path,
+    report_id, scan_id, EvalFile, IndexOutput, IndexTask, InputFile, ReportOutput, ReportTask,
+    ScanOutput, ScanTask, Settings, DETAILS, INDEX, PROGRESS_SUMMARY, REPORT, SCAN, STATS,
+    SUCCESS, WORK_DIR,
+};
+use spec::OverlapFile;
+
+/// The kind's name in job files.
+pub const NAME: &str = "ngram_overlap";
+
+/// The n-gram overlap job kind.
+pub struct NgramOverlap;
+
+/// What `.SUCCESS` holds.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+struct Success {
+    fingerprint: String,
+    summary: String,
+}
+
+impl JobKind for NgramOverlap {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn load(&self, file: &str, text: &str) -> Result<Box<dyn JobFile>> {
+        let spec: OverlapFile =
+            toml::from_str(text).map_err(|e: toml::de::Error| WorkerError::Spec {
+                file: file.to_string(),
+                what: e.to_string().trim_end().to_string(),
+            })?;
+        spec.validate().map_err(|what| WorkerError::Spec {
+            file: file.to_string(),
+            what,
+        })?;
+        Ok(Box::new(spec))
+    }
+
+    fn runner(&self) -> Box<dyn TaskRunner> {
+        Box::new(OverlapRunner)
+    }
+
+    fn describe_finished<'a>(
+        &'a self,
+        output: &'a StoreUrl,
+    ) -> BoxFuture<'a, Result<Option<Vec<String>>>> {
+        Box::pin(async move {
+            Ok(read_success(output)
+                .await?
+                .map(|s| vec![s.summary, format!("statistics in {STATS}, records in {DETAILS}")]))
+        })
+    }
+
+    fn planned_tasks(&self, plan: &Payload) -> Vec<(&'static str, u64)> {
+        match serde_json::from_value::<Plan>(plan.clone()) {
+            Ok(p) => vec![
+                (INDEX, p.eval.len() as u64),
+                (SCAN, p.train.len() as u64),
+                (REPORT, 1),
+            ],
+            Err(_) => Vec::new(),
+        }
+    }
+}
+
+async fn read_success(output: &StoreUrl) -> Result<Option<Success>> {
+    let Some(bytes) = output.get_opt(&output.child(SUCCESS)).await? else {
+        return Ok(None);
+    };
+    serde_json::from_slice(&bytes)
+        .map(Some)
+        .map_err(|e| WorkerError::Corrupt {
+            file: output.display(&output.child(SUCCESS)),
+            what: format!("not this job kind's completion marker: {e}"),
+        })
+}
+
+/// An eval file and the dataset it belongs to.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EvalInput {
+    pub file: InputFile,
+    pub dataset: String,
+}
+
+/// The journaled plan: the pinned input files and the memory a scan may hold.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Plan {
+    pub eval: Vec<EvalInput>,
+    pub train: Vec<InputFile>,
+    /// Bytes of index a scan task may load.
+    pub index_budget: u64,
+}
+
+fn decode<T: DeserializeOwned>(what: &str, value: Payload) -> Result<T> {
+    serde_json::from_value(value).map_err(|e| WorkerError::Job(format!("{what}: {e}")))
+}
+
+fn encode<T: Serialize>(value: &T) -> Result<Payload> {
+    serde_json::to_value(value).map_err(|e| WorkerError::Job(e.to_string()))
+}
+
+/// Lists one side's paths: every file, pinned, in the order of the paths (each path's
+/// files sorted). A file listed twice, or in a format the job cannot read, is an error.
+async fn list_side(side: &str, paths: &[String]) -> Result<Vec<(String, InputFile)>> {
+    let mut out: Vec<(String, InputFile)> = Vec::new();
+    let mut seen = BTreeSet::new();
+    for path in paths {
+        let (base, files) =
+            store::list_matching_in(path, |rel| source::format_of(rel).is_some()).await?;
+        if files.is_empty() {
+            return Err(WorkerError::Job(format!("[{side}] no input files match {path}")));
+        }
+        for meta in files {
+            let url = base.display(&meta.location);
+            if source::format_of(&url).is_none() {
+                return Err(WorkerError::Job(format!(
+                    "[{side}] {url}: not a .jsonl, .jsonl.gz, .jsonl.zst or .parquet file"
+                )));
+            }
+            if !seen.insert(url.clone()) {
+                return Err(WorkerError::Job(format!(
+                    "[{side}] {url} is listed twice (by {path} and an earlier path)"
+                )));
+            }
+            out.push((
+                path.clone(),
+                InputFile {
+                    url,
+                    size: meta.size,
+                    etag: meta.e_tag,
+                },
+            ));
+        }
+    }
+    Ok(out)
+}
+
+impl JobFile for OverlapFile {
+    fn output_url(&self) -> &str {
+        &self.output.url
+    }
+
+    fn fingerprint(&self) -> String {
+        OverlapFile::fingerprint(self)
+    }
+
+    fn to_json(&self) -> Payload {
+        serde_json::to_value(self).unwrap_or_default()
+    }
+
+    fn completed<'a>(&'a self, output: &'a StoreUrl) -> BoxFuture<'a, Result<Option<String>>> {
+        Box::pin(async move {
+            match read_success(output).await {
+                Ok(None) => Ok(None),
+                Ok(Some(s)) if s.fingerprint == OverlapFile::fingerprint(self) => {
+                    Ok(Some(s.summary))
+                }
+                Ok(Some(_)) | Err(WorkerError::Corrupt { .. }) => {
+                    Err(WorkerError::Conflict(format!(
+                        "{} already holds the output of a different job (fingerprint mismatch); \
+                         choose another [output] url or remove it",
+                        output.url
+                    )))
+                }
+                Err(e) => Err(e),
+            }
+        })
+    }
+
+    fn plan<'a>(
+        &'a self,
+        _output: &'a StoreUrl,
+        hints: PlanHints,
+    ) -> BoxFuture<'a, Result<Payload>> {
+        Box::pin(async move {
+            let eval = list_side("eval", &self.eval.paths)
+                .await?
+                .into_iter()
+                .map(|(path, file)| EvalInput {
+                    dataset: records::eval_dataset_name(&path),
+                    file,
+                })
+                .collect();
+            let train = list_side("train", &self.train.paths)
+                .await?
+                .into_iter()
+                .map(|(_, f)| f)
+                .collect();
+            encode(&Plan {
+                eval,
+                train,
+                index_budget: hints.memory_per_worker / 2,
+            })
+        })
+    }
+
+    fn open<'a>(
+        &'a self,
+        _output: &'a StoreUrl,
+        plan: Payload,
+    ) -> BoxFuture<'a, Result<Box<dyn JobDriver>>> {
+        Box::pin(async move {
+            let plan: Plan = decode("the journaled plan", plan)?;
+            for file in plan.eval.iter().map(|e| &e.file).chain(&plan.train) {
+                source::check_unchanged(file).await.map_err(|e| {
+                    WorkerError::Conflict(format!(
+                        "{e}\nIts output would not be this input's: write to a new [output] url \
+                         (or restore the file)"
+                    ))
+                })?;
+            }
+            Ok(Box::new(OverlapDriver {
+                settings: self.settings(),
+                fingerprint: OverlapFile::fingerprint(self),
+                plan,
+                index: BTreeMap::new(),
+                groups: 1,
+                scans: BTreeMap::new(),
+                report: None,
+                progress: ProgressLog::default(),
+            }) as Box<dyn JobDriver>)
+        })
+    }
+}
+
+/// Running totals, for `progress/` and `progress_summary.json`.
+#[derive(Debug, Clone, Default, Serialize)]
+struct Totals {
+    eval_records: u64,
+    eval_rejected: u64,
+    test_ngrams: u64,
+    train_records: u64,
+    train_rejected: u64,
+    train_text_bytes: u64,
+    train_ngrams: u64,
+    overlap_events: u64,
+}
+
+/// The progress snapshots not yet written.
+#[derive(Default)]
+struct ProgressLog {
+    totals: Totals,
+    lines: Vec<u8>,
+    last_write: Option<std::time::Instant>,
+    accepted: u64,
+}
+
+/// How often a snapshot file is written while a stage runs.
+const SNAPSHOT_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// A planned overlap job on the coordinator.
+struct OverlapDriver {
+    settings: Settings,
+    fingerprint: String,
+    plan: Plan,
+    index: BTreeMap<u32, IndexOutput>,
+    /// Index groups (scan tasks per training file), fixed when the scan stage is made.
+    groups: u32,
+    scans: BTreeMap<u32, ScanOutput>,
+    report: Option<ReportOutput>,
+    progress: ProgressLog,
+}
+
+impl OverlapDriver {
+    /// Index groups: enough that one group's entries (in memory about 4× their
+    /// encoded size) fit in the plan's budget.
+    fn index_groups(&self) -> u32 {
+        let encoded: u64 = self
+            .index
+            .values()
+            .flat_map(|o| o.segments.values())
+            .map(|s| s.len)
+            .sum();
+        let groups = (encoded.saturating_mul(4)).div_ceil(self.plan.index_budget.max(1));
+        groups.clamp(1, u64::from(self.settings.partitions)) as u32
+    }
+
+    fn scan_tasks(&mut self) -> Result<Vec<TaskSpec>> {
+        self.groups = self.index_groups();
+        let lengths: BTreeSet<u32> = self.index.values().flat_map(|o| o.lengths.iter().copied()).collect();
+        let mut tasks = Vec::new();
+        for (t, file) in self.plan.train.iter().enumerate() {
+            for group in 0..self.groups {
+                let index = t as u32 * self.groups + group;
+                let segments = self
+                    .index
+                    .values()
+                    .flat_map(|o| {
+                        o.segments
+                            .iter()
+                            .filter(|(p, _)| *p % self.groups == group)
+                            .map(|(_, s)| (o.shuffle_file.clone(), *s))
+                    })
+                    .collect();
+                tasks.push(TaskSpec {
+                    id: scan_id(index),
+                    body: encode(&ScanTask {
+                        index,
+                        train_file: t as u32,
+                        file: file.clone(),
+                        group,
+                        groups: self.groups,
+                        segments,
+                        lengths: lengths.iter().copied().collect(),
+                    })?,
+                });
+            }
+        }
+        Ok(tasks)
+    }
+
+    fn report_task(&self) -> Result<TaskSpec> {
+        let eval = self
+            .plan
+            .eval
+            .iter()
+            .enumerate()
+            .map(|(i, e)| {
+                let out = self
+                    .index
+                    .get(&(i as u32))
+                    .ok_or_else(|| WorkerError::Job(format!("no index result for eval file {i}")))?;
+                Ok(EvalFile {
+                    url: e.file.url.clone(),
+                    dataset: e.dataset.clone(),
+                    rows_file: out.rows_file.clone(),
+                    instances: out.counts.valid(),
+                })
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let events = (0..self.plan.train.len() as u32)
+            .map(|t| {
+                (0..self.groups)
+                    .map(|g| {
+                        self.scans
+                            .get(&(t * self.groups + g))
+                            .map(|s| s.events_file.clone())
+                            .ok_or_else(|| WorkerError::Job(format!("no scan result for training file {t}")))
+                    })
+                    .collect::<Result<Vec<_>>>()
+            })
+            .collect::<Result<Vec<_>>>()?;
+        Ok(TaskSpec {
+            id: report_id(),
+            body: encode(&ReportTask {
+                eval,
+                train: self.plan.train.iter().map(|f| f.url.clone()).collect(),
+                events,
+            })?,
+        })
+    }
+
+    fn summary(&self) -> String {
+        let t = &self.progress.totals;
+        let overlapping: u64 = self
+            .report
+            .iter()
+            .flat_map(|r| r.overlapping.values().flat_map(|m| m.values()))
+            .sum();
+        format!(
+            "{} eval instances in {} files, {} training documents ({:.1} MB of text) in {} files; \
+             {} rows rejected; {} overlap records, {} (dataset, n, instance) overlaps",
+            t.eval_records,
+            self.plan.eval.len(),
+            t.train_records,
+            t.train_text_bytes as f64 / 1e6,
+            self.plan.train.len(),
+            t.eval_rejected + t.train_rejected,
+            self.report.as_ref().map_or(0, |r| r.details),
+            overlapping
+        )
+    }
+
+    fn progress_summary(&self, stage: &str) -> serde_json::Value {
+        let mut outputs: Vec<String> = Vec::new();
+        outputs.extend(self.index.values().map(|o| o.shuffle_file.clone()));
+        outputs.extend(self.scans.values().map(|o| o.events_file.clone()));
+        if let Some(r) = &self.report {
+            outputs.extend(r.files.iter().map(|f| f.path.clone()));
+        }
+        serde_json::json!({
+            "stage_completed": stage,
+            "num_eval_files": self.plan.eval.len(),
+            "num_train_files": self.plan.train.len(),
+            "num_shards": self.settings.partitions,
+            "index_groups": self.groups,
+            "n": self.settings.n,
+            "tokenizer": self.settings.tokenizer,
+            "totals": self.progress.totals,
+            "completed_outputs": outputs,
+        })
+    }
+
+    async fn write_snapshot(&mut self, output: &StoreUrl) -> Result<()> {
+        if self.progress.lines.is_empty() {
+            return Ok(());
+        }
+        let name = format!("progress/progress-{:06}.jsonl", self.progress.accepted);
+        output
+            .put(&output.child(&name), std::mem::take(&mut self.progress.lines))
+            .await?;
+        self.progress.last_write = Some(std::time::Instant::now());
+        Ok(())
+    }
+}
+
+fn check_rejects(side: &str, file: u32, got: &Option<String>) -> std::result::Result<(), String> {
+    match got {
+        Some(p) if *p != rejects_path(side, file) => Err(format!("a rejects file {p:?} not planned")),
+        _ => Ok(()),
+    }
+}
+
+impl JobDriver for OverlapDriver {
+    fn settings(&self) -> Payload {
+        serde_json::to_value(&self.settings).unwrap_or_default()
+    }
+
+    fn progress_plan(&self) -> ProgressPlan {
+        let bytes = self.plan.eval.iter().map(|e| e.file.size).sum::<u64>()
+            + self.plan.train.iter().map(|f| f.size).sum::<u64>();
+        ProgressPlan {
+            stages: vec![
+                (INDEX, self.plan.eval.len() as u64),
+                (SCAN, self.plan.train.len() as u64),
+                (REPORT, 1),
+            ],
+            unit: "input bytes",
+            total_units: bytes,
+        }
+    }
+
+    fn stage(&mut self, stage: usize) -> Result<Option<Vec<TaskSpec>>> {
+        Ok(Some(match stage {
+            0 => self
+                .plan
+                .eval
+                .iter()
+                .enumerate()
+                .map(|(i, e)| {
+                    Ok(TaskSpec {
+                        id: index_id(i as u32),
+                        body: encode(&IndexTask {
+                            eval_file: i as u32,
+                            file: e.file.clone(),
+                        })?,
+                    })
+                })
+                .collect::<Result<Vec<_>>>()?,
+            1 => self.scan_tasks()?,
+            2 => vec![self.report_task()?],
+            _ => return Ok(None),
+        }))
+    }
+
+    fn check(
+        &self,
+        task: &TaskSpec,
+        attempt: u32,
+        output: &Payload,
+    ) -> std::result::Result<(), String> {
+        let err = |e: WorkerError| e.to_string();
+        match task.id.stage.as_str() {
+            INDEX => {
+                let t: IndexTask = decode("index task", task.body.clone()).map_err(err)?;
+                let o: IndexOutput = decode("index result", output.clone()).map_err(err)?;
+                if o.shuffle_file != index_shuffle_path(t.eval_file, attempt)
+                    || o.rows_file != eval_rows_path(t.eval_file, attempt)
+                {
+                    return Err(format!("files not planned for this attempt: {o:?}"));
+                }
+                check_rejects("eval", t.eval_file, &o.counts.rejects_file)?;
+                if let Some(p) = o.segments.keys().find(|&&p| p >= self.settings.partitions) {
+                    return Err(format!("a partition {p} of {}", self.settings.partitions));
+                }
+                let longest = self.settings.n.iter().max().copied().unwrap_or(0);
+                if o.lengths.iter().any(|&n| n == 0 || n > longest) {
+                    return Err(format!("n-gram lengths {:?} beyond {longest}", o.lengths));
+                }
+                Ok(())
+            }
+            SCAN => {
+                let t: ScanTask = decode("scan task", task.body.clone()).map_err(err)?;
+                let o: ScanOutput = decode("scan result", output.clone()).map_err(err)?;
+                if (o.train_file, o.group) != (t.train_file, t.group) {
+                    return Err(format!(
+                        "a result for training file {} group {}",
+                        o.train_file, o.group
+                    ));
+                }
+                if o.events_file != events_path(t.index, attempt) {
+                    return Err(format!("an events file {:?} not planned", o.events_file));
+                }
+                if t.group != 0 && o.counts.rejects_file.is_some() {
+                    return Err("a rejects file from a scan that writes none".into());
+                }
+                check_rejects("train", t.train_file, &o.counts.rejects_file)
+            }
+            REPORT => {
+                let o: ReportOutput = decode("report result", output.clone()).map_err(err)?;
+                let train = self.plan.train.len() as u32;
+                let mut allowed: BTreeSet<String> =
+                    (0..train).map(|t| instances_path(t, train)).collect();
+                allowed.insert(DETAILS.into());
+                allowed.insert(STATS.into());
+                let got: BTreeSet<String> = o.files.iter().map(|f| f.path.clone()).collect();
+                if got != allowed {
+                    return Err(format!("report files {got:?}, planned {allowed:?}"));
+                }
+                Ok(())
+            }
+            other => Err(format!("a result of an unknown stage {other:?}")),
+        }
+    }
+
+    fn accept(&mut self, task: TaskId, output: Payload) -> Result<Progressed> {
+        let t = &mut self.progress.totals;
+        let progressed = match task.stage.as_str() {
+            INDEX => {
+                let o: IndexOutput = decode("index result", output)?;
+                t.eval_records += o.counts.valid();
+                t.eval_rejected += o.counts.rows - o.counts.valid();
+                t.test_ngrams += o.ngrams;
+                let size = self.plan.eval.get(task.index as usize).map_or(0, |e| e.file.size);
+                self.index.insert(task.index, o);
+                Progressed { units: size, bytes: 0 }
+            }
+            SCAN => {
+                let o: ScanOutput = decode("scan result", output)?;
+                // Every group's scan reads the whole file: its rows count once.
+                let first_group = o.group == 0;
+                if first_group {
+                    t.train_records += o.counts.valid();
+                    t.train_rejected += o.counts.rows - o.counts.valid();
+                    t.train_text_bytes += o.text_bytes;
+                }
+                t.train_ngrams += o.ngrams;
+                t.overlap_events += o.events;
+                let size = match self.plan.train.get(o.train_file as usize) {
+                    Some(f) if first_group => f.size,
+                    _ => 0,
+                };
+                self.scans.insert(task.index, o);
+                Progressed { units: size, bytes: 0 }
+            }
+            REPORT => {
+                let o: ReportOutput = decode("report result", output)?;
+                let bytes = o.files.iter().map(|f| f.bytes).sum();
+                self.report = Some(o);
+                Progressed { units: 0, bytes }
+            }
+            other => {
+                return Err(WorkerError::Job(format!(
+                    "a result of an unknown stage {other:?}"
+                )))
+            }
+        };
+        self.progress.accepted += 1;
+        let line = serde_json::json!({
+            "stage": task.stage.as_str(),
+            "task": task.to_string(),
+            "tasks_done": self.progress.accepted,
+            "totals": self.progress.totals,
+        });
+        self.progress.lines.extend_from_slice(line.to_string().as_bytes());
+        self.progress.lines.push(b'\n');
+        Ok(progressed)
+    }
+
+    fn record_progress<'a>(
+        &'a mut self,
+        output: &'a StoreUrl,
+        stage_done: Option<usize>,
+    ) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async move {
+            match stage_done {
+                None => {
+                    let due = self
+                        .progress
+                        .last_write
+                        .is_none_or(|t| t.elapsed() >= SNAPSHOT_EVERY);
+                    if due {
+                        self.write_snapshot(output).await?;
+                    }
+                }
+                Some(stage) => {
+                    self.write_snapshot(output).await?;
+                    let name = [INDEX, SCAN, REPORT].get(stage).copied().unwrap_or("?");
+                    output.put_json(PROGRESS_SUMMARY, &self.progress_summary(name)).await?;
+                }
+            }
+            Ok(())
+        })
+    }
+
+    fn finish<'a>(&'a mut self, output: &'a StoreUrl) -> BoxFuture<'a, Result<String>> {
+        Box::pin(async move {
+            if self.report.is_none() {
+                return Err(WorkerError::Job("finished without a report".into()));
+            }
+            let summary = self.summary();
+            output
+                .put_json(
+                    SUCCESS,
+                    &Success {
+                        fingerprint: self.fingerprint.clone(),
+                        summary: summary.clone(),
+                    },
+                )
+                .await?;
+            output.delete_prefix(WORK_DIR).await?;
+            Ok(summary)
+        })
+    }
+
+    fn discard_late<'a>(
+        &'a self,
+        job: &'a JobContext,
+        task: TaskId,
+        attempt: u32,
+    ) -> BoxFuture<'a, Result<bool>> {
+        Box::pin(async move { discard_attempt(job, task, attempt).await })
+    }
+}
+
+/// Removes what attempt `attempt` of `task` wrote under [`WORK_DIR`], once the job is
+/// complete (before that, the finishing job removes the whole directory). By the
+/// planned names only.
+async fn discard_attempt(job: &JobContext, task: TaskId, attempt: u32) -> Result<bool> {
+    let output = StoreUrl::parse(&job.output)?;
+    if !output.exists(&output.child(SUCCESS)).await? {
+        return Ok(false);
+    }
+    let files = match task.stage.as_str() {
+        INDEX => vec![
+            index_shuffle_path(task.index, attempt),
+            eval_rows_path(task.index, attempt),
+        ],
+        SCAN => vec![events_path(task.index, attempt)],
+        _ => return Ok(false),
+    };
+    for f in files {
+        output.delete(&output.child(&f)).await?;
+    }
+    Ok(true)
+}
+
+/// Runs overlap tasks on a worker (each on a blocking thread).
+struct OverlapRunner;
+
+impl TaskRunner for OverlapRunner {
+    fn run<'a>(
+        &'a mut self,
+        a: &'a Assignment,
+        _env: TaskEnv<'a>,
+    ) -> BoxFuture<'a, Result<Payload>> {
+        Box::pin(async move {
+            let settings: Settings = decode("the job's settings", a.job.settings.clone())?;
+            let output = StoreUrl::parse(&a.job.output)?;
+            let handle = tokio::runtime::Handle::current();
+            let stage = a.task.id.stage.as_str().to_string();
+            let body = a.task.body.clone();
+            let attempt = a.attempt;
+            let joined = tokio::task::spawn_blocking(move || -> Result<Payload> {
+                match stage.as_str() {
+                    INDEX => {
+                        let task: IndexTask = decode("index task", body)?;
+                        encode(&index::run_index(&handle, &task, &output, &settings, attempt)?)
+                    }
+                    SCAN => {
+                        let task: ScanTask = decode("scan task", body)?;
+                        encode(&scan::run_scan(&handle, &task, &output, &settings, attempt)?)
+                    }
+                    REPORT => {
+                        let task: ReportTask = decode("report task", body)?;
+                        encode(&report::run_report(&handle, &task, &output, &settings)?)
+                    }
+                    other => Err(WorkerError::Job(format!(
+                        "no stage {other:?} in an overlap job"
+                    ))),
+                }
+            })
+            .await;
+            joined.map_err(|e| WorkerError::Job(format!("the task's thread failed: {e}")))?
+        })
+    }
+
+    fn discard_unreported<'a>(&'a self, a: &'a Assignment) -> BoxFuture<'a, Result<bool>> {
+        Box::pin(async move { discard_attempt(&a.job, a.task.id, a.attempt).await })
+    }
+
+    fn forged(&self, a: &Assignment, output: Payload) -> Payload {
+        let mut value = output;
+        let key = match a.task.id.stage.as_str() {
+            INDEX => "shuffle_file",
+            SCAN => "events_file",
+            _ => return value,
+        };
+        if let Some(obj) = value.as_object_mut() {
+            obj.insert(key.into(), Payload::String("../../elsewhere".into()));
+        }
+        value
+    }
+}

@@ -68,7 +68,7 @@ pub fn record_id(record: &Map<String, Value>) -> Result<String> {
             encode_map(&mut bytes, record)?;
             Ok(blake2b_u64(&bytes).to_string())
         }
-        Some(other) => Err(WorkerError::Job(format!(
+        Some(other) => Err(WorkerError::BadRecord(format!(
             "a record's id must be a string or a number, got {other}"
         ))),
     }
@@ -89,7 +89,7 @@ pub fn encode_msgpack(out: &mut Vec<u8>, value: &Value) -> Result<()> {
                 out.push(0xcb);
                 out.extend_from_slice(&f.to_be_bytes());
             } else {
-                return Err(WorkerError::Job(format!(
+                return Err(WorkerError::BadRecord(format!(
                     "a number msgpack cannot hold: {n}"
                 )));
             }
@@ -135,7 +135,7 @@ fn encode_len(
         out.push(m32);
         out.extend_from_slice(&l.to_be_bytes());
     } else {
-        return Err(WorkerError::Job(format!(
+        return Err(WorkerError::BadRecord(format!(
             "a collection of {len} items is too large for msgpack"
         )));
     }

@@ -80,7 +80,7 @@ pub async fn run_map(
 ) -> Result<MapOutput> {
     let output = StoreUrl::parse(&job.output)?;
     check_unchanged(task).await?;
-    let builder = super::parquet_source::open(
+    let builder = crate::engine::parquet_source::open(
         &task.file,
         task.file_size,
         &[&settings.columns.src_addr, &settings.columns.dst_addr],
@@ -312,7 +312,7 @@ async fn check_unchanged(task: &MapTask) -> Result<()> {
 
 /// Row groups and their row counts, from an input file's footer.
 pub async fn row_groups(url: &str, size: u64) -> Result<Vec<u64>> {
-    let builder = super::parquet_source::open(url, size, &[], false).await?;
+    let builder = crate::engine::parquet_source::open(url, size, &[], false).await?;
     Ok(builder
         .metadata()
         .row_groups()

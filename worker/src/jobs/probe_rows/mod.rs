@@ -10,7 +10,8 @@
 //!
 //! * [`spec`]: the job file's `[input]`, `[output]`, `[split]`.
 //! * [`plan`]: input listing and Parquet footers → map tasks; map results → reduce tasks.
-//! * [`map`], [`validate`], [`parquet_source`], [`key`]: the map task.
+//! * [`map`], [`validate`], [`key`]: the map task (Parquet through
+//!   [`crate::engine::parquet_source`]).
 //! * [`reduce`]: the reduce task.
 //! * [`result_check`]: results checked against the plan.
 //! * [`manifest`]: the manifest, written when the job finishes.
@@ -19,7 +20,6 @@
 pub mod key;
 pub mod manifest;
 pub mod map;
-pub mod parquet_source;
 pub mod plan;
 pub mod protocol;
 pub mod reduce;

@@ -1,0 +1,414 @@
+//! N-grams on both sides of the join, and the in-memory index a scan looks them up in.
+//!
+//! * Eval side ([`eval_ngrams`]): for each configured `n`, the n-grams of length
+//!   `min(n, tokens)` (a short row contributes its longest n-gram), each with every
+//!   occurrence's code-point offsets and the set of configured lengths it stands for.
+//! * Training side ([`ScanTokens`]): a document's tokens, cut without allocating per
+//!   token (ASCII texts, the common case, need no lowering table: their byte offsets
+//!   are their code-point offsets), with a polynomial hash over per-token hashes so
+//!   every `(i, n)` window is hashed in O(1).
+//! * [`Index`]: the test n-grams of one scan's index group, keyed by that same window
+//!   hash. A hash only finds candidates: a match is decided by comparing the tokens
+//!   with the indexed n-gram's text.
+//!
+//! Tokens never contain a space (every tokenizer splits on whitespace), so an n-gram's
+//! text (`" ".join(tokens)`) splits back into exactly its tokens.
+
+use std::collections::{BTreeMap, HashMap};
+use std::hash::{BuildHasherDefault, Hasher};
+
+use super::tokenize::{python_isspace, Token, TokenizerKind};
+
+/// One eval n-gram of one row: the configured lengths it stands for (bit set) and its
+/// occurrences `[start, end)` in code points of the original text.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct EvalNgram {
+    pub configured: u32,
+    pub offsets: Vec<[u64; 2]>,
+}
+
+/// The n-grams of an eval row's tokens, by (effective length, text). `lengths` are the
+/// configured lengths, each with its bit.
+pub fn eval_ngrams(tokens: &[Token], lengths: &[(u32, u32)]) -> BTreeMap<(u32, String), EvalNgram> {
+    let mut out: BTreeMap<(u32, String), EvalNgram> = BTreeMap::new();
+    let count = tokens.len();
+    let mut done: Vec<usize> = Vec::new();
+    for &(n, bit) in lengths {
+        let eff = (n as usize).min(count);
+        if eff == 0 {
+            continue;
+        }
+        let first = !done.contains(&eff);
+        if first {
+            done.push(eff);
+        }
+        for i in 0..=count - eff {
+            let window = &tokens[i..i + eff];
+            let text = join(window);
+            let entry = out.entry((eff as u32, text)).or_default();
+            entry.configured |= bit;
+            if first {
+                entry.offsets.push([
+                    window[0].span.start as u64,
+                    window[eff - 1].span.end as u64,
+                ]);
+            }
+        }
+    }
+    out
+}
+
+fn join(tokens: &[Token]) -> String {
+    let mut s = String::with_capacity(tokens.iter().map(|t| t.text.len() + 1).sum());
+    for (k, t) in tokens.iter().enumerate() {
+        if k > 0 {
+            s.push(' ');
+        }
+        s.push_str(&t.text);
+    }
+    s
+}
+
+/// A 64-bit hash of a token's bytes (in-process only: never written anywhere).
+fn token_hash(bytes: &[u8]) -> u64 {
+    let mut h = 0x243f_6a88_85a3_08d3u64 ^ (bytes.len() as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    let mut chunks = bytes.chunks_exact(8);
+    for c in &mut chunks {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(c);
+        h = (h ^ u64::from_le_bytes(w)).wrapping_mul(0x9e37_79b9_7f4a_7c15).rotate_left(31);
+    }
+    let rest = chunks.remainder();
+    if !rest.is_empty() {
+        let mut w = [0u8; 8];
+        w[..rest.len()].copy_from_slice(rest);
+        h = (h ^ u64::from_le_bytes(w)).wrapping_mul(0x9e37_79b9_7f4a_7c15).rotate_left(31);
+    }
+    mix(h)
+}
+
+fn mix(mut h: u64) -> u64 {
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
+    h ^= h >> 33;
+    h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
+    h ^ (h >> 33)
+}
+
+/// The base of the window hash.
+const BASE: u64 = 0x100_0000_01b3;
+
+/// The key of a window: its polynomial hash mixed with its length.
+fn window_key(poly: u64, n: u32) -> u64 {
+    mix(poly ^ u64::from(n).wrapping_mul(0xd6e8_feb8_6659_fd93))
+}
+
+/// The window key of an n-gram's text.
+fn ngram_key(text: &str, n: u32) -> u64 {
+    let poly = text
+        .split(' ')
+        .fold(0u64, |p, t| p.wrapping_mul(BASE).wrapping_add(token_hash(t.as_bytes())));
+    window_key(poly, n)
+}
+
+/// A training document's tokens, ready for window lookups.
+#[derive(Default)]
+pub struct ScanTokens {
+    /// The tokens' text, one after the other (ASCII: the lowered document itself).
+    buffer: String,
+    /// Each token's byte range in `buffer`.
+    ranges: Vec<(u32, u32)>,
+    /// Each token's code-point span in the original text.
+    spans: Vec<(u64, u64)>,
+    /// `prefix[k]`: the polynomial hash of tokens `0..k`.
+    prefix: Vec<u64>,
+    /// `BASE^k`.
+    powers: Vec<u64>,
+}
+
+impl ScanTokens {
+    /// Tokenizes `text` (reusing this value's buffers).
+    pub fn fill(&mut self, kind: TokenizerKind, text: &str) {
+        self.buffer.clear();
+        self.ranges.clear();
+        self.spans.clear();
+        if text.is_ascii() {
+            self.fill_ascii(kind, text);
+        } else {
+            for t in kind.tokenize(text) {
+                let start = self.buffer.len() as u32;
+                self.buffer.push_str(&t.text);
+                self.ranges.push((start, self.buffer.len() as u32));
+                self.spans.push((t.span.start as u64, t.span.end as u64));
+            }
+        }
+        self.prefix.clear();
+        self.prefix.push(0);
+        let mut p = 0u64;
+        for &(a, b) in &self.ranges {
+            p = p
+                .wrapping_mul(BASE)
+                .wrapping_add(token_hash(&self.buffer.as_bytes()[a as usize..b as usize]));
+            self.prefix.push(p);
+        }
+        while self.powers.len() <= self.ranges.len() {
+            let last = self.powers.last().map_or(1, |&x: &u64| x.wrapping_mul(BASE));
+            self.powers.push(last);
+        }
+    }
+
+    /// The same tokens as `kind.tokenize(text)` for an ASCII text, where lowering is
+    /// per byte and code points are bytes.
+    fn fill_ascii(&mut self, kind: TokenizerKind, text: &str) {
+        let lower = kind == TokenizerKind::Default;
+        let whitespace_only = kind == TokenizerKind::Whitespace;
+        self.buffer.push_str(text);
+        if lower {
+            self.buffer.make_ascii_lowercase();
+        }
+        let separator = |b: u8| {
+            let c = b as char;
+            python_isspace(c) || (!whitespace_only && c.is_ascii_punctuation())
+        };
+        let bytes = text.as_bytes();
+        let mut start = 0usize;
+        let mut i = 0usize;
+        while i < bytes.len() {
+            if separator(bytes[i]) {
+                self.push_ascii(start, i, whitespace_only);
+                while i < bytes.len() && separator(bytes[i]) {
+                    i += 1;
+                }
+                start = i;
+            } else {
+                i += 1;
+            }
+        }
+        self.push_ascii(start, bytes.len(), whitespace_only);
+    }
+
+    fn push_ascii(&mut self, start: usize, end: usize, skip_empty: bool) {
+        if skip_empty && start == end {
+            return;
+        }
+        self.ranges.push((start as u32, end as u32));
+        self.spans.push((start as u64, end as u64));
+    }
+
+    pub fn len(&self) -> usize {
+        self.ranges.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.ranges.is_empty()
+    }
+
+    fn token(&self, k: usize) -> &str {
+        let (a, b) = self.ranges[k];
+        &self.buffer[a as usize..b as usize]
+    }
+
+    /// The key of the window of `n` tokens from `i`.
+    pub fn key(&self, i: usize, n: usize) -> u64 {
+        let poly = self.prefix[i + n].wrapping_sub(self.prefix[i].wrapping_mul(self.powers[n]));
+        window_key(poly, n as u32)
+    }
+
+    /// Whether the window of `n` tokens from `i` is the n-gram `text`.
+    pub fn window_is(&self, i: usize, n: usize, text: &str) -> bool {
+        let mut parts = text.split(' ');
+        (i..i + n).all(|k| parts.next() == Some(self.token(k))) && parts.next().is_none()
+    }
+
+    /// The code-point offsets of the window of `n` tokens from `i`.
+    pub fn offsets(&self, i: usize, n: usize) -> [u64; 2] {
+        [self.spans[i].0, self.spans[i + n - 1].1]
+    }
+}
+
+/// Hashes u64 keys that are hashes already.
+#[derive(Default)]
+pub struct PassThrough(u64);
+
+impl Hasher for PassThrough {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0 << 8) | u64::from(b);
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = v;
+    }
+}
+
+/// One indexed n-gram: its effective length, its text, and where it occurs in the eval
+/// rows.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct IndexEntry {
+    pub n: u32,
+    pub ngram: String,
+    pub occurrences: Vec<EvalOccurrence>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct EvalOccurrence {
+    pub eval_file: u32,
+    pub eval_row: u64,
+    pub configured: u32,
+    pub offsets: Vec<[u64; 2]>,
+}
+
+/// The test n-grams of one index group.
+#[derive(Default)]
+pub struct Index {
+    pub entries: Vec<IndexEntry>,
+    /// Window key → the first entry with that key; `next` chains the others.
+    first: HashMap<u64, u32, BuildHasherDefault<PassThrough>>,
+    next: Vec<u32>,
+    /// (length, text) → entry, while building.
+    by_text: HashMap<(u32, String), u32>,
+}
+
+const END: u32 = u32::MAX;
+
+impl Index {
+    /// Adds one eval row's occurrence of an n-gram.
+    pub fn add(&mut self, n: u32, ngram: &str, occurrence: EvalOccurrence) {
+        if let Some(&e) = self.by_text.get(&(n, ngram.to_string())) {
+            self.entries[e as usize].occurrences.push(occurrence);
+            return;
+        }
+        let e = self.entries.len() as u32;
+        let key = ngram_key(ngram, n);
+        let previous = self.first.insert(key, e).unwrap_or(END);
+        self.next.push(previous);
+        self.by_text.insert((n, ngram.to_string()), e);
+        self.entries.push(IndexEntry {
+            n,
+            ngram: ngram.to_string(),
+            occurrences: vec![occurrence],
+        });
+    }
+
+    /// Drops what only building needs, and puts every entry's occurrences in (file,
+    /// row) order.
+    pub fn seal(&mut self) {
+        self.by_text = HashMap::new();
+        for e in &mut self.entries {
+            e.occurrences.sort_by_key(|o| (o.eval_file, o.eval_row));
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.entries.is_empty()
+    }
+
+    /// The entries whose n-gram is the window of `n` tokens from `i` of `doc`.
+    pub fn find(&self, doc: &ScanTokens, i: usize, n: usize) -> Option<u32> {
+        let mut e = *self.first.get(&doc.key(i, n))?;
+        while e != END {
+            let entry = &self.entries[e as usize];
+            if entry.n as usize == n && doc.window_is(i, n, &entry.ngram) {
+                return Some(e);
+            }
+            e = self.next[e as usize];
+        }
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn texts(tokens: &ScanTokens) -> Vec<&str> {
+        (0..tokens.len()).map(|k| tokens.token(k)).collect()
+    }
+
+    #[test]
+    fn the_ascii_path_cuts_exactly_the_tokens_of_the_tokenizer() {
+        // Random ASCII texts over separators, letters and digits, every tokenizer.
+        let alphabet = b"aB z.,!-\t\n\x0b\x0c\r\x1c\x1f_~9Q ";
+        let mut state = 0x1234_5678u64;
+        for _ in 0..3000 {
+            let len = (state >> 60) as usize + (state >> 40) as usize % 12;
+            let mut text = String::new();
+            for _ in 0..len {
+                state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                text.push(alphabet[(state >> 33) as usize % alphabet.len()] as char);
+            }
+            for kind in [
+                TokenizerKind::Default,
+                TokenizerKind::NoLowercase,
+                TokenizerKind::Whitespace,
+            ] {
+                let exact = kind.tokenize(&text);
+                let mut fast = ScanTokens::default();
+                fast.fill_ascii(kind, &text);
+                let want: Vec<&str> = exact.iter().map(|t| t.text.as_str()).collect();
+                assert_eq!(texts(&fast), want, "{kind:?} {text:?}");
+                let spans: Vec<(u64, u64)> = exact
+                    .iter()
+                    .map(|t| (t.span.start as u64, t.span.end as u64))
+                    .collect();
+                assert_eq!(fast.spans, spans, "{kind:?} {text:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_short_row_contributes_its_longest_ngram_and_offsets_point_into_the_original() {
+        let tokens = TokenizerKind::Default.tokenize("Hello, Wörld!");
+        let got = eval_ngrams(&tokens, &[(2, 1), (13, 2)]);
+        // Tokens: "hello", "wörld", "" → the 2-gram windows and the whole row (3 tokens).
+        let keys: Vec<(u32, &str)> = got.keys().map(|(n, s)| (*n, s.as_str())).collect();
+        assert_eq!(keys, vec![(2, "hello wörld"), (2, "wörld "), (3, "hello wörld ")]);
+        assert_eq!(got[&(2, "wörld ".to_string())].offsets, vec![[7, 13]]);
+        assert_eq!(got[&(3, "hello wörld ".to_string())].configured, 2);
+        assert_eq!(got[&(3, "hello wörld ".to_string())].offsets, vec![[0, 13]]);
+        assert_eq!(got[&(2, "hello wörld".to_string())].offsets, vec![[0, 12]]);
+        // Two configured lengths with the same effective length: one entry, both bits,
+        // each occurrence once.
+        let got = eval_ngrams(&TokenizerKind::Default.tokenize("a b a b"), &[(8, 1), (13, 2)]);
+        assert_eq!(got.len(), 1);
+        let only = got.values().next().unwrap();
+        assert_eq!((only.configured, only.offsets.clone()), (3, vec![[0, 7]]));
+        let got = eval_ngrams(&TokenizerKind::Default.tokenize("a b a b"), &[(2, 1)]);
+        assert_eq!(got[&(2, "a b".to_string())].offsets, vec![[0, 3], [4, 7]]);
+    }
+
+    #[test]
+    fn the_index_finds_exactly_the_indexed_windows() {
+        let mut index = Index::default();
+        let occ = |row| EvalOccurrence {
+            eval_file: 0,
+            eval_row: row,
+            configured: 1,
+            offsets: vec![[0, 1]],
+        };
+        index.add(2, "hello wörld", occ(0));
+        index.add(2, "hello wörld", occ(1));
+        index.add(1, "", occ(2));
+        index.add(3, "a b c", occ(3));
+        index.seal();
+        let mut doc = ScanTokens::default();
+        doc.fill(TokenizerKind::Default, "Say HELLO wörld; a b c!");
+        // say hello wörld a b c ""
+        assert_eq!(doc.len(), 7);
+        let hit = index.find(&doc, 1, 2).unwrap();
+        assert_eq!(index.entries[hit as usize].occurrences.len(), 2);
+        assert_eq!(doc.offsets(1, 2), [4, 15]);
+        assert!(index.find(&doc, 0, 2).is_none());
+        assert!(index.find(&doc, 3, 3).is_some());
+        assert!(index.find(&doc, 3, 2).is_none());
+        assert!(index.find(&doc, 6, 1).is_some());
+        assert!(index.find(&doc, 5, 1).is_none());
+    }
+}

@@ -1,0 +1,235 @@
+//! The overlap job's stages, task bodies, results and file names.
+//!
+//! ```text
+//! index  (one task per eval file)      → an index shuffle file (entries partitioned by
+//!                                         stable_hash("n:ngram")) + the file's rows
+//! scan   (training file × index group) → the overlap events of that file against that
+//!                                         group of index partitions
+//! report (one task)                    → stats/, tmp/overlap_instances-*, details
+//! ```
+//!
+//! Tasks carry names and byte ranges, never bulk data; results carry counts and the
+//! paths of what the attempt wrote (checked against the planned names).
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use serde::{Deserialize, Serialize};
+
+use super::tokenize::TokenizerKind;
+use crate::engine::protocol::TaskId;
+use crate::engine::shuffle::ShuffleSegment;
+
+/// Index the eval files' n-grams.
+pub const INDEX: &str = "index";
+/// Stream the training files past the index.
+pub const SCAN: &str = "scan";
+/// Gather the events into the outputs.
+pub const REPORT: &str = "report";
+
+/// Changes when the same input and settings would give other output bytes.
+pub const OUTPUT_FORMAT_VERSION: u32 = 1;
+
+/// The completion marker (the design notes' name), written last.
+pub const SUCCESS: &str = ".SUCCESS";
+pub const STATS: &str = "stats/overlap_stats.jsonl";
+pub const DETAILS: &str = "stats/overlap_details.jsonl.gz";
+pub const PROGRESS_SUMMARY: &str = "progress_summary.json";
+/// Intermediate files of the running job (removed when it completes).
+pub const WORK_DIR: &str = "_job/overlap";
+
+pub fn index_id(eval_file: u32) -> TaskId {
+    TaskId::new(INDEX, eval_file)
+}
+pub fn scan_id(index: u32) -> TaskId {
+    TaskId::new(SCAN, index)
+}
+pub fn report_id() -> TaskId {
+    TaskId::new(REPORT, 0)
+}
+
+/// Attempt `attempt` of index task `eval_file`: its index shuffle file.
+pub fn index_shuffle_path(eval_file: u32, attempt: u32) -> String {
+    format!("{WORK_DIR}/index-{eval_file:05}-a{attempt}.arrow")
+}
+/// ... and its valid rows (row, id, text), for the report.
+pub fn eval_rows_path(eval_file: u32, attempt: u32) -> String {
+    format!("{WORK_DIR}/eval-{eval_file:05}-a{attempt}.jsonl.gz")
+}
+/// Attempt `attempt` of scan task `index`: its overlap events.
+pub fn events_path(index: u32, attempt: u32) -> String {
+    format!("{WORK_DIR}/scan-{index:05}-a{attempt}.jsonl.gz")
+}
+/// The rejected rows of an input file (`side` is `eval` or `train`); the same bytes
+/// whichever attempt writes them.
+pub fn rejects_path(side: &str, file: u32) -> String {
+    format!("rejects/{side}-{file:05}.jsonl")
+}
+/// The intermediate of training file `file` of `files`: which instances its documents
+/// overlap, with training provenance.
+pub fn instances_path(file: u32, files: u32) -> String {
+    format!("tmp/overlap_instances-{file:05}-of-{files:05}.jsonl.gz")
+}
+
+/// What every task of an overlap job knows.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Settings {
+    /// The configured n-gram lengths, ascending.
+    pub n: Vec<u32>,
+    pub tokenizer: TokenizerKind,
+    pub eval_text_field: String,
+    pub train_text_field: String,
+    pub partitions: u32,
+}
+
+impl Settings {
+    /// The bit of configured length `n` in an index entry's `configured` set.
+    pub fn bit_of(&self, n: u32) -> u32 {
+        self.n.iter().position(|&m| m == n).map_or(0, |i| 1 << i)
+    }
+    /// The configured lengths in a `configured` bit set.
+    pub fn lengths_in(&self, bits: u32) -> impl Iterator<Item = u32> + '_ {
+        self.n
+            .iter()
+            .enumerate()
+            .filter(move |(i, _)| bits & (1 << i) != 0)
+            .map(|(_, &n)| n)
+    }
+}
+
+/// An input file, pinned when the job was planned.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct InputFile {
+    pub url: String,
+    pub size: u64,
+    /// ETag (local: inode, mtime and size): a task refuses a file that changed.
+    pub etag: Option<String>,
+}
+
+/// Index eval file number `eval_file`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IndexTask {
+    pub eval_file: u32,
+    pub file: InputFile,
+}
+
+/// Row counts and rejects of reading one input file.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RowCounts {
+    /// Rows read (valid and rejected).
+    pub rows: u64,
+    /// Reason → rows.
+    pub rejected: BTreeMap<String, u64>,
+    /// Where the rejected rows are (relative to the output root), if any.
+    pub rejects_file: Option<String>,
+}
+
+impl RowCounts {
+    pub fn valid(&self) -> u64 {
+        self.rows - self.rejected.values().sum::<u64>()
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IndexOutput {
+    /// The index shuffle file (relative to the output root).
+    pub shuffle_file: String,
+    /// Partition → its entries' byte range (only non-empty partitions).
+    pub segments: BTreeMap<u32, ShuffleSegment>,
+    /// The valid rows file.
+    pub rows_file: String,
+    pub counts: RowCounts,
+    /// Distinct (row, n-gram) entries written.
+    pub ngrams: u64,
+    /// The effective n-gram lengths present.
+    pub lengths: BTreeSet<u32>,
+}
+
+/// Stream training file `train_file` past index partitions `partitions`.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScanTask {
+    pub index: u32,
+    pub train_file: u32,
+    pub file: InputFile,
+    /// The index group (one of `groups`) this task holds.
+    pub group: u32,
+    pub groups: u32,
+    /// Index segments of the group: (shuffle file, segment).
+    pub segments: Vec<(String, ShuffleSegment)>,
+    /// The effective lengths the index holds.
+    pub lengths: Vec<u32>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScanOutput {
+    pub train_file: u32,
+    pub group: u32,
+    pub events_file: String,
+    pub counts: RowCounts,
+    /// Training n-grams looked up.
+    pub ngrams: u64,
+    /// Overlap events (eval row × training row × n-gram).
+    pub events: u64,
+    /// Text bytes scanned.
+    pub text_bytes: u64,
+}
+
+/// One eval file, for the report.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EvalFile {
+    pub url: String,
+    pub dataset: String,
+    pub rows_file: String,
+    pub instances: u64,
+}
+
+/// Gather every scan's events into the outputs.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReportTask {
+    pub eval: Vec<EvalFile>,
+    pub train: Vec<String>,
+    /// Per training file (in order), its scans' events files.
+    pub events: Vec<Vec<String>>,
+}
+
+/// A written output file.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutputFile {
+    pub path: String,
+    pub bytes: u64,
+    pub blake3: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ReportOutput {
+    pub files: Vec<OutputFile>,
+    /// Detail records written.
+    pub details: u64,
+    /// (eval dataset, n) lines with at least one overlapping instance.
+    pub overlapping: BTreeMap<String, BTreeMap<u32, u64>>,
+}
+
+/// One overlap event as a scan writes it (one JSON line): an eval row's indexed n-gram
+/// found in a training row.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScanEvent {
+    pub eval_file: u32,
+    pub eval_row: u64,
+    /// The effective length.
+    pub n: u32,
+    pub ngram: String,
+    /// The configured lengths this n-gram stands for (bit set over `Settings::n`).
+    pub configured: u32,
+    pub eval_offsets: Vec<[u64; 2]>,
+    pub train_row: u64,
+    pub train_doc_id: String,
+    pub train_offsets: Vec<[u64; 2]>,
+    pub train_text: String,
+}
+
+/// One eval row, as an index task keeps it for the report.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct EvalRow {
+    pub row: u64,
+    pub id: String,
+    pub text: String,
+}

@@ -1,0 +1,297 @@
+//! The report task: every scan's events → the job's outputs.
+//!
+//! * `stats/overlap_details.jsonl.gz`: one record per (eval row, training row, n-gram),
+//!   in (training file, training row, eval file, eval row, length, n-gram) order;
+//! * `stats/overlap_stats.jsonl`: per eval dataset and configured `n` (sorted), the
+//!   dataset's instance count and the sorted ids of its overlapping instances;
+//! * `tmp/overlap_instances-<t>-of-<T>.jsonl.gz`, one per training file: per training
+//!   row, eval dataset and configured `n`, the instances it overlaps.
+//!
+//! Two passes over the events: the first finds the eval rows that overlap (only their
+//! texts and ids are loaded), the second writes the records a training file at a time.
+
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::io::{BufRead, Write};
+
+use serde::{Deserialize, Serialize};
+
+use super::protocol::{
+    instances_path, EvalRow, OutputFile, ReportOutput, ReportTask, ScanEvent, Settings, DETAILS,
+    STATS,
+};
+use super::source::read_gz;
+use crate::engine::store::{StoreUrl, PART_BYTES};
+use crate::error::{Result, WorkerError};
+
+/// One line of `stats/overlap_details.jsonl.gz`.
+#[derive(Debug, Serialize, PartialEq, Eq)]
+pub struct DetailRecord<'a> {
+    pub eval_dataset: &'a str,
+    pub eval_path: &'a str,
+    pub eval_row: u64,
+    pub instance_id: &'a str,
+    pub eval_text: &'a str,
+    pub ngram: &'a str,
+    pub eval_offsets: &'a [[u64; 2]],
+    /// The effective length.
+    pub n: u32,
+    pub train_path: &'a str,
+    pub train_row: u64,
+    pub train_text: &'a str,
+    pub train_ngram: &'a str,
+    pub train_offsets: &'a [[u64; 2]],
+    pub train_doc_id: &'a str,
+}
+
+/// One line of `stats/overlap_stats.jsonl`.
+#[derive(Debug, Serialize)]
+struct StatsRecord<'a> {
+    eval_dataset: &'a str,
+    n: u32,
+    num_instances: u64,
+    instance_ids: Vec<&'a str>,
+}
+
+/// One line of `tmp/overlap_instances-*.jsonl.gz`.
+#[derive(Debug, Serialize)]
+struct InstancesRecord<'a> {
+    eval_dataset: &'a str,
+    n: u32,
+    instance_ids: &'a BTreeSet<String>,
+    train_path: &'a str,
+    train_row: u64,
+    train_doc_id: &'a str,
+}
+
+#[derive(Deserialize)]
+struct EventKey {
+    eval_file: u32,
+    eval_row: u64,
+}
+
+fn corrupt(file: &str, what: impl std::fmt::Display) -> WorkerError {
+    WorkerError::Corrupt {
+        file: file.to_string(),
+        what: what.to_string(),
+    }
+}
+
+/// Each JSON line of gzip file `rel`.
+fn for_each_line<T: serde::de::DeserializeOwned>(
+    handle: &tokio::runtime::Handle,
+    output: &StoreUrl,
+    rel: &str,
+    mut each: impl FnMut(T) -> Result<()>,
+) -> Result<()> {
+    let mut reader = read_gz(handle, output, rel)?;
+    let mut line = Vec::new();
+    loop {
+        line.clear();
+        let read = reader
+            .read_until(b'\n', &mut line)
+            .map_err(|e| corrupt(rel, e))?;
+        if read == 0 {
+            return Ok(());
+        }
+        each(serde_json::from_slice(&line).map_err(|e| corrupt(rel, e))?)?;
+    }
+}
+
+/// A gzip file written in parts as it is compressed, with its blake3.
+struct GzOut {
+    path: String,
+    gz: flate2::write::GzEncoder<Vec<u8>>,
+    upload: crate::engine::store::PartWriter,
+    hash: blake3::Hasher,
+    bytes: u64,
+}
+
+impl GzOut {
+    fn new(output: &StoreUrl, path: &str) -> GzOut {
+        GzOut {
+            path: path.to_string(),
+            gz: flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default()),
+            upload: output.put_in_parts(output.child(path)),
+            hash: blake3::Hasher::new(),
+            bytes: 0,
+        }
+    }
+
+    fn line<T: Serialize>(&mut self, handle: &tokio::runtime::Handle, value: &T) -> Result<()> {
+        serde_json::to_writer(&mut self.gz, value).map_err(|e| WorkerError::Job(e.to_string()))?;
+        self.gz.write_all(b"\n").map_err(|e| corrupt(&self.path, e))?;
+        if self.gz.get_ref().len() >= PART_BYTES {
+            let part = std::mem::take(self.gz.get_mut());
+            self.send(handle, part)?;
+        }
+        Ok(())
+    }
+
+    fn send(&mut self, handle: &tokio::runtime::Handle, part: Vec<u8>) -> Result<()> {
+        self.hash.update(&part);
+        self.bytes += part.len() as u64;
+        handle.block_on(self.upload.write(&part))
+    }
+
+    fn finish(mut self, handle: &tokio::runtime::Handle) -> Result<OutputFile> {
+        let rest = std::mem::replace(
+            &mut self.gz,
+            flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default()),
+        )
+        .finish()
+        .map_err(|e| corrupt(&self.path, e))?;
+        self.send(handle, rest)?;
+        handle.block_on(self.upload.finish())?;
+        Ok(OutputFile {
+            path: self.path,
+            bytes: self.bytes,
+            blake3: self.hash.finalize().to_hex().to_string(),
+        })
+    }
+}
+
+/// Runs the report (on a blocking thread: call through `spawn_blocking`).
+pub fn run_report(
+    handle: &tokio::runtime::Handle,
+    task: &ReportTask,
+    output: &StoreUrl,
+    settings: &Settings,
+) -> Result<ReportOutput> {
+    // Pass 1: the eval rows that overlap.
+    let mut wanted: BTreeSet<(u32, u64)> = BTreeSet::new();
+    for files in &task.events {
+        for file in files {
+            for_each_line(handle, output, file, |k: EventKey| {
+                wanted.insert((k.eval_file, k.eval_row));
+                Ok(())
+            })?;
+        }
+    }
+    let mut rows: HashMap<(u32, u64), EvalRow> = HashMap::new();
+    for (i, eval) in task.eval.iter().enumerate() {
+        let i = i as u32;
+        if wanted.range((i, 0)..=(i, u64::MAX)).next().is_none() {
+            continue;
+        }
+        for_each_line(handle, output, &eval.rows_file, |r: EvalRow| {
+            if wanted.contains(&(i, r.row)) {
+                rows.insert((i, r.row), r);
+            }
+            Ok(())
+        })?;
+    }
+    // Per dataset and configured n: the overlapping instances.
+    let mut stats: BTreeMap<(&str, u32), BTreeSet<&str>> = BTreeMap::new();
+    let mut instances: BTreeMap<&str, u64> = BTreeMap::new();
+    for eval in &task.eval {
+        *instances.entry(eval.dataset.as_str()).or_default() += eval.instances;
+        for &n in &settings.n {
+            stats.entry((eval.dataset.as_str(), n)).or_default();
+        }
+    }
+
+    // Pass 2: the details and the per-training-file instances.
+    let mut details = GzOut::new(output, DETAILS);
+    let mut detail_count = 0u64;
+    let mut files = Vec::new();
+    let train_files = task.train.len() as u32;
+    for (t, (train_path, events_files)) in task.train.iter().zip(&task.events).enumerate() {
+        let mut events: Vec<ScanEvent> = Vec::new();
+        for file in events_files {
+            for_each_line(handle, output, file, |e: ScanEvent| {
+                events.push(e);
+                Ok(())
+            })?;
+        }
+        events.sort_by(|a, b| {
+            (a.train_row, a.eval_file, a.eval_row, a.n, &a.ngram)
+                .cmp(&(b.train_row, b.eval_file, b.eval_row, b.n, &b.ngram))
+        });
+        type InstanceKey<'k> = (u64, &'k str, u32);
+        let mut per_row: BTreeMap<InstanceKey<'_>, (&str, BTreeSet<String>)> = BTreeMap::new();
+        for e in &events {
+            let eval = task
+                .eval
+                .get(e.eval_file as usize)
+                .ok_or_else(|| corrupt(train_path, "an event of an unknown eval file"))?;
+            let row = rows.get(&(e.eval_file, e.eval_row)).ok_or_else(|| {
+                corrupt(&eval.rows_file, format!("no row {} (an event names it)", e.eval_row))
+            })?;
+            details.line(
+                handle,
+                &DetailRecord {
+                    eval_dataset: &eval.dataset,
+                    eval_path: &eval.url,
+                    eval_row: e.eval_row,
+                    instance_id: &row.id,
+                    eval_text: &row.text,
+                    ngram: &e.ngram,
+                    eval_offsets: &e.eval_offsets,
+                    n: e.n,
+                    train_path,
+                    train_row: e.train_row,
+                    train_text: &e.train_text,
+                    train_ngram: &e.ngram,
+                    train_offsets: &e.train_offsets,
+                    train_doc_id: &e.train_doc_id,
+                },
+            )?;
+            detail_count += 1;
+            for n in settings.lengths_in(e.configured) {
+                stats
+                    .entry((eval.dataset.as_str(), n))
+                    .or_default()
+                    .insert(row.id.as_str());
+                per_row
+                    .entry((e.train_row, eval.dataset.as_str(), n))
+                    .or_insert_with(|| (e.train_doc_id.as_str(), BTreeSet::new()))
+                    .1
+                    .insert(row.id.clone());
+            }
+        }
+        let mut out = GzOut::new(output, &instances_path(t as u32, train_files));
+        for ((train_row, dataset, n), (doc_id, ids)) in &per_row {
+            out.line(
+                handle,
+                &InstancesRecord {
+                    eval_dataset: dataset,
+                    n: *n,
+                    instance_ids: ids,
+                    train_path,
+                    train_row: *train_row,
+                    train_doc_id: doc_id,
+                },
+            )?;
+        }
+        files.push(out.finish(handle)?);
+    }
+    files.push(details.finish(handle)?);
+
+    let mut text = Vec::new();
+    let mut overlapping: BTreeMap<String, BTreeMap<u32, u64>> = BTreeMap::new();
+    for ((dataset, n), ids) in &stats {
+        let record = StatsRecord {
+            eval_dataset: dataset,
+            n: *n,
+            num_instances: instances.get(dataset).copied().unwrap_or(0),
+            instance_ids: ids.iter().copied().collect(),
+        };
+        serde_json::to_writer(&mut text, &record).map_err(|e| WorkerError::Job(e.to_string()))?;
+        text.push(b'\n');
+        overlapping
+            .entry(dataset.to_string())
+            .or_default()
+            .insert(*n, ids.len() as u64);
+    }
+    files.push(OutputFile {
+        path: STATS.into(),
+        bytes: text.len() as u64,
+        blake3: blake3::hash(&text).to_hex().to_string(),
+    });
+    handle.block_on(output.put(&output.child(STATS), text))?;
+    Ok(ReportOutput {
+        files,
+        details: detail_count,
+        overlapping,
+    })
+}

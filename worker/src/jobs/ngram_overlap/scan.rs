@@ -1,0 +1,125 @@
+//! The scan task: one training file streamed past one group of index partitions.
+//!
+//! The group's entries are loaded into an [`Index`] (its size is what the planner
+//! bounds with `memory_per_worker`); the file is read record by record and never held
+//! whole. For each document, every window of every effective length the index holds is
+//! looked up; only a document with a match is given its id and written out, as one
+//! [`ScanEvent`] per (eval row, n-gram) it shares, with every occurrence on both
+//! sides. The training n-gram stream itself is never stored or shuffled.
+//!
+//! Events go to one gzip JSONL file per attempt, in (training row, eval file, eval row,
+//! length, n-gram) order.
+
+use std::collections::BTreeMap;
+use std::io::Write;
+
+use super::index::load_index;
+use super::ngrams::{Index, ScanTokens};
+use super::protocol::{events_path, rejects_path, ScanEvent, ScanOutput, ScanTask, Settings};
+use super::source::read_records;
+use crate::engine::store::StoreUrl;
+use crate::error::{Result, WorkerError};
+
+/// Runs scan task `task` (on a blocking thread: call through `spawn_blocking`).
+pub fn run_scan(
+    handle: &tokio::runtime::Handle,
+    task: &ScanTask,
+    output: &StoreUrl,
+    settings: &Settings,
+    attempt: u32,
+) -> Result<ScanOutput> {
+    let index = handle.block_on(load_index(output, &task.segments))?;
+    tracing::debug!(task = task.index, entries = index.len(), "index group loaded");
+    let mut events_out = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    let gz_err = |e: std::io::Error| WorkerError::Job(format!("compressing events: {e}"));
+    let mut doc = ScanTokens::default();
+    let mut ngrams = 0u64;
+    let mut events = 0u64;
+    let mut text_bytes = 0u64;
+    // A file's rejected rows are written once, by its first group's scan.
+    let rejects = rejects_path("train", task.train_file);
+    let rejects = (task.group == 0).then_some(rejects.as_str());
+    let counts = read_records(
+        handle,
+        &task.file,
+        &settings.train_text_field,
+        output,
+        rejects,
+        |mut record| {
+            text_bytes += record.text.len() as u64;
+            if index.is_empty() {
+                return Ok(());
+            }
+            doc.fill(settings.tokenizer, record.text);
+            let mut found: BTreeMap<u32, Vec<[u64; 2]>> = BTreeMap::new();
+            for &n in &task.lengths {
+                let n = n as usize;
+                if n > doc.len() {
+                    break;
+                }
+                ngrams += (doc.len() - n + 1) as u64;
+                for i in 0..=doc.len() - n {
+                    if let Some(e) = index.find(&doc, i, n) {
+                        found.entry(e).or_default().push(doc.offsets(i, n));
+                    }
+                }
+            }
+            if found.is_empty() {
+                return Ok(());
+            }
+            let id = record.id()?;
+            for event in document_events(&index, &found, record.row, &id, record.text) {
+                serde_json::to_writer(&mut events_out, &event)
+                    .map_err(|e| WorkerError::Job(e.to_string()))?;
+                events_out.write_all(b"\n").map_err(gz_err)?;
+                events += 1;
+            }
+            Ok(())
+        },
+    )?;
+    let events_file = events_path(task.index, attempt);
+    let bytes = events_out.finish().map_err(gz_err)?;
+    handle.block_on(output.put(&output.child(&events_file), bytes))?;
+    Ok(ScanOutput {
+        train_file: task.train_file,
+        group: task.group,
+        events_file,
+        counts,
+        ngrams,
+        events,
+        text_bytes,
+    })
+}
+
+/// The events of one training document: for each matched entry, one per eval row it
+/// occurs in; sorted by (eval file, eval row, length, n-gram).
+fn document_events(
+    index: &Index,
+    found: &BTreeMap<u32, Vec<[u64; 2]>>,
+    train_row: u64,
+    doc_id: &str,
+    text: &str,
+) -> Vec<ScanEvent> {
+    let mut out = Vec::new();
+    for (&e, train_offsets) in found {
+        let entry = &index.entries[e as usize];
+        for occ in &entry.occurrences {
+            out.push(ScanEvent {
+                eval_file: occ.eval_file,
+                eval_row: occ.eval_row,
+                n: entry.n,
+                ngram: entry.ngram.clone(),
+                configured: occ.configured,
+                eval_offsets: occ.offsets.clone(),
+                train_row,
+                train_doc_id: doc_id.to_string(),
+                train_offsets: train_offsets.clone(),
+                train_text: text.to_string(),
+            });
+        }
+    }
+    out.sort_by(|a, b| {
+        (a.eval_file, a.eval_row, a.n, &a.ngram).cmp(&(b.eval_file, b.eval_row, b.n, &b.ngram))
+    });
+    out
+}

@@ -1,0 +1,472 @@
+//! Reading the overlap job's input files, record by record, on a blocking thread.
+//!
+//! A file is JSONL (`.jsonl`, `.jsonl.gz`, `.jsonl.zst`: streamed from the object store
+//! and decompressed as it arrives) or Parquet (record batches). Every record has its
+//! 0-based row within the file: a JSONL row is a non-blank line (a line of only
+//! spaces, tabs, `\r` is skipped and not counted), a Parquet row is a table row. A
+//! record whose text cannot be read (not JSON, not an object, no text field, a text
+//! that is not a string) is a rejected row: it keeps its row number, is counted by
+//! reason and written to the file's rejects file, and the job goes on.
+//!
+//! A record's id ([`super::records::record_id`]) is computed only when asked for
+//! (training documents need it only when they overlap): from the JSON object, or
+//! from a Parquet row converted to JSON the way `pyarrow`'s `to_pylist()` gives it.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Read};
+
+use arrow::array::{Array, RecordBatch};
+use arrow::datatypes::DataType;
+use bytes::Bytes;
+use futures::stream::BoxStream;
+use futures::StreamExt;
+use object_store::ObjectStoreExt;
+use serde_json::{Map, Value};
+use tokio::runtime::Handle;
+
+use super::protocol::{InputFile, RowCounts};
+use super::records::record_id;
+use crate::engine::store::{PartWriter, StoreUrl};
+use crate::error::{Result, WorkerError};
+
+/// The formats the job reads.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Format {
+    Jsonl,
+    JsonlGz,
+    JsonlZst,
+    Parquet,
+}
+
+/// The format of a file, by its name.
+pub fn format_of(name: &str) -> Option<Format> {
+    let name = name.rsplit('/').next().unwrap_or(name);
+    [
+        (".jsonl.gz", Format::JsonlGz),
+        (".jsonl.zst", Format::JsonlZst),
+        (".jsonl", Format::Jsonl),
+        (".parquet", Format::Parquet),
+    ]
+    .into_iter()
+    .find_map(|(suffix, f)| name.ends_with(suffix).then_some(f))
+}
+
+/// Why a row was rejected.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reason {
+    InvalidUtf8,
+    InvalidJson,
+    NotAnObject,
+    NoText,
+    TextNotAString,
+    BadId,
+}
+
+impl Reason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Reason::InvalidUtf8 => "invalid_utf8",
+            Reason::InvalidJson => "invalid_json",
+            Reason::NotAnObject => "not_an_object",
+            Reason::NoText => "no_text_field",
+            Reason::TextNotAString => "text_not_a_string",
+            Reason::BadId => "bad_id",
+        }
+    }
+}
+
+/// One valid record.
+pub struct Record<'a> {
+    pub row: u64,
+    pub text: &'a str,
+    id: IdSource<'a>,
+}
+
+enum IdSource<'a> {
+    Json(&'a Map<String, Value>),
+    Parquet {
+        batch: &'a RecordBatch,
+        index: usize,
+        json: &'a mut Option<Vec<Map<String, Value>>>,
+        file: &'a str,
+    },
+}
+
+impl Record<'_> {
+    /// The record's id: its `id`, else the hash of the whole record.
+    pub fn id(&mut self) -> Result<String> {
+        match &mut self.id {
+            IdSource::Json(map) => record_id(map),
+            IdSource::Parquet {
+                batch,
+                index,
+                json,
+                file,
+            } => {
+                if json.is_none() {
+                    **json = Some(batch_as_json(file, batch)?);
+                }
+                let rows = json.as_ref().map_or(&[][..], |v| v.as_slice());
+                let row = rows.get(*index).ok_or_else(|| WorkerError::Corrupt {
+                    file: file.to_string(),
+                    what: "a Parquet batch converted to fewer JSON rows than it has".into(),
+                })?;
+                record_id(row)
+            }
+        }
+    }
+}
+
+/// Reads `file` on the current (blocking) thread, calling `each` with every valid
+/// record; rejected rows are counted and, if `rejects` is given, written there
+/// (relative to `output`).
+/// `handle` runs the object-store I/O.
+pub fn read_records(
+    handle: &Handle,
+    file: &InputFile,
+    text_field: &str,
+    output: &StoreUrl,
+    rejects: Option<&str>,
+    mut each: impl FnMut(Record<'_>) -> Result<()>,
+) -> Result<RowCounts> {
+    handle.block_on(check_unchanged(file))?;
+    let format = format_of(&file.url).ok_or_else(|| WorkerError::Job(format!(
+        "{}: not a .jsonl, .jsonl.gz, .jsonl.zst or .parquet file",
+        file.url
+    )))?;
+    let mut rejected = Rejects::default();
+    let rows = match format {
+        Format::Parquet => read_parquet(handle, file, text_field, &mut rejected, &mut each)?,
+        _ => read_jsonl(handle, file, format, text_field, &mut rejected, &mut each)?,
+    };
+    // Checked again after reading: a file replaced mid-read is refused, not mixed.
+    handle.block_on(check_unchanged(file))?;
+    let rejects_file = match rejects {
+        None => None,
+        Some(_) if rejected.lines.is_empty() => None,
+        Some(rejects) => {
+        let mut w: PartWriter = output.put_in_parts(output.child(rejects));
+        handle.block_on(async {
+            w.write(&rejected.lines).await?;
+            w.finish().await
+        })?;
+            Some(rejects.to_string())
+        }
+    };
+    Ok(RowCounts {
+        rows,
+        rejected: rejected.by_reason,
+        rejects_file,
+    })
+}
+
+#[derive(Default)]
+struct Rejects {
+    by_reason: BTreeMap<String, u64>,
+    lines: Vec<u8>,
+}
+
+impl Rejects {
+    fn add(&mut self, file: &str, row: u64, reason: Reason, raw: &[u8]) {
+        *self.by_reason.entry(reason.as_str().into()).or_default() += 1;
+        let line = serde_json::json!({
+            "file": file,
+            "row": row,
+            "reason": reason.as_str(),
+            "line": String::from_utf8_lossy(raw),
+        });
+        self.lines.extend_from_slice(line.to_string().as_bytes());
+        self.lines.push(b'\n');
+    }
+}
+
+/// Refuses a file that is not the one planned (size and ETag).
+pub async fn check_unchanged(file: &InputFile) -> Result<()> {
+    let loc = StoreUrl::parse(&file.url)?;
+    let changed = |what: String| WorkerError::InputChanged {
+        file: file.url.clone(),
+        what,
+    };
+    let meta = match loc.store.head(&loc.root).await {
+        Ok(m) => m,
+        Err(object_store::Error::NotFound { .. }) => {
+            return Err(changed(
+                "removed since the job was planned; start a new output".into(),
+            ))
+        }
+        Err(e) => return Err(WorkerError::store(&file.url, e)),
+    };
+    if meta.size != file.size || meta.e_tag != file.etag {
+        return Err(changed(format!(
+            "changed since the job was planned ({} → {} bytes, etag {:?} → {:?}): start a new output",
+            file.size, meta.size, file.etag, meta.e_tag
+        )));
+    }
+    Ok(())
+}
+
+/// An object's bytes as a blocking [`Read`], fetched as they are read.
+struct ObjectRead<'h> {
+    handle: &'h Handle,
+    stream: BoxStream<'static, object_store::Result<Bytes>>,
+    chunk: Bytes,
+}
+
+impl Read for ObjectRead<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        while self.chunk.is_empty() {
+            match self.handle.block_on(self.stream.next()) {
+                None => return Ok(0),
+                Some(Ok(b)) => self.chunk = b,
+                Some(Err(e)) => return Err(std::io::Error::other(e)),
+            }
+        }
+        let n = buf.len().min(self.chunk.len());
+        buf[..n].copy_from_slice(&self.chunk.split_to(n));
+        Ok(n)
+    }
+}
+
+/// The gzip file `rel` under `output` (one this job wrote), decompressed as it is
+/// fetched.
+pub fn read_gz<'h>(
+    handle: &'h Handle,
+    output: &StoreUrl,
+    rel: &str,
+) -> Result<impl BufRead + 'h> {
+    let location = output.child(rel);
+    let body = handle
+        .block_on(output.store.get(&location))
+        .map_err(|e| WorkerError::store(&output.display(&location), e))?;
+    let raw = ObjectRead {
+        handle,
+        stream: body.into_stream(),
+        chunk: Bytes::new(),
+    };
+    Ok(BufReader::with_capacity(
+        1 << 20,
+        flate2::read::MultiGzDecoder::new(raw),
+    ))
+}
+
+fn read_jsonl(
+    handle: &Handle,
+    file: &InputFile,
+    format: Format,
+    text_field: &str,
+    rejected: &mut Rejects,
+    each: &mut impl FnMut(Record<'_>) -> Result<()>,
+) -> Result<u64> {
+    let loc = StoreUrl::parse(&file.url)?;
+    let body = handle
+        .block_on(loc.store.get(&loc.root))
+        .map_err(|e| WorkerError::store(&file.url, e))?;
+    let raw = ObjectRead {
+        handle,
+        stream: body.into_stream(),
+        chunk: Bytes::new(),
+    };
+    let io_err = |e: std::io::Error| WorkerError::Corrupt {
+        file: file.url.clone(),
+        what: format!("cannot read: {e}"),
+    };
+    let reader: Box<dyn Read + '_> = match format {
+        Format::JsonlGz => Box::new(flate2::read::MultiGzDecoder::new(raw)),
+        Format::JsonlZst => Box::new(zstd::stream::read::Decoder::new(raw).map_err(io_err)?),
+        _ => Box::new(raw),
+    };
+    let mut lines = BufReader::with_capacity(1 << 20, reader);
+    let mut line = Vec::new();
+    let mut row = 0u64;
+    loop {
+        line.clear();
+        if lines.read_until(b'\n', &mut line).map_err(io_err)? == 0 {
+            break;
+        }
+        if line.iter().all(|b| matches!(b, b' ' | b'\t' | b'\r' | b'\n')) {
+            continue;
+        }
+        let this = row;
+        row += 1;
+        if std::str::from_utf8(&line).is_err() {
+            rejected.add(&file.url, this, Reason::InvalidUtf8, &line);
+            continue;
+        }
+        let Ok(parsed) = serde_json::from_slice::<Value>(&line) else {
+            rejected.add(&file.url, this, Reason::InvalidJson, &line);
+            continue;
+        };
+        let Value::Object(map) = parsed else {
+            rejected.add(&file.url, this, Reason::NotAnObject, &line);
+            continue;
+        };
+        let text = match map.get(text_field) {
+            None => {
+                rejected.add(&file.url, this, Reason::NoText, &line);
+                continue;
+            }
+            Some(Value::String(s)) => s.as_str(),
+            Some(_) => {
+                rejected.add(&file.url, this, Reason::TextNotAString, &line);
+                continue;
+            }
+        };
+        match each(Record {
+            row: this,
+            text,
+            id: IdSource::Json(&map),
+        }) {
+            Ok(()) => {}
+            Err(WorkerError::BadRecord(_)) => rejected.add(&file.url, this, Reason::BadId, &line),
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(row)
+}
+
+fn read_parquet(
+    handle: &Handle,
+    file: &InputFile,
+    text_field: &str,
+    rejected: &mut Rejects,
+    each: &mut impl FnMut(Record<'_>) -> Result<()>,
+) -> Result<u64> {
+    let parquet_err = |e: parquet::errors::ParquetError| WorkerError::Parquet {
+        file: file.url.clone(),
+        what: e.to_string(),
+    };
+    let builder = handle.block_on(crate::engine::parquet_source::open(
+        &file.url,
+        file.size,
+        &[],
+        false,
+    ))?;
+    let schema = builder.schema().clone();
+    let column = schema
+        .index_of(text_field)
+        .map_err(|_| WorkerError::Schema {
+            file: file.url.clone(),
+            what: format!(
+                "no column {text_field:?} (columns: {:?})",
+                schema.fields().iter().map(|f| f.name()).collect::<Vec<_>>()
+            ),
+        })?;
+    let mut stream = builder
+        .with_batch_size(4096)
+        .build()
+        .map_err(parquet_err)?;
+    let mut row = 0u64;
+    while let Some(batch) = handle.block_on(stream.next()) {
+        let batch = batch.map_err(parquet_err)?;
+        if !matches!(
+            batch.column(column).data_type(),
+            DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View
+        ) {
+            return Err(WorkerError::Schema {
+                file: file.url.clone(),
+                what: format!(
+                    "column {text_field:?} is {}, not text",
+                    batch.column(column).data_type()
+                ),
+            });
+        }
+        let texts = arrow::compute::cast(batch.column(column), &DataType::Utf8)?;
+        let texts = texts
+            .as_any()
+            .downcast_ref::<arrow::array::StringArray>()
+            .ok_or_else(|| WorkerError::Job("a Utf8 cast gave no StringArray".into()))?;
+        let mut json = None;
+        for i in 0..batch.num_rows() {
+            let this = row + i as u64;
+            if texts.is_null(i) {
+                rejected.add(&file.url, this, Reason::TextNotAString, b"null");
+                continue;
+            }
+            match each(Record {
+                row: this,
+                text: texts.value(i),
+                id: IdSource::Parquet {
+                    batch: &batch,
+                    index: i,
+                    json: &mut json,
+                    file: &file.url,
+                },
+            }) {
+                Ok(()) => {}
+                Err(WorkerError::BadRecord(what)) => {
+                    rejected.add(&file.url, this, Reason::BadId, what.as_bytes())
+                }
+                Err(e) => return Err(e),
+            }
+        }
+        row += batch.num_rows() as u64;
+    }
+    Ok(row)
+}
+
+/// Whether a column's values come out of `to_pylist()` as what JSON gives us (str,
+/// int, float, bool, None, and lists and dicts of those), so a record hash over them
+/// is Python's.
+fn hashable(t: &DataType) -> bool {
+    use DataType as D;
+    match t {
+        D::Null | D::Boolean | D::Float64 | D::Utf8 | D::LargeUtf8 | D::Utf8View => true,
+        D::Int8 | D::Int16 | D::Int32 | D::Int64 => true,
+        D::UInt8 | D::UInt16 | D::UInt32 | D::UInt64 => true,
+        D::List(f) | D::LargeList(f) => hashable(f.data_type()),
+        D::Struct(fields) => fields.iter().all(|f| hashable(f.data_type())),
+        _ => false,
+    }
+}
+
+/// A batch's rows as JSON objects (every column, nulls included).
+fn batch_as_json(file: &str, batch: &RecordBatch) -> Result<Vec<Map<String, Value>>> {
+    if let Some(f) = batch
+        .schema()
+        .fields()
+        .iter()
+        .find(|f| !hashable(f.data_type()))
+    {
+        return Err(WorkerError::Schema {
+            file: file.to_string(),
+            what: format!(
+                "records without an id are identified by a hash of the whole record, and column {:?} ({}) \
+                 has no JSON form Python's would equal; add an `id` column",
+                f.name(),
+                f.data_type()
+            ),
+        });
+    }
+    let mut out = Vec::new();
+    {
+        let mut w = arrow::json::WriterBuilder::new()
+            .with_explicit_nulls(true)
+            .build::<_, arrow::json::writer::LineDelimited>(&mut out);
+        w.write(batch)?;
+        w.finish()?;
+    }
+    out.split(|&b| b == b'\n')
+        .filter(|l| !l.is_empty())
+        .map(|l| {
+            serde_json::from_slice(l).map_err(|e| WorkerError::Corrupt {
+                file: file.to_string(),
+                what: format!("a row converted to JSON does not parse: {e}"),
+            })
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn formats_are_known_by_name() {
+        assert_eq!(format_of("s3://b/x/train-0.jsonl.zst"), Some(Format::JsonlZst));
+        assert_eq!(format_of("a.jsonl.gz"), Some(Format::JsonlGz));
+        assert_eq!(format_of("dir.jsonl/a.parquet"), Some(Format::Parquet));
+        assert_eq!(format_of("a.jsonl"), Some(Format::Jsonl));
+        assert_eq!(format_of("a.json"), None);
+        assert_eq!(format_of("a.jsonl.bz2"), None);
+    }
+}

@@ -1,0 +1,237 @@
+//! The overlap job file: `[eval]` and `[train]` (which files, which text field),
+//! `[ngrams]` (the n values and the tokenizer), `[index]` (how the test-side index is
+//! partitioned) and `[output]`. Unknown keys are errors. The fingerprint hashes
+//! everything that determines the output bytes.
+
+use serde::{Deserialize, Serialize};
+
+use super::protocol::Settings;
+use super::tokenize::TokenizerKind;
+
+/// An overlap job file's sections.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OverlapFile {
+    /// The eval (test) side: indexed.
+    pub eval: InputSpec,
+    /// The training side: streamed past the index.
+    pub train: InputSpec,
+    #[serde(default)]
+    pub ngrams: NgramSpec,
+    #[serde(default)]
+    pub index: IndexSpec,
+    pub output: OutputSpec,
+    /// The engine's keys (`kind`, `[run]`): read by the engine, ignored here.
+    #[serde(default, skip_serializing)]
+    pub kind: Option<String>,
+    #[serde(default, skip_serializing)]
+    pub run: Option<toml::Table>,
+}
+
+/// One side's input files.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InputSpec {
+    /// Each a local path, glob, directory, `s3://…` or `gs://…`: `.jsonl`,
+    /// `.jsonl.gz`, `.jsonl.zst` or `.parquet` files (a directory: all of those under
+    /// it).
+    pub paths: Vec<String>,
+    /// The field (JSONL) or column (Parquet) holding the text.
+    #[serde(default = "default_text_field")]
+    pub text_field: String,
+}
+
+fn default_text_field() -> String {
+    "text".into()
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct NgramSpec {
+    /// The n-gram lengths (a test row with fewer tokens contributes its longest
+    /// n-gram, `min(n, tokens)`).
+    #[serde(default = "default_n")]
+    pub n: Vec<u32>,
+    #[serde(default)]
+    pub tokenizer: TokenizerKind,
+}
+
+fn default_n() -> Vec<u32> {
+    vec![13]
+}
+
+impl Default for NgramSpec {
+    fn default() -> Self {
+        NgramSpec {
+            n: default_n(),
+            tokenizer: TokenizerKind::default(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct IndexSpec {
+    /// Partitions of the test-side n-gram index (by `stable_hash("n:ngram")`).
+    #[serde(default = "default_partitions")]
+    pub partitions: u32,
+}
+
+fn default_partitions() -> u32 {
+    64
+}
+
+impl Default for IndexSpec {
+    fn default() -> Self {
+        IndexSpec {
+            partitions: default_partitions(),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OutputSpec {
+    pub url: String,
+}
+
+/// The most n values a job may have (they are a bit set in the index).
+pub const MAX_N_VALUES: usize = 32;
+/// The longest n-gram.
+pub const MAX_N: u32 = 1024;
+
+impl OverlapFile {
+    pub fn validate(&self) -> std::result::Result<(), String> {
+        for (name, side) in [("eval", &self.eval), ("train", &self.train)] {
+            if side.paths.is_empty() || side.paths.iter().any(|p| p.trim().is_empty()) {
+                return Err(format!("[{name}] paths: give at least one path, none empty"));
+            }
+            if side.text_field.is_empty() {
+                return Err(format!("[{name}] text_field is empty"));
+            }
+        }
+        let n = &self.ngrams.n;
+        if n.is_empty() || n.len() > MAX_N_VALUES {
+            return Err(format!(
+                "[ngrams] n: give 1 to {MAX_N_VALUES} lengths, got {}",
+                n.len()
+            ));
+        }
+        if let Some(bad) = n.iter().find(|&&n| n == 0 || n > MAX_N) {
+            return Err(format!("[ngrams] n: {bad} is not a length in 1..={MAX_N}"));
+        }
+        let mut sorted = n.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        if sorted.len() != n.len() {
+            return Err(format!("[ngrams] n: {n:?} repeats a length"));
+        }
+        if !(1..=65_536).contains(&self.index.partitions) {
+            return Err(format!(
+                "[index] partitions must be 1..=65536, got {}",
+                self.index.partitions
+            ));
+        }
+        if self.output.url.is_empty() {
+            return Err("[output] url is empty".into());
+        }
+        Ok(())
+    }
+
+    /// blake3 of what determines the output bytes (the partition count does not: it
+    /// only decides where an n-gram is looked up).
+    pub fn fingerprint(&self) -> String {
+        let canonical = serde_json::json!({
+            "kind": super::NAME,
+            "eval": self.eval,
+            "train": self.train,
+            "ngrams": self.ngrams,
+            "output": self.output,
+            "format": super::protocol::OUTPUT_FORMAT_VERSION,
+        });
+        blake3::hash(canonical.to_string().as_bytes())
+            .to_hex()
+            .to_string()
+    }
+
+    /// What every task needs.
+    pub fn settings(&self) -> Settings {
+        let mut n = self.ngrams.n.clone();
+        n.sort_unstable();
+        Settings {
+            n,
+            tokenizer: self.ngrams.tokenizer,
+            eval_text_field: self.eval.text_field.clone(),
+            train_text_field: self.train.text_field.clone(),
+            partitions: self.index.partitions,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::engine::job::JobKind;
+
+    const FULL: &str = r#"
+kind = "ngram_overlap"
+[eval]
+paths = ["data/eval/*.jsonl.gz"]
+[train]
+paths = ["s3://bucket/train/", "data/train-*.parquet"]
+text_field = "content"
+[ngrams]
+n = [13, 8]
+tokenizer = "no_lowercase"
+[index]
+partitions = 16
+[output]
+url = "out/overlap"
+[run]
+workers = 2
+"#;
+
+    fn load(text: &str) -> std::result::Result<(), String> {
+        super::super::NgramOverlap
+            .load("o.toml", text)
+            .map(|_| ())
+            .map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn the_documented_example_parses_and_settings_sort_n() {
+        let spec: OverlapFile = toml::from_str(FULL).unwrap();
+        spec.validate().unwrap();
+        let s = spec.settings();
+        assert_eq!(s.n, vec![8, 13]);
+        assert_eq!(s.tokenizer, TokenizerKind::NoLowercase);
+        assert_eq!(s.train_text_field, "content");
+        assert_eq!(s.eval_text_field, "text");
+    }
+
+    #[test]
+    fn bad_files_are_errors_that_say_what_is_wrong() {
+        for (from, to, what) in [
+            ("n = [13, 8]", "n = []", "[ngrams] n"),
+            ("n = [13, 8]", "n = [13, 0]", "is not a length"),
+            ("n = [13, 8]", "n = [8, 8]", "repeats"),
+            ("partitions = 16", "partitions = 0", "partitions"),
+            ("tokenizer = \"no_lowercase\"", "tokenizer = \"bpe\"", "bpe"),
+            ("paths = [\"data/eval/*.jsonl.gz\"]", "paths = []", "[eval] paths"),
+            ("partitions = 16", "partitions = 16\nbuckets = 3", "line"),
+        ] {
+            let err = load(&FULL.replace(from, to)).unwrap_err();
+            assert!(err.contains(what) && err.contains("o.toml"), "{to}: {err}");
+        }
+        assert!(load(FULL).is_ok());
+    }
+
+    #[test]
+    fn the_fingerprint_ignores_how_the_index_is_partitioned() {
+        let a: OverlapFile = toml::from_str(FULL).unwrap();
+        let b: OverlapFile = toml::from_str(&FULL.replace("partitions = 16", "")).unwrap();
+        let c: OverlapFile = toml::from_str(&FULL.replace("[13, 8]", "[13]")).unwrap();
+        assert_eq!(a.fingerprint(), b.fingerprint());
+        assert_ne!(a.fingerprint(), c.fingerprint());
+    }
+}
