@@ -10,8 +10,7 @@ use std::io::Write;
 use std::sync::Arc;
 
 use arrow::array::{
-    ArrayRef, BinaryBuilder, RecordBatch, StringBuilder, UInt32Array, UInt32Builder,
-    UInt64Builder,
+    ArrayRef, BinaryBuilder, RecordBatch, StringBuilder, UInt32Array, UInt32Builder, UInt64Builder,
 };
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 
@@ -61,7 +60,11 @@ pub fn run_index(
     settings: &Settings,
     attempt: u32,
 ) -> Result<IndexOutput> {
-    let lengths: Vec<(u32, u32)> = settings.n.iter().map(|&n| (n, settings.bit_of(n))).collect();
+    let lengths: Vec<(u32, u32)> = settings
+        .n
+        .iter()
+        .map(|&n| (n, settings.bit_of(n)))
+        .collect();
     let mut parts: Vec<PartitionRows> = (0..settings.partitions)
         .map(|_| PartitionRows::default())
         .collect();

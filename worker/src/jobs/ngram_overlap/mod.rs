@@ -47,8 +47,8 @@ use crate::error::{Result, WorkerError};
 use protocol::{
     eval_rows_path, events_path, index_id, index_shuffle_path, instances_path, rejects_path,
     report_id, scan_id, EvalFile, IndexOutput, IndexTask, InputFile, ReportOutput, ReportTask,
-    ScanOutput, ScanTask, Settings, DETAILS, INDEX, PROGRESS_SUMMARY, REPORT, SCAN, STATS,
-    SUCCESS, WORK_DIR,
+    ScanOutput, ScanTask, Settings, DETAILS, INDEX, PROGRESS_SUMMARY, REPORT, SCAN, STATS, SUCCESS,
+    WORK_DIR,
 };
 use spec::OverlapFile;
 
@@ -92,9 +92,12 @@ impl JobKind for NgramOverlap {
         output: &'a StoreUrl,
     ) -> BoxFuture<'a, Result<Option<Vec<String>>>> {
         Box::pin(async move {
-            Ok(read_success(output)
-                .await?
-                .map(|s| vec![s.summary, format!("statistics in {STATS}, records in {DETAILS}")]))
+            Ok(read_success(output).await?.map(|s| {
+                vec![
+                    s.summary,
+                    format!("statistics in {STATS}, records in {DETAILS}"),
+                ]
+            }))
         })
     }
 
@@ -155,7 +158,9 @@ async fn list_side(side: &str, paths: &[String]) -> Result<Vec<(String, InputFil
         let (base, files) =
             store::list_matching_in(path, |rel| source::format_of(rel).is_some()).await?;
         if files.is_empty() {
-            return Err(WorkerError::Job(format!("[{side}] no input files match {path}")));
+            return Err(WorkerError::Job(format!(
+                "[{side}] no input files match {path}"
+            )));
         }
         for meta in files {
             let url = base.display(&meta.location);
@@ -324,7 +329,11 @@ impl OverlapDriver {
 
     fn scan_tasks(&mut self) -> Result<Vec<TaskSpec>> {
         self.groups = self.index_groups();
-        let lengths: BTreeSet<u32> = self.index.values().flat_map(|o| o.lengths.iter().copied()).collect();
+        let lengths: BTreeSet<u32> = self
+            .index
+            .values()
+            .flat_map(|o| o.lengths.iter().copied())
+            .collect();
         let mut tasks = Vec::new();
         for (t, file) in self.plan.train.iter().enumerate() {
             for group in 0..self.groups {
@@ -363,10 +372,9 @@ impl OverlapDriver {
             .iter()
             .enumerate()
             .map(|(i, e)| {
-                let out = self
-                    .index
-                    .get(&(i as u32))
-                    .ok_or_else(|| WorkerError::Job(format!("no index result for eval file {i}")))?;
+                let out = self.index.get(&(i as u32)).ok_or_else(|| {
+                    WorkerError::Job(format!("no index result for eval file {i}"))
+                })?;
                 Ok(EvalFile {
                     url: e.file.url.clone(),
                     dataset: e.dataset.clone(),
@@ -382,7 +390,9 @@ impl OverlapDriver {
                         self.scans
                             .get(&(t * self.groups + g))
                             .map(|s| s.events_file.clone())
-                            .ok_or_else(|| WorkerError::Job(format!("no scan result for training file {t}")))
+                            .ok_or_else(|| {
+                                WorkerError::Job(format!("no scan result for training file {t}"))
+                            })
                     })
                     .collect::<Result<Vec<_>>>()
             })
@@ -444,7 +454,10 @@ impl OverlapDriver {
         }
         let name = format!("progress/progress-{:06}.jsonl", self.progress.accepted);
         output
-            .put(&output.child(&name), std::mem::take(&mut self.progress.lines))
+            .put(
+                &output.child(&name),
+                std::mem::take(&mut self.progress.lines),
+            )
             .await?;
         self.progress.last_write = Some(std::time::Instant::now());
         Ok(())
@@ -453,7 +466,9 @@ impl OverlapDriver {
 
 fn check_rejects(side: &str, file: u32, got: &Option<String>) -> std::result::Result<(), String> {
     match got {
-        Some(p) if *p != rejects_path(side, file) => Err(format!("a rejects file {p:?} not planned")),
+        Some(p) if *p != rejects_path(side, file) => {
+            Err(format!("a rejects file {p:?} not planned"))
+        }
         _ => Ok(()),
     }
 }
@@ -568,9 +583,16 @@ impl JobDriver for OverlapDriver {
                 t.eval_records += o.counts.valid();
                 t.eval_rejected += o.counts.rows - o.counts.valid();
                 t.test_ngrams += o.ngrams;
-                let size = self.plan.eval.get(task.index as usize).map_or(0, |e| e.file.size);
+                let size = self
+                    .plan
+                    .eval
+                    .get(task.index as usize)
+                    .map_or(0, |e| e.file.size);
                 self.index.insert(task.index, o);
-                Progressed { units: size, bytes: 0 }
+                Progressed {
+                    units: size,
+                    bytes: 0,
+                }
             }
             SCAN => {
                 let o: ScanOutput = decode("scan result", output)?;
@@ -588,7 +610,10 @@ impl JobDriver for OverlapDriver {
                     _ => 0,
                 };
                 self.scans.insert(task.index, o);
-                Progressed { units: size, bytes: 0 }
+                Progressed {
+                    units: size,
+                    bytes: 0,
+                }
             }
             REPORT => {
                 let o: ReportOutput = decode("report result", output)?;
@@ -609,7 +634,9 @@ impl JobDriver for OverlapDriver {
             "tasks_done": self.progress.accepted,
             "totals": self.progress.totals,
         });
-        self.progress.lines.extend_from_slice(line.to_string().as_bytes());
+        self.progress
+            .lines
+            .extend_from_slice(line.to_string().as_bytes());
         self.progress.lines.push(b'\n');
         Ok(progressed)
     }
@@ -633,7 +660,9 @@ impl JobDriver for OverlapDriver {
                 Some(stage) => {
                     self.write_snapshot(output).await?;
                     let name = [INDEX, SCAN, REPORT].get(stage).copied().unwrap_or("?");
-                    output.put_json(PROGRESS_SUMMARY, &self.progress_summary(name)).await?;
+                    output
+                        .put_json(PROGRESS_SUMMARY, &self.progress_summary(name))
+                        .await?;
                 }
             }
             Ok(())
@@ -712,11 +741,15 @@ impl TaskRunner for OverlapRunner {
                 match stage.as_str() {
                     INDEX => {
                         let task: IndexTask = decode("index task", body)?;
-                        encode(&index::run_index(&handle, &task, &output, &settings, attempt)?)
+                        encode(&index::run_index(
+                            &handle, &task, &output, &settings, attempt,
+                        )?)
                     }
                     SCAN => {
                         let task: ScanTask = decode("scan task", body)?;
-                        encode(&scan::run_scan(&handle, &task, &output, &settings, attempt)?)
+                        encode(&scan::run_scan(
+                            &handle, &task, &output, &settings, attempt,
+                        )?)
                     }
                     REPORT => {
                         let task: ReportTask = decode("report task", body)?;

@@ -48,10 +48,9 @@ pub fn eval_ngrams(tokens: &[Token], lengths: &[(u32, u32)]) -> BTreeMap<(u32, S
             let entry = out.entry((eff as u32, text)).or_default();
             entry.configured |= bit;
             if first {
-                entry.offsets.push([
-                    window[0].span.start as u64,
-                    window[eff - 1].span.end as u64,
-                ]);
+                entry
+                    .offsets
+                    .push([window[0].span.start as u64, window[eff - 1].span.end as u64]);
             }
         }
     }
@@ -76,13 +75,17 @@ fn token_hash(bytes: &[u8]) -> u64 {
     for c in &mut chunks {
         let mut w = [0u8; 8];
         w.copy_from_slice(c);
-        h = (h ^ u64::from_le_bytes(w)).wrapping_mul(0x9e37_79b9_7f4a_7c15).rotate_left(31);
+        h = (h ^ u64::from_le_bytes(w))
+            .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+            .rotate_left(31);
     }
     let rest = chunks.remainder();
     if !rest.is_empty() {
         let mut w = [0u8; 8];
         w[..rest.len()].copy_from_slice(rest);
-        h = (h ^ u64::from_le_bytes(w)).wrapping_mul(0x9e37_79b9_7f4a_7c15).rotate_left(31);
+        h = (h ^ u64::from_le_bytes(w))
+            .wrapping_mul(0x9e37_79b9_7f4a_7c15)
+            .rotate_left(31);
     }
     mix(h)
 }
@@ -105,9 +108,9 @@ fn window_key(poly: u64, n: u32) -> u64 {
 
 /// The window key of an n-gram's text.
 fn ngram_key(text: &str, n: u32) -> u64 {
-    let poly = text
-        .split(' ')
-        .fold(0u64, |p, t| p.wrapping_mul(BASE).wrapping_add(token_hash(t.as_bytes())));
+    let poly = text.split(' ').fold(0u64, |p, t| {
+        p.wrapping_mul(BASE).wrapping_add(token_hash(t.as_bytes()))
+    });
     window_key(poly, n)
 }
 
@@ -152,7 +155,10 @@ impl ScanTokens {
             self.prefix.push(p);
         }
         while self.powers.len() <= self.ranges.len() {
-            let last = self.powers.last().map_or(1, |&x: &u64| x.wrapping_mul(BASE));
+            let last = self
+                .powers
+                .last()
+                .map_or(1, |&x: &u64| x.wrapping_mul(BASE));
             self.powers.push(last);
         }
     }
@@ -341,7 +347,9 @@ mod tests {
             let len = (state >> 60) as usize + (state >> 40) as usize % 12;
             let mut text = String::new();
             for _ in 0..len {
-                state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                state = state
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
                 text.push(alphabet[(state >> 33) as usize % alphabet.len()] as char);
             }
             for kind in [
@@ -369,14 +377,20 @@ mod tests {
         let got = eval_ngrams(&tokens, &[(2, 1), (13, 2)]);
         // Tokens: "hello", "wörld", "" → the 2-gram windows and the whole row (3 tokens).
         let keys: Vec<(u32, &str)> = got.keys().map(|(n, s)| (*n, s.as_str())).collect();
-        assert_eq!(keys, vec![(2, "hello wörld"), (2, "wörld "), (3, "hello wörld ")]);
+        assert_eq!(
+            keys,
+            vec![(2, "hello wörld"), (2, "wörld "), (3, "hello wörld ")]
+        );
         assert_eq!(got[&(2, "wörld ".to_string())].offsets, vec![[7, 13]]);
         assert_eq!(got[&(3, "hello wörld ".to_string())].configured, 2);
         assert_eq!(got[&(3, "hello wörld ".to_string())].offsets, vec![[0, 13]]);
         assert_eq!(got[&(2, "hello wörld".to_string())].offsets, vec![[0, 12]]);
         // Two configured lengths with the same effective length: one entry, both bits,
         // each occurrence once.
-        let got = eval_ngrams(&TokenizerKind::Default.tokenize("a b a b"), &[(8, 1), (13, 2)]);
+        let got = eval_ngrams(
+            &TokenizerKind::Default.tokenize("a b a b"),
+            &[(8, 1), (13, 2)],
+        );
         assert_eq!(got.len(), 1);
         let only = got.values().next().unwrap();
         assert_eq!((only.configured, only.offsets.clone()), (3, vec![[0, 7]]));

@@ -119,7 +119,9 @@ impl GzOut {
 
     fn line<T: Serialize>(&mut self, handle: &tokio::runtime::Handle, value: &T) -> Result<()> {
         serde_json::to_writer(&mut self.gz, value).map_err(|e| WorkerError::Job(e.to_string()))?;
-        self.gz.write_all(b"\n").map_err(|e| corrupt(&self.path, e))?;
+        self.gz
+            .write_all(b"\n")
+            .map_err(|e| corrupt(&self.path, e))?;
         if self.gz.get_ref().len() >= PART_BYTES {
             let part = std::mem::take(self.gz.get_mut());
             self.send(handle, part)?;
@@ -204,8 +206,13 @@ pub fn run_report(
             })?;
         }
         events.sort_by(|a, b| {
-            (a.train_row, a.eval_file, a.eval_row, a.n, &a.ngram)
-                .cmp(&(b.train_row, b.eval_file, b.eval_row, b.n, &b.ngram))
+            (a.train_row, a.eval_file, a.eval_row, a.n, &a.ngram).cmp(&(
+                b.train_row,
+                b.eval_file,
+                b.eval_row,
+                b.n,
+                &b.ngram,
+            ))
         });
         type InstanceKey<'k> = (u64, &'k str, u32);
         let mut per_row: BTreeMap<InstanceKey<'_>, (&str, BTreeSet<String>)> = BTreeMap::new();
@@ -215,7 +222,10 @@ pub fn run_report(
                 .get(e.eval_file as usize)
                 .ok_or_else(|| corrupt(train_path, "an event of an unknown eval file"))?;
             let row = rows.get(&(e.eval_file, e.eval_row)).ok_or_else(|| {
-                corrupt(&eval.rows_file, format!("no row {} (an event names it)", e.eval_row))
+                corrupt(
+                    &eval.rows_file,
+                    format!("no row {} (an event names it)", e.eval_row),
+                )
             })?;
             details.line(
                 handle,

@@ -29,7 +29,11 @@ pub fn run_scan(
     attempt: u32,
 ) -> Result<ScanOutput> {
     let index = handle.block_on(load_index(output, &task.segments))?;
-    tracing::debug!(task = task.index, entries = index.len(), "index group loaded");
+    tracing::debug!(
+        task = task.index,
+        entries = index.len(),
+        "index group loaded"
+    );
     let mut events_out = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
     let gz_err = |e: std::io::Error| WorkerError::Job(format!("compressing events: {e}"));
     let mut doc = ScanTokens::default();

@@ -130,10 +130,12 @@ pub fn read_records(
     mut each: impl FnMut(Record<'_>) -> Result<()>,
 ) -> Result<RowCounts> {
     handle.block_on(check_unchanged(file))?;
-    let format = format_of(&file.url).ok_or_else(|| WorkerError::Job(format!(
-        "{}: not a .jsonl, .jsonl.gz, .jsonl.zst or .parquet file",
-        file.url
-    )))?;
+    let format = format_of(&file.url).ok_or_else(|| {
+        WorkerError::Job(format!(
+            "{}: not a .jsonl, .jsonl.gz, .jsonl.zst or .parquet file",
+            file.url
+        ))
+    })?;
     let mut rejected = Rejects::default();
     let rows = match format {
         Format::Parquet => read_parquet(handle, file, text_field, &mut rejected, &mut each)?,
@@ -145,11 +147,11 @@ pub fn read_records(
         None => None,
         Some(_) if rejected.lines.is_empty() => None,
         Some(rejects) => {
-        let mut w: PartWriter = output.put_in_parts(output.child(rejects));
-        handle.block_on(async {
-            w.write(&rejected.lines).await?;
-            w.finish().await
-        })?;
+            let mut w: PartWriter = output.put_in_parts(output.child(rejects));
+            handle.block_on(async {
+                w.write(&rejected.lines).await?;
+                w.finish().await
+            })?;
             Some(rejects.to_string())
         }
     };
@@ -229,11 +231,7 @@ impl Read for ObjectRead<'_> {
 
 /// The gzip file `rel` under `output` (one this job wrote), decompressed as it is
 /// fetched.
-pub fn read_gz<'h>(
-    handle: &'h Handle,
-    output: &StoreUrl,
-    rel: &str,
-) -> Result<impl BufRead + 'h> {
+pub fn read_gz<'h>(handle: &'h Handle, output: &StoreUrl, rel: &str) -> Result<impl BufRead + 'h> {
     let location = output.child(rel);
     let body = handle
         .block_on(output.store.get(&location))
@@ -283,7 +281,10 @@ fn read_jsonl(
         if lines.read_until(b'\n', &mut line).map_err(io_err)? == 0 {
             break;
         }
-        if line.iter().all(|b| matches!(b, b' ' | b'\t' | b'\r' | b'\n')) {
+        if line
+            .iter()
+            .all(|b| matches!(b, b' ' | b'\t' | b'\r' | b'\n'))
+        {
             continue;
         }
         let this = row;
@@ -351,10 +352,7 @@ fn read_parquet(
                 schema.fields().iter().map(|f| f.name()).collect::<Vec<_>>()
             ),
         })?;
-    let mut stream = builder
-        .with_batch_size(4096)
-        .build()
-        .map_err(parquet_err)?;
+    let mut stream = builder.with_batch_size(4096).build().map_err(parquet_err)?;
     let mut row = 0u64;
     while let Some(batch) = handle.block_on(stream.next()) {
         let batch = batch.map_err(parquet_err)?;
@@ -462,7 +460,10 @@ mod tests {
 
     #[test]
     fn formats_are_known_by_name() {
-        assert_eq!(format_of("s3://b/x/train-0.jsonl.zst"), Some(Format::JsonlZst));
+        assert_eq!(
+            format_of("s3://b/x/train-0.jsonl.zst"),
+            Some(Format::JsonlZst)
+        );
         assert_eq!(format_of("a.jsonl.gz"), Some(Format::JsonlGz));
         assert_eq!(format_of("dir.jsonl/a.parquet"), Some(Format::Parquet));
         assert_eq!(format_of("a.jsonl"), Some(Format::Jsonl));

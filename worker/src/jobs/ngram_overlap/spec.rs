@@ -104,7 +104,9 @@ impl OverlapFile {
     pub fn validate(&self) -> std::result::Result<(), String> {
         for (name, side) in [("eval", &self.eval), ("train", &self.train)] {
             if side.paths.is_empty() || side.paths.iter().any(|p| p.trim().is_empty()) {
-                return Err(format!("[{name}] paths: give at least one path, none empty"));
+                return Err(format!(
+                    "[{name}] paths: give at least one path, none empty"
+                ));
             }
             if side.text_field.is_empty() {
                 return Err(format!("[{name}] text_field is empty"));
@@ -217,7 +219,11 @@ workers = 2
             ("n = [13, 8]", "n = [8, 8]", "repeats"),
             ("partitions = 16", "partitions = 0", "partitions"),
             ("tokenizer = \"no_lowercase\"", "tokenizer = \"bpe\"", "bpe"),
-            ("paths = [\"data/eval/*.jsonl.gz\"]", "paths = []", "[eval] paths"),
+            (
+                "paths = [\"data/eval/*.jsonl.gz\"]",
+                "paths = []",
+                "[eval] paths",
+            ),
             ("partitions = 16", "partitions = 16\nbuckets = 3", "line"),
         ] {
             let err = load(&FULL.replace(from, to)).unwrap_err();
