@@ -80,6 +80,8 @@ pub struct CoordinatorState {
     workers: HashMap<String, Registration>,
     /// Lease tokens handed out (part of the next token's seed).
     lease_tokens: u64,
+    /// Checked results whose journal entry is being written, with the write's nonce.
+    journaling: HashMap<TaskId, (u32, Payload, String)>,
 }
 
 pub struct CoordinatorActor;
@@ -194,16 +196,43 @@ impl CoordinatorState {
         }
     }
 
-    async fn accept(&mut self, task: TaskId, attempt: u32, output: Payload) -> Result<()> {
-        self.output
-            .put_json(
-                &journal::task_path(task),
-                &TaskRecord {
-                    attempt,
-                    output: &output,
-                },
-            )
-            .await?;
+    /// Starts writing a checked result's journal entry, off the actor: the actor goes
+    /// on granting tasks, and [`Self::accept`] takes the result when the write is done
+    /// (a [`CoordinatorMsg::Journaled`] with this write's nonce).
+    fn journal(
+        &mut self,
+        myself: ActorRef<CoordinatorMsg>,
+        task: TaskId,
+        attempt: u32,
+        output: Payload,
+    ) {
+        self.lease_tokens += 1;
+        let nonce = lease_token(self.lease_tokens);
+        let store = self.output.clone();
+        let entry = serde_json::to_vec_pretty(&TaskRecord {
+            attempt,
+            output: &output,
+        });
+        self.journaling
+            .insert(task, (attempt, output, nonce.clone()));
+        tokio::spawn(async move {
+            let written = match entry {
+                Ok(bytes) => store
+                    .put(&store.child(&journal::task_path(task)), bytes)
+                    .await
+                    .map_err(|e| e.to_string()),
+                Err(e) => Err(e.to_string()),
+            };
+            let _ = myself.send_message(CoordinatorMsg::Journaled {
+                task: Wire::new(task),
+                nonce,
+                error: Wire::new(written.err()),
+            });
+        });
+    }
+
+    /// Takes a journaled result.
+    async fn accept(&mut self, task: TaskId, output: Payload) -> Result<()> {
         let progressed = self.driver.accept(task, output)?;
         self.driver.record_progress(&self.output, None).await?;
         self.progress.task_done(task.stage.as_str(), progressed);
@@ -377,12 +406,43 @@ impl Actor for CoordinatorActor {
                     }
                 });
                 match result {
-                    Ok(output) => {
-                        if let Err(e) = s.accept(task, attempt, output).await {
-                            s.finish(Err(e));
-                        }
-                    }
+                    Ok(output) => s.journal(myself.clone(), task, attempt, output),
                     Err(failure) => s.attempt_failed(&worker, lease, failure).await,
+                }
+            }
+            CoordinatorMsg::Journaled { task, nonce, error } => {
+                let Wire(Ok(task)) = task else {
+                    return Ok(());
+                };
+                // Only this coordinator's own writes (a peer cannot know the nonce).
+                match s.journaling.get(&task) {
+                    Some((_, _, n)) if *n == nonce => {}
+                    _ => {
+                        tracing::warn!(%task, "a journal confirmation for no write of this coordinator refused");
+                        return Ok(());
+                    }
+                }
+                let Some((attempt, output, _)) = s.journaling.remove(&task) else {
+                    return Ok(());
+                };
+                if matches!(s.phase, Phase::Finished) {
+                    return Ok(());
+                }
+                let result = match error
+                    .0
+                    .unwrap_or_else(|e| Some(format!("undecodable: {e}")))
+                {
+                    Some(what) => Err(JobError::Journal {
+                        path: s.output.display(&s.output.child(&journal::task_path(task))),
+                        what,
+                    }),
+                    None => {
+                        tracing::debug!(%task, attempt, "journaled");
+                        s.accept(task, output).await
+                    }
+                };
+                if let Err(e) = result {
+                    s.finish(Err(e));
                 }
             }
             CoordinatorMsg::NodeLost { node } => {
@@ -642,6 +702,7 @@ async fn run_owned(
         progress,
         workers: HashMap::new(),
         lock_lost,
+        journaling: HashMap::new(),
     };
     if let Some(summary) = state.advance().await? {
         // Crashed after the last task but before the job's final outputs.

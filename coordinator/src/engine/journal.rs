@@ -13,13 +13,17 @@
 
 use std::collections::BTreeMap;
 
+use futures::{StreamExt, TryStreamExt};
 use probeflow_worker::engine::protocol::{Payload, TaskId};
 use probeflow_worker::engine::store::StoreUrl;
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 
 use crate::error::{JobError, Result};
 
-pub const JOURNAL_VERSION: u32 = 3;
+pub const JOURNAL_VERSION: u32 = 4;
+
+/// Journal entries read at once when resuming.
+const JOURNAL_READS_IN_FLIGHT: usize = 64;
 
 /// `job.json`: written once, when the job is planned.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -101,13 +105,29 @@ impl Journal {
                 return Ok(j);
             }
         }
-        for meta in out.list("_job/journal").await? {
-            let name = meta.location.filename().unwrap_or_default().to_string();
-            let Some(task) = name.strip_suffix(".json").and_then(TaskId::parse) else {
-                continue;
-            };
+        // Entries are read concurrently: resuming from 20 000 of them on an object
+        // store takes seconds, not 20 000 round trips one after the other.
+        let entries: Vec<(TaskId, String, object_store::path::Path)> = out
+            .list("_job/journal")
+            .await?
+            .into_iter()
+            .filter_map(|meta| {
+                let name = meta.location.filename().unwrap_or_default().to_string();
+                let task = name.strip_suffix(".json").and_then(TaskId::parse)?;
+                Some((task, name, meta.location))
+            })
+            .collect();
+        let read: Vec<(TaskId, String, Vec<u8>)> = futures::stream::iter(entries.into_iter().map(
+            |(task, name, location)| async move {
+                let bytes = out.get_opt(&location).await?.unwrap_or_default();
+                Ok::<_, JobError>((task, name, bytes.to_vec()))
+            },
+        ))
+        .buffered(JOURNAL_READS_IN_FLIGHT)
+        .try_collect()
+        .await?;
+        for (task, name, bytes) in read {
             let rel = format!("_job/journal/{name}");
-            let bytes = out.get_opt(&meta.location).await?.unwrap_or_default();
             match decode(out, &rel, &bytes) {
                 Ok(record) => {
                     j.tasks.insert(task, record);

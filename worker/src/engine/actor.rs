@@ -84,6 +84,14 @@ pub enum CoordinatorMsg {
         lease: String,
         result: Wire<Result<TaskOutput, TaskFailure>>,
     },
+    /// A result's journal entry was written (`error`: or could not be): sent by the
+    /// coordinator to itself, with the secret `nonce` it gave that write, so the
+    /// result is only taken once it is journaled and the actor never waits on storage.
+    Journaled {
+        task: Wire<TaskId>,
+        nonce: String,
+        error: Wire<Option<String>>,
+    },
     /// A worker node's session ended (cluster mode): its leases are re-queued at once
     /// instead of waiting for them to expire.
     NodeLost { node: String },

@@ -8,7 +8,7 @@
 use serde::{Deserialize, Serialize};
 
 /// Version of the coordinator ↔ worker messages; a worker of another version is refused.
-pub const PROTOCOL_VERSION: u32 = 4;
+pub const PROTOCOL_VERSION: u32 = 5;
 
 /// A task's or a result's body, read only by its job kind.
 pub type Payload = serde_json::Value;

@@ -3,12 +3,18 @@
 //!
 //! A map task writes one *shuffle file*: each non-empty partition is a self-contained
 //! Arrow IPC stream (schema, batches, end marker), and the partitions follow each other
-//! in order. The file's *index* (partition → [`ShuffleSegment`], a byte range and a row
-//! count) is part of the map task's result, so a later task range-reads exactly its
-//! partition from every map's file ([`read_segment`]) and checks the schema and the
-//! row count it was promised. Files are written with
+//! in order. Beside it, the file's *index* (`<shuffle file>.index`, [`index_path`]):
+//! one fixed-size entry per partition ([`INDEX_ENTRY`] bytes: offset, length, rows,
+//! little-endian u64s; all zero for an empty partition). A later task reads its
+//! partition of a map's output with two range reads ([`read_partition`]): its index
+//! entry, then its segment, whose schema and row count are checked against the entry.
+//! So neither a map's result nor a reduce's task carries per-partition byte ranges:
+//! with 20 000 maps × 1 024 partitions, results, tasks and the journal stay small
+//! whatever the task count. Files are written with
 //! [`StoreUrl::put_in_parts`](crate::engine::store::StoreUrl::put_in_parts) as they are
 //! encoded, so a map never holds its whole shuffle file.
+
+use std::collections::BTreeMap;
 
 use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
@@ -88,6 +94,83 @@ pub async fn read_segment(
     Ok(batches)
 }
 
+/// Bytes of one partition's entry in a shuffle file's index.
+pub const INDEX_ENTRY: usize = 24;
+
+/// The index of shuffle file `shuffle_file`.
+pub fn index_path(shuffle_file: &str) -> String {
+    format!("{shuffle_file}.index")
+}
+
+/// The index of a shuffle file of `partitions` partitions, of which `segments` hold
+/// rows.
+pub fn encode_index(partitions: u32, segments: &BTreeMap<u32, ShuffleSegment>) -> Vec<u8> {
+    let mut out = vec![0u8; partitions as usize * INDEX_ENTRY];
+    for (&p, s) in segments.range(..partitions) {
+        let at = p as usize * INDEX_ENTRY;
+        out[at..at + 8].copy_from_slice(&s.offset.to_le_bytes());
+        out[at + 8..at + 16].copy_from_slice(&s.len.to_le_bytes());
+        out[at + 16..at + 24].copy_from_slice(&s.rows.to_le_bytes());
+    }
+    out
+}
+
+/// Writes the index of shuffle file `shuffle_file` (relative to `output`), once the
+/// shuffle file is complete.
+pub async fn write_index(
+    output: &StoreUrl,
+    shuffle_file: &str,
+    partitions: u32,
+    segments: &BTreeMap<u32, ShuffleSegment>,
+) -> Result<()> {
+    output
+        .put(
+            &output.child(&index_path(shuffle_file)),
+            encode_index(partitions, segments),
+        )
+        .await
+}
+
+/// Partition `partition`'s entry in the index of shuffle file `file`.
+pub async fn read_index_entry(
+    output: &StoreUrl,
+    file: &str,
+    partition: u32,
+) -> Result<ShuffleSegment> {
+    let location = output.child(&index_path(file));
+    let at = u64::from(partition) * INDEX_ENTRY as u64;
+    let bytes = output
+        .get_range(&location, at..at + INDEX_ENTRY as u64)
+        .await?;
+    let word = |i: usize| -> Option<u64> {
+        let b: [u8; 8] = bytes.get(i * 8..i * 8 + 8)?.try_into().ok()?;
+        Some(u64::from_le_bytes(b))
+    };
+    match (word(0), word(1), word(2)) {
+        (Some(offset), Some(len), Some(rows)) if bytes.len() == INDEX_ENTRY => {
+            Ok(ShuffleSegment { offset, len, rows })
+        }
+        _ => Err(WorkerError::Shuffle {
+            file: output.display(&location),
+            what: format!("no entry for partition {partition}"),
+        }),
+    }
+}
+
+/// Partition `partition`'s rows in shuffle file `file` (none if it has none).
+pub async fn read_partition(
+    output: &StoreUrl,
+    file: &str,
+    partition: u32,
+    schema: &SchemaRef,
+) -> Result<Vec<RecordBatch>> {
+    let segment = read_index_entry(output, file, partition).await?;
+    if segment.rows == 0 {
+        return Ok(Vec::new());
+    }
+    read_segment(output, file, &segment, schema).await
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -147,5 +230,28 @@ mod tests {
             .await
             .unwrap_err();
         assert!(err.to_string().contains("unexpected schema"), "{err}");
+
+        // The index: partition 1 empty, 0 and 2 hold the two segments.
+        let first = ShuffleSegment {
+            offset: 0,
+            len: a,
+            rows: 2,
+        };
+        let segments = BTreeMap::from([(0, first), (2, second)]);
+        write_index(&out, "shuffle/f.arrows", 3, &segments)
+            .await
+            .unwrap();
+        let rows = |batches: Vec<RecordBatch>| batches.iter().map(|b| b.num_rows()).sum::<usize>();
+        let read = |p| read_partition(&out, "shuffle/f.arrows", p, &schema);
+        assert_eq!(rows(read(0).await.unwrap()), 2);
+        assert_eq!(rows(read(1).await.unwrap()), 0);
+        assert_eq!(rows(read(2).await.unwrap()), 3);
+        let err = read(3).await.unwrap_err();
+        assert!(err.to_string().contains("f.arrows.index"), "{err}");
+        // A torn index is named, not read as zeros.
+        out.put(&out.child("shuffle/f.arrows.index"), vec![0; 30])
+            .await
+            .unwrap();
+        assert!(read(1).await.is_err());
     }
 }

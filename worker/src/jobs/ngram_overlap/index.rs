@@ -20,7 +20,7 @@ use super::protocol::{
 };
 use super::records::stable_hash;
 use super::source::read_records;
-use crate::engine::shuffle::{encode_segment, read_segment, ShuffleSegment};
+use crate::engine::shuffle::{encode_segment, read_partition, write_index, ShuffleSegment};
 use crate::engine::store::StoreUrl;
 use crate::error::{Result, WorkerError};
 
@@ -142,13 +142,15 @@ pub fn run_index(
     let rows_bytes = rows_out
         .finish()
         .map_err(|e| WorkerError::Job(format!("compressing rows: {e}")))?;
+    let index_bytes = shuffle.len() as u64;
     handle.block_on(async {
         output.put(&output.child(&shuffle_file), shuffle).await?;
+        write_index(output, &shuffle_file, settings.partitions, &segments).await?;
         output.put(&output.child(&rows_file), rows_bytes).await
     })?;
     Ok(IndexOutput {
         shuffle_file,
-        segments,
+        index_bytes,
         rows_file,
         counts,
         ngrams,
@@ -156,13 +158,22 @@ pub fn run_index(
     })
 }
 
-/// Loads the index segments of one scan's group into memory.
-pub async fn load_index(output: &StoreUrl, segments: &[(String, ShuffleSegment)]) -> Result<Index> {
+/// Loads one scan's index group (partitions `p % groups == group` of every eval
+/// file's index) into memory.
+pub async fn load_index(
+    output: &StoreUrl,
+    files: &[String],
+    group: u32,
+    groups: u32,
+    partitions: u32,
+) -> Result<Index> {
     let schema = entry_schema();
     let mut index = Index::default();
-    for (file, segment) in segments {
-        for batch in read_segment(output, file, segment, &schema).await? {
-            add_batch(&mut index, file, &batch)?;
+    for file in files {
+        for p in (group..partitions).step_by(groups.max(1) as usize) {
+            for batch in read_partition(output, file, p, &schema).await? {
+                add_batch(&mut index, file, &batch)?;
+            }
         }
     }
     index.seal();

@@ -317,12 +317,7 @@ impl OverlapDriver {
     /// Index groups: enough that one group's entries (in memory about 4× their
     /// encoded size) fit in the plan's budget.
     fn index_groups(&self) -> u32 {
-        let encoded: u64 = self
-            .index
-            .values()
-            .flat_map(|o| o.segments.values())
-            .map(|s| s.len)
-            .sum();
+        let encoded: u64 = self.index.values().map(|o| o.index_bytes).sum();
         let groups = (encoded.saturating_mul(4)).div_ceil(self.plan.index_budget.max(1));
         groups.clamp(1, u64::from(self.settings.partitions)) as u32
     }
@@ -338,15 +333,10 @@ impl OverlapDriver {
         for (t, file) in self.plan.train.iter().enumerate() {
             for group in 0..self.groups {
                 let index = t as u32 * self.groups + group;
-                let segments = self
+                let index_files = self
                     .index
                     .values()
-                    .flat_map(|o| {
-                        o.segments
-                            .iter()
-                            .filter(|(p, _)| *p % self.groups == group)
-                            .map(|(_, s)| (o.shuffle_file.clone(), *s))
-                    })
+                    .map(|o| o.shuffle_file.clone())
                     .collect();
                 tasks.push(TaskSpec {
                     id: scan_id(index),
@@ -356,7 +346,7 @@ impl OverlapDriver {
                         file: file.clone(),
                         group,
                         groups: self.groups,
-                        segments,
+                        index_files,
                         lengths: lengths.iter().copied().collect(),
                     })?,
                 });
@@ -532,9 +522,6 @@ impl JobDriver for OverlapDriver {
                     return Err(format!("files not planned for this attempt: {o:?}"));
                 }
                 check_rejects("eval", t.eval_file, &o.counts.rejects_file)?;
-                if let Some(p) = o.segments.keys().find(|&&p| p >= self.settings.partitions) {
-                    return Err(format!("a partition {p} of {}", self.settings.partitions));
-                }
                 let longest = self.settings.n.iter().max().copied().unwrap_or(0);
                 if o.lengths.iter().any(|&n| n == 0 || n > longest) {
                     return Err(format!("n-gram lengths {:?} beyond {longest}", o.lengths));
@@ -710,6 +697,7 @@ async fn discard_attempt(job: &JobContext, task: TaskId, attempt: u32) -> Result
     let files = match task.stage.as_str() {
         INDEX => vec![
             index_shuffle_path(task.index, attempt),
+            crate::engine::shuffle::index_path(&index_shuffle_path(task.index, attempt)),
             eval_rows_path(task.index, attempt),
         ],
         SCAN => vec![events_path(task.index, attempt)],

@@ -17,7 +17,6 @@ use serde::{Deserialize, Serialize};
 
 use super::tokenize::TokenizerKind;
 use crate::engine::protocol::TaskId;
-use crate::engine::shuffle::ShuffleSegment;
 
 /// Index the eval files' n-grams.
 pub const INDEX: &str = "index";
@@ -131,10 +130,11 @@ impl RowCounts {
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct IndexOutput {
-    /// The index shuffle file (relative to the output root).
+    /// The index shuffle file (relative to the output root; its partitions' byte
+    /// ranges are in its shuffle index).
     pub shuffle_file: String,
-    /// Partition → its entries' byte range (only non-empty partitions).
-    pub segments: BTreeMap<u32, ShuffleSegment>,
+    /// Encoded bytes of its entries (what sizes the index groups).
+    pub index_bytes: u64,
     /// The valid rows file.
     pub rows_file: String,
     pub counts: RowCounts,
@@ -153,8 +153,9 @@ pub struct ScanTask {
     /// The index group (one of `groups`) this task holds.
     pub group: u32,
     pub groups: u32,
-    /// Index segments of the group: (shuffle file, segment).
-    pub segments: Vec<(String, ShuffleSegment)>,
+    /// Every eval file's index shuffle file, in eval order; the scan reads the
+    /// partitions `p` with `p % groups == group` of each.
+    pub index_files: Vec<String>,
     /// The effective lengths the index holds.
     pub lengths: Vec<u32>,
 }

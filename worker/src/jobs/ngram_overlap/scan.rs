@@ -28,7 +28,13 @@ pub fn run_scan(
     settings: &Settings,
     attempt: u32,
 ) -> Result<ScanOutput> {
-    let index = handle.block_on(load_index(output, &task.segments))?;
+    let index = handle.block_on(load_index(
+        output,
+        &task.index_files,
+        task.group,
+        task.groups,
+        settings.partitions,
+    ))?;
     tracing::debug!(
         task = task.index,
         entries = index.len(),

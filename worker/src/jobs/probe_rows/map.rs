@@ -22,7 +22,7 @@ use super::key;
 use super::protocol::{MapOutput, MapTask, Settings};
 use super::validate::{rejects_batch, AddressCache, Reason, Validator};
 use crate::engine::protocol::JobContext;
-use crate::engine::shuffle::ShuffleSegment;
+use crate::engine::shuffle::{self, ShuffleSegment};
 use crate::engine::store::{PartWriter, StoreUrl, PART_BYTES};
 use crate::error::{Result, WorkerError};
 
@@ -31,6 +31,18 @@ use crate::error::{Result, WorkerError};
 /// accepted one.
 pub fn shuffle_path(index: usize, attempt: u32) -> String {
     format!("_job/shuffle/map-{index:05}-a{attempt}.arrow")
+}
+
+/// The attempt whose shuffle file map task `index` reported (the inverse of
+/// [`shuffle_path`]).
+pub fn attempt_of_shuffle_file(index: usize, shuffle_file: &str) -> Option<u32> {
+    let prefix = format!("_job/shuffle/map-{index:05}-a");
+    let attempt: u32 = shuffle_file
+        .strip_prefix(&prefix)?
+        .strip_suffix(".arrow")?
+        .parse()
+        .ok()?;
+    (shuffle_path(index, attempt) == shuffle_file).then_some(attempt)
 }
 
 /// The rejects file of attempt `attempt` of map task `index`, relative to the output
@@ -62,8 +74,10 @@ pub async fn discard_late_output(job: &JobContext, index: usize, attempt: u32) -
     if !output.exists(&output.child("_SUCCESS")).await? {
         return Ok(false);
     }
+    let shuffle_file = shuffle_path(index, attempt);
+    output.delete(&output.child(&shuffle_file)).await?;
     output
-        .delete(&output.child(&shuffle_path(index, attempt)))
+        .delete(&output.child(&shuffle::index_path(&shuffle_file)))
         .await?;
     output
         .delete(&output.child(&rejects_path(index, attempt)))
@@ -226,6 +240,7 @@ pub async fn run_map(
     }
     drop(segment);
     upload.finish().await?;
+    shuffle::write_index(&output, &shuffle_file, settings.shards, &segments).await?;
 
     let rejects_file = match rejects_out {
         Some(mut r) => {
@@ -245,7 +260,6 @@ pub async fn run_map(
     );
     Ok(MapOutput {
         shuffle_file,
-        segments,
         input_rows,
         kept_rows,
         rejected,
@@ -351,7 +365,6 @@ mod tests {
         };
         let late = MapOutput {
             shuffle_file: shuffle_path(3, 2),
-            segments: BTreeMap::new(),
             input_rows: 0,
             kept_rows: 0,
             rejected: BTreeMap::new(),

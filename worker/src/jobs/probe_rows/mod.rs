@@ -293,7 +293,7 @@ impl JobDriver for ProbeRowsDriver {
             1 => {
                 let maps: Vec<(usize, &MapOutput)> =
                     self.maps.iter().map(|(i, m)| (*i, m)).collect();
-                plan::plan_reduces(self.settings.shards, &maps)
+                plan::plan_reduces(self.settings.shards, &maps)?
                     .iter()
                     .map(|r| {
                         Ok(TaskSpec {
@@ -320,7 +320,7 @@ impl JobDriver for ProbeRowsDriver {
                     decode("map task", task.body.clone()).map_err(|e| e.to_string())?;
                 let m: MapOutput =
                     decode("map result", output.clone()).map_err(|e| e.to_string())?;
-                result_check::check_map(&t, attempt, &self.settings, &m)
+                result_check::check_map(&t, attempt, &m)
             }
             REDUCE => {
                 let t: ReduceTask =

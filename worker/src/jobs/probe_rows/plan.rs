@@ -2,11 +2,12 @@
 //! tasks of roughly equal rows (never across files): consecutive row groups up to
 //! `rows_per_task`, and a row group larger than that in row ranges of at most
 //! `rows_per_task` each, so a map's memory follows the settings, not the input's row
-//! groups. Reduce tasks are
-//! one per partition and are made once every map task has reported its segments.
+//! groups. Reduce tasks are one per partition and are made once every map task has
+//! reported.
 
 use super::manifest::InputFile;
-use super::protocol::{MapOutput, MapTask, ReduceTask};
+use super::map::attempt_of_shuffle_file;
+use super::protocol::{MapAttempts, MapOutput, MapTask, ReduceTask};
 use crate::engine::store;
 use futures::{StreamExt, TryStreamExt};
 
@@ -141,17 +142,31 @@ pub async fn input_changes(url: &str, planned: &[InputFile]) -> Result<Vec<Strin
     Ok(changes)
 }
 
-/// One reduce task per partition, from all map outputs (in map order).
-pub fn plan_reduces(shards: u32, maps: &[(usize, &MapOutput)]) -> Vec<ReduceTask> {
-    (0..shards)
+/// One reduce task per partition, from all map outputs (every map, in map order):
+/// each names the accepted attempt of every map, run-length encoded.
+pub fn plan_reduces(shards: u32, maps: &[(usize, &MapOutput)]) -> Result<Vec<ReduceTask>> {
+    let attempts = maps
+        .iter()
+        .enumerate()
+        .map(|(k, (i, m))| {
+            if k != *i {
+                return Err(WorkerError::Job(format!("no result for map task {k}")));
+            }
+            attempt_of_shuffle_file(*i, &m.shuffle_file).ok_or_else(|| {
+                WorkerError::Job(format!(
+                    "map task {i}: {:?} is not a shuffle file name",
+                    m.shuffle_file
+                ))
+            })
+        })
+        .collect::<Result<Vec<u32>>>()?;
+    let runs = MapAttempts::from_attempts(attempts);
+    Ok((0..shards)
         .map(|p| ReduceTask {
             partition: p,
-            inputs: maps
-                .iter()
-                .filter_map(|(_, m)| m.segments.get(&p).map(|s| (m.shuffle_file.clone(), *s)))
-                .collect(),
+            maps: runs.clone(),
         })
-        .collect()
+        .collect())
 }
 
 #[cfg(test)]
@@ -164,6 +179,38 @@ mod tests {
             skip_rows,
             rows,
         }
+    }
+
+    #[test]
+    fn reduce_tasks_name_every_maps_attempt_in_runs() {
+        let out = |i: usize, a: u32| MapOutput {
+            shuffle_file: super::super::map::shuffle_path(i, a),
+            input_rows: 1,
+            kept_rows: 1,
+            rejected: Default::default(),
+            rejects_file: None,
+        };
+        let outs: Vec<MapOutput> = [1, 1, 2, 1, 1]
+            .iter()
+            .enumerate()
+            .map(|(i, &a)| out(i, a))
+            .collect();
+        let maps: Vec<(usize, &MapOutput)> = outs.iter().enumerate().collect();
+        let reduces = plan_reduces(3, &maps).unwrap();
+        assert_eq!(reduces.len(), 3);
+        assert_eq!(reduces[2].partition, 2);
+        assert_eq!(reduces[0].maps.0, vec![(0, 2, 1), (2, 1, 2), (3, 2, 1)]);
+        let each: Vec<(usize, u32)> = reduces[0].maps.iter().collect();
+        assert_eq!(each, vec![(0, 1), (1, 1), (2, 2), (3, 1), (4, 1)]);
+        // 20 000 maps without a retry: one run.
+        let many = MapAttempts::from_attempts(std::iter::repeat_n(1, 20_000));
+        assert_eq!(many.0, vec![(0, 20_000, 1)]);
+        // A gap (a map without a result) or a foreign file name is an error.
+        let gap: Vec<(usize, &MapOutput)> = vec![(0, &outs[0]), (2, &outs[2])];
+        assert!(plan_reduces(3, &gap).is_err());
+        let mut forged = out(0, 1);
+        forged.shuffle_file = "manifest.json".into();
+        assert!(plan_reduces(1, &[(0, &forged)]).is_err());
     }
 
     #[test]

@@ -10,7 +10,6 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use crate::engine::protocol::TaskId;
-use crate::engine::shuffle::ShuffleSegment;
 
 /// The map stage: one task per input row range.
 pub const MAP: &str = "map";
@@ -165,13 +164,13 @@ pub struct MapTask {
     pub rows: u64,
 }
 
-/// A map task's result.
+/// A map task's result. Its partitions' byte ranges are in the shuffle file's index
+/// ([`crate::engine::shuffle::index_path`]), not here: results stay small whatever the
+/// partition count.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct MapOutput {
     /// Shuffle file path, relative to the output root.
     pub shuffle_file: String,
-    /// Partition → its byte range in the shuffle file (only non-empty partitions).
-    pub segments: BTreeMap<u32, ShuffleSegment>,
     pub input_rows: u64,
     pub kept_rows: u64,
     /// Reject reason → rows.
@@ -184,8 +183,36 @@ pub struct MapOutput {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReduceTask {
     pub partition: u32,
-    /// (shuffle file relative to the output root, segment) for every map output that has rows.
-    pub inputs: Vec<(String, ShuffleSegment)>,
+    /// The accepted attempt of every map task, whose shuffle file (and its index) the
+    /// reduce reads its partition from, in map order.
+    pub maps: MapAttempts,
+}
+
+/// The accepted attempt of every map task `0..n`, run-length encoded: runs of
+/// `(first map, maps, attempt)`. One run when no map was retried, so a reduce task's
+/// size does not grow with the number of maps.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct MapAttempts(pub Vec<(u32, u32, u32)>);
+
+impl MapAttempts {
+    /// From each map's attempt, in map order.
+    pub fn from_attempts(attempts: impl IntoIterator<Item = u32>) -> MapAttempts {
+        let mut runs: Vec<(u32, u32, u32)> = Vec::new();
+        for (i, attempt) in attempts.into_iter().enumerate() {
+            match runs.last_mut() {
+                Some((_, n, a)) if *a == attempt => *n += 1,
+                _ => runs.push((i as u32, 1, attempt)),
+            }
+        }
+        MapAttempts(runs)
+    }
+
+    /// Every (map, attempt), in map order.
+    pub fn iter(&self) -> impl Iterator<Item = (usize, u32)> + '_ {
+        self.0
+            .iter()
+            .flat_map(|&(first, n, attempt)| (first..first + n).map(move |i| (i as usize, attempt)))
+    }
 }
 
 /// One written shard.
@@ -206,6 +233,9 @@ pub struct ShardInfo {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReduceOutput {
     pub shards: Vec<ShardInfo>,
+    /// Measurements read from the maps' shuffle files (each segment's count checked
+    /// against its index entry).
+    pub input_rows: u64,
 }
 
 /// The shard file name of a partition.

@@ -3,7 +3,7 @@
 //! `RowBuilder` into the partition's `train` and `test` ArrayRecord shards.
 //!
 //! ```text
-//! range reads of segment p ─► SegmentStream ─► SortExec on the 45-byte key (FairSpillPool,
+//! every map's index entry p, then segment p ─► SegmentStream ─► SortExec on the 45-byte key (FairSpillPool,
 //!   spills to scratch) ─► (src, event_time, dst, rtt) order ─► RowBuilder per source ─► shard
 //! ```
 //!
@@ -15,6 +15,7 @@
 use std::io::Read;
 use std::net::IpAddr;
 use std::path::{Path as FsPath, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
 use arrow::array::AsArray;
@@ -36,19 +37,26 @@ use probeflow_reader::array_record::{ArrayRecordWriter, WriterOptions};
 use probeflow_reader::row::{addr::addr_from_bytes, RowBuilder, Split, SplitRule};
 
 use super::key;
-use super::protocol::{shard_path, ReduceOutput, ReduceTask, Settings, ShardInfo};
+use super::map::shuffle_path;
+use super::protocol::{shard_path, MapAttempts, ReduceOutput, ReduceTask, Settings, ShardInfo};
 use crate::engine::job::WorkerConfig;
 use crate::engine::protocol::JobContext;
 use crate::engine::scratch::JobScratch;
-use crate::engine::shuffle::{self, ShuffleSegment};
+use crate::engine::shuffle;
 use crate::engine::store::StoreUrl;
 use crate::error::{Result, WorkerError};
 
-/// Feeds the partition's segments, fetched one by one, into the sort.
+/// Maps whose index entry and segment are fetched at once.
+const FETCHES_IN_FLIGHT: usize = 16;
+
+/// Feeds the partition's segment of every map's shuffle file, in map order (a few
+/// fetched ahead), into the sort; counts the rows it read.
 #[derive(Debug)]
 struct SegmentStream {
     output: StoreUrl,
-    inputs: Vec<(String, ShuffleSegment)>,
+    partition: u32,
+    maps: MapAttempts,
+    rows: Arc<AtomicU64>,
 }
 
 impl PartitionStream for SegmentStream {
@@ -58,14 +66,26 @@ impl PartitionStream for SegmentStream {
 
     fn execute(&self, _ctx: Arc<TaskContext>) -> SendableRecordBatchStream {
         let output = self.output.clone();
-        let batches = futures::stream::iter(self.inputs.clone())
-            .then(move |(file, seg)| {
+        let partition = self.partition;
+        let rows = self.rows.clone();
+        let files: Vec<String> = self
+            .maps
+            .iter()
+            .map(|(i, attempt)| shuffle_path(i, attempt))
+            .collect();
+        let batches = futures::stream::iter(files)
+            .map(move |file| {
                 let output = output.clone();
+                let rows = rows.clone();
                 async move {
-                    let batches = shuffle::read_segment(&output, &file, &seg, &key::SCHEMA).await?;
+                    let batches =
+                        shuffle::read_partition(&output, &file, partition, &key::SCHEMA).await?;
+                    let n: usize = batches.iter().map(|b| b.num_rows()).sum();
+                    rows.fetch_add(n as u64, Ordering::Relaxed);
                     Ok::<_, WorkerError>(futures::stream::iter(batches.into_iter().map(Ok)))
                 }
             })
+            .buffered(FETCHES_IN_FLIGHT)
             .try_flatten()
             .map_err(|e: WorkerError| datafusion::error::DataFusionError::External(Box::new(e)));
         Box::pin(RecordBatchStreamAdapter::new(key::SCHEMA.clone(), batches))
@@ -142,11 +162,14 @@ async fn reduce_into(
             .with_batch_size(8192),
         runtime,
     );
+    let read_rows = Arc::new(AtomicU64::new(0));
     let source = StreamingTableExec::try_new(
         key::SCHEMA.clone(),
         vec![Arc::new(SegmentStream {
             output: output.clone(),
-            inputs: task.inputs.clone(),
+            partition: task.partition,
+            maps: task.maps.clone(),
+            rows: read_rows.clone(),
         })],
         None,
         Vec::<LexOrdering>::new(),
@@ -235,7 +258,10 @@ async fn reduce_into(
         upload_s = (started.elapsed() - grouped).as_secs_f64(),
         "reduce timings"
     );
-    Ok(ReduceOutput { shards: infos })
+    Ok(ReduceOutput {
+        shards: infos,
+        input_rows: read_rows.load(Ordering::Relaxed),
+    })
 }
 
 fn split_index(split: Split) -> usize {
