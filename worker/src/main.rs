@@ -351,7 +351,13 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    match runtime.block_on(run(plan, cookie)) {
+    let ran = runtime.block_on(run(plan, cookie));
+    tracing::info!(
+        bytes = probeflow_worker::engine::actor::LARGEST_MESSAGE
+            .load(std::sync::atomic::Ordering::Relaxed),
+        "largest message field sent"
+    );
+    match ran {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
             eprintln!("worker: {e:#}");

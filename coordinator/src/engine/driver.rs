@@ -665,6 +665,7 @@ async fn run_owned(
             record
         }
     };
+    let replay_started = Instant::now();
     let mut driver = spec.file.open(&output, record.plan).await?;
     let progress = Progress::new(&driver.progress_plan());
     let mut accepted = HashSet::new();
@@ -680,6 +681,13 @@ async fn run_owned(
         }
     }
     let resumed = accepted.len() as u64;
+    if resumed > 0 {
+        tracing::info!(
+            results = resumed,
+            seconds = replay_started.elapsed().as_secs_f64(),
+            "journal replayed"
+        );
+    }
     let job = JobContext {
         job_id: fingerprint.clone(),
         kind: spec.kind.name().to_string(),
@@ -740,6 +748,11 @@ async fn run_owned(
     if let Some(settings) = cluster {
         let (node, result) = serve_cluster(coordinator, coordinator_handle, rx, settings).await?;
         node.stop(None);
+        tracing::info!(
+            bytes = probeflow_worker::engine::actor::LARGEST_MESSAGE
+                .load(std::sync::atomic::Ordering::Relaxed),
+            "largest message field sent"
+        );
         let (tasks_run, summary) = result??;
         return Ok(RunOutcome::Completed {
             summary,

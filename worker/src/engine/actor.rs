@@ -10,7 +10,7 @@
 //! payloads are [`Wire`] values, JSON on the wire, carrying only metadata and URIs.
 
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -38,12 +38,18 @@ impl<T> Wire<T> {
     }
 }
 
+/// The largest message field this process encoded for the network, in bytes (logged
+/// when a job ends; ractor_cluster refuses frames beyond 16 MiB).
+pub static LARGEST_MESSAGE: AtomicUsize = AtomicUsize::new(0);
+
 impl<T: Serialize + DeserializeOwned> BytesConvertable for Wire<T> {
     fn into_bytes(self) -> Vec<u8> {
-        serde_json::to_vec(&self.0).unwrap_or_else(|e| {
+        let bytes = serde_json::to_vec(&self.0).unwrap_or_else(|e| {
             serde_json::to_vec(&Err::<(), _>(format!("unencodable message: {e}")))
                 .unwrap_or_default()
-        })
+        });
+        LARGEST_MESSAGE.fetch_max(bytes.len(), Ordering::Relaxed);
+        bytes
     }
 
     fn from_bytes(bytes: Vec<u8>) -> Self {
@@ -272,6 +278,14 @@ impl Actor for WorkerActor {
                 ) {
                     Ok(s) => match state.faults.before_task(s.path()) {
                         Err(e) => Ok(Err(e)),
+                        Ok(()) if state.faults.simulates_tasks() => {
+                            Ok(runner.simulated(&assignment).ok_or_else(|| {
+                                crate::error::WorkerError::Job(format!(
+                                    "the {} job kind cannot simulate its tasks",
+                                    assignment.job.kind
+                                ))
+                            }))
+                        }
                         Ok(()) => {
                             let env = TaskEnv {
                                 config: &state.config,

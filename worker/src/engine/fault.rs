@@ -11,7 +11,10 @@
 //!   than the lease);
 //! * `scratch-full`: every task fails as if the scratch disk were full (ENOSPC);
 //! * `forge-results`: report results the coordinator must refuse: for a lease this
-//!   worker does not hold, and for its own lease with paths it was not given.
+//!   worker does not hold, and for its own lease with paths it was not given;
+//! * `simulate-tasks`: do no work, report the result the job kind would give a task
+//!   of that shape (the scale simulation drives the real scheduler, journal and
+//!   transport with tens of thousands of tasks this way).
 
 use crate::error::{Result, WorkerError};
 
@@ -26,6 +29,7 @@ pub enum Fault {
     SlowReport(std::time::Duration),
     ScratchFull,
     ForgeResults,
+    SimulateTasks,
 }
 
 /// The faults this worker injects (none in builds without `fault-injection`).
@@ -55,6 +59,7 @@ impl Faults {
             "park-before-report" => Fault::ParkBeforeReport,
             "scratch-full" => Fault::ScratchFull,
             "forge-results" => Fault::ForgeResults,
+            "simulate-tasks" => Fault::SimulateTasks,
             other => match other
                 .strip_prefix("slow-report:")
                 .and_then(|ms| ms.parse().ok())
@@ -63,7 +68,7 @@ impl Faults {
                 None => {
                     return Err(WorkerError::Cluster(format!(
                         "{FAULT_ENV}={other:?}: the faults are park-before-report, \
-                         slow-report:<ms>, scratch-full and forge-results"
+                         slow-report:<ms>, scratch-full, forge-results and simulate-tasks"
                     )))
                 }
             },
@@ -113,6 +118,15 @@ impl Faults {
         }
     }
 
+    /// Whether this worker simulates its tasks instead of running them
+    /// (`simulate-tasks`).
+    pub fn simulates_tasks(&self) -> bool {
+        #[cfg(feature = "fault-injection")]
+        return self.fault == Some(Fault::SimulateTasks);
+        #[cfg(not(feature = "fault-injection"))]
+        false
+    }
+
     /// Whether this worker forges results (`forge-results`).
     pub fn forges_results(&self) -> bool {
         #[cfg(feature = "fault-injection")]
@@ -143,6 +157,7 @@ mod tests {
             Faults::parse("scratch-full").unwrap().get(),
             Some(Fault::ScratchFull)
         );
+        assert!(Faults::parse("simulate-tasks").unwrap().simulates_tasks());
     }
 
     #[cfg(not(feature = "fault-injection"))]

@@ -169,6 +169,11 @@ pub trait TaskRunner: Send {
     /// what the attempt wrote if the job finished without it. True if anything was
     /// removed.
     fn discard_unreported<'a>(&'a self, task: &'a Assignment) -> BoxFuture<'a, Result<bool>>;
+    /// Fault injection (`simulate-tasks`, test builds): the result this task would
+    /// give, without doing its work (`None`: the kind cannot simulate).
+    fn simulated(&self, _task: &Assignment) -> Option<Payload> {
+        None
+    }
     /// Fault injection (`forge-results`, test builds): the result with paths this
     /// attempt was not given. The default forges nothing.
     fn forged(&self, _task: &Assignment, output: Payload) -> Payload {

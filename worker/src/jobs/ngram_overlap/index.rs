@@ -6,7 +6,6 @@
 //! for and every occurrence's offsets. Entries are written in (partition, row, length,
 //! n-gram) order, so an attempt's bytes depend only on the file and the settings.
 
-use std::io::Write;
 use std::sync::Arc;
 
 use arrow::array::{
@@ -14,6 +13,7 @@ use arrow::array::{
 };
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 
+use super::gzip_jsonl::GzipJsonl;
 use super::ngrams::{eval_ngrams, EvalOccurrence, Index};
 use super::protocol::{
     eval_rows_path, index_shuffle_path, rejects_path, EvalRow, IndexOutput, IndexTask, Settings,
@@ -68,7 +68,8 @@ pub fn run_index(
     let mut parts: Vec<PartitionRows> = (0..settings.partitions)
         .map(|_| PartitionRows::default())
         .collect();
-    let mut rows_out = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    let rows_file = eval_rows_path(task.eval_file, attempt);
+    let mut rows_out = GzipJsonl::new(output, &rows_file);
     let mut ngrams = 0u64;
     let mut present = std::collections::BTreeSet::new();
     let counts = read_records(
@@ -96,16 +97,14 @@ pub fn run_index(
                 ngrams += 1;
                 present.insert(n);
             }
-            let line = serde_json::to_vec(&EvalRow {
-                row: record.row,
-                id,
-                text: record.text.to_string(),
-            })
-            .map_err(|e| WorkerError::Job(e.to_string()))?;
-            rows_out
-                .write_all(&line)
-                .and_then(|()| rows_out.write_all(b"\n"))
-                .map_err(|e| WorkerError::Job(format!("compressing rows: {e}")))?;
+            rows_out.line(
+                handle,
+                &EvalRow {
+                    row: record.row,
+                    id,
+                    text: record.text.to_string(),
+                },
+            )?;
             Ok(())
         },
     )?;
@@ -138,15 +137,11 @@ pub fn run_index(
         );
     }
     let shuffle_file = index_shuffle_path(task.eval_file, attempt);
-    let rows_file = eval_rows_path(task.eval_file, attempt);
-    let rows_bytes = rows_out
-        .finish()
-        .map_err(|e| WorkerError::Job(format!("compressing rows: {e}")))?;
+    rows_out.finish(handle)?;
     let index_bytes = shuffle.len() as u64;
     handle.block_on(async {
         output.put(&output.child(&shuffle_file), shuffle).await?;
-        write_index(output, &shuffle_file, settings.partitions, &segments).await?;
-        output.put(&output.child(&rows_file), rows_bytes).await
+        write_index(output, &shuffle_file, settings.partitions, &segments).await
     })?;
     Ok(IndexOutput {
         shuffle_file,

@@ -21,8 +21,10 @@
 //! * [`source`]: JSONL / gzip / zstd / Parquet records; [`records`]: dataset names,
 //!   record ids, the stable hash; [`tokenize`]: the tokenizers, with Python's
 //!   `str.lower()` and `\s` semantics exactly; [`ngrams`]: n-grams and the index.
-//! * [`index`], [`scan`], [`report`]: the three tasks.
+//! * [`index`], [`scan`], [`report`]: the three tasks; [`gzip_jsonl`]: their
+//!   streamed gzip outputs.
 
+pub mod gzip_jsonl;
 pub mod index;
 pub mod ngrams;
 pub mod protocol;

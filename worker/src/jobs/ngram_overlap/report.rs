@@ -11,16 +11,17 @@
 //! texts and ids are loaded), the second writes the records a training file at a time.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::io::{BufRead, Write};
+use std::io::BufRead;
 
 use serde::{Deserialize, Serialize};
 
+use super::gzip_jsonl::GzipJsonl;
 use super::protocol::{
     instances_path, EvalRow, OutputFile, ReportOutput, ReportTask, ScanEvent, Settings, DETAILS,
     STATS,
 };
 use super::source::read_gz;
-use crate::engine::store::{StoreUrl, PART_BYTES};
+use crate::engine::store::StoreUrl;
 use crate::error::{Result, WorkerError};
 
 /// One line of `stats/overlap_details.jsonl.gz`.
@@ -97,61 +98,6 @@ fn for_each_line<T: serde::de::DeserializeOwned>(
     }
 }
 
-/// A gzip file written in parts as it is compressed, with its blake3.
-struct GzOut {
-    path: String,
-    gz: flate2::write::GzEncoder<Vec<u8>>,
-    upload: crate::engine::store::PartWriter,
-    hash: blake3::Hasher,
-    bytes: u64,
-}
-
-impl GzOut {
-    fn new(output: &StoreUrl, path: &str) -> GzOut {
-        GzOut {
-            path: path.to_string(),
-            gz: flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default()),
-            upload: output.put_in_parts(output.child(path)),
-            hash: blake3::Hasher::new(),
-            bytes: 0,
-        }
-    }
-
-    fn line<T: Serialize>(&mut self, handle: &tokio::runtime::Handle, value: &T) -> Result<()> {
-        serde_json::to_writer(&mut self.gz, value).map_err(|e| WorkerError::Job(e.to_string()))?;
-        self.gz
-            .write_all(b"\n")
-            .map_err(|e| corrupt(&self.path, e))?;
-        if self.gz.get_ref().len() >= PART_BYTES {
-            let part = std::mem::take(self.gz.get_mut());
-            self.send(handle, part)?;
-        }
-        Ok(())
-    }
-
-    fn send(&mut self, handle: &tokio::runtime::Handle, part: Vec<u8>) -> Result<()> {
-        self.hash.update(&part);
-        self.bytes += part.len() as u64;
-        handle.block_on(self.upload.write(&part))
-    }
-
-    fn finish(mut self, handle: &tokio::runtime::Handle) -> Result<OutputFile> {
-        let rest = std::mem::replace(
-            &mut self.gz,
-            flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default()),
-        )
-        .finish()
-        .map_err(|e| corrupt(&self.path, e))?;
-        self.send(handle, rest)?;
-        handle.block_on(self.upload.finish())?;
-        Ok(OutputFile {
-            path: self.path,
-            bytes: self.bytes,
-            blake3: self.hash.finalize().to_hex().to_string(),
-        })
-    }
-}
-
 /// Runs the report (on a blocking thread: call through `spawn_blocking`).
 pub fn run_report(
     handle: &tokio::runtime::Handle,
@@ -193,7 +139,7 @@ pub fn run_report(
     }
 
     // Pass 2: the details and the per-training-file instances.
-    let mut details = GzOut::new(output, DETAILS);
+    let mut details = GzipJsonl::new(output, DETAILS);
     let mut detail_count = 0u64;
     let mut files = Vec::new();
     let train_files = task.train.len() as u32;
@@ -259,7 +205,7 @@ pub fn run_report(
                     .insert(row.id.clone());
             }
         }
-        let mut out = GzOut::new(output, &instances_path(t as u32, train_files));
+        let mut out = GzipJsonl::new(output, &instances_path(t as u32, train_files));
         for ((train_row, dataset, n), (doc_id, ids)) in &per_row {
             out.line(
                 handle,

@@ -7,18 +7,17 @@
 //! [`ScanEvent`] per (eval row, n-gram) it shares, with every occurrence on both
 //! sides. The training n-gram stream itself is never stored or shuffled.
 //!
-//! Events go to one gzip JSONL file per attempt, in (training row, eval file, eval row,
+//! Events go to one gzip JSONL file per attempt, streamed out as they come, in (training row, eval file, eval row,
 //! length, n-gram) order.
 
-use std::collections::BTreeMap;
-use std::io::Write;
-
+use super::gzip_jsonl::GzipJsonl;
 use super::index::load_index;
 use super::ngrams::{Index, ScanTokens};
 use super::protocol::{events_path, rejects_path, ScanEvent, ScanOutput, ScanTask, Settings};
 use super::source::read_records;
 use crate::engine::store::StoreUrl;
-use crate::error::{Result, WorkerError};
+use crate::error::Result;
+use std::collections::BTreeMap;
 
 /// Runs scan task `task` (on a blocking thread: call through `spawn_blocking`).
 pub fn run_scan(
@@ -40,8 +39,8 @@ pub fn run_scan(
         entries = index.len(),
         "index group loaded"
     );
-    let mut events_out = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
-    let gz_err = |e: std::io::Error| WorkerError::Job(format!("compressing events: {e}"));
+    let events_file = events_path(task.index, attempt);
+    let mut events_out = GzipJsonl::new(output, &events_file);
     let mut doc = ScanTokens::default();
     let mut ngrams = 0u64;
     let mut events = 0u64;
@@ -79,17 +78,13 @@ pub fn run_scan(
             }
             let id = record.id()?;
             for event in document_events(&index, &found, record.row, &id, record.text) {
-                serde_json::to_writer(&mut events_out, &event)
-                    .map_err(|e| WorkerError::Job(e.to_string()))?;
-                events_out.write_all(b"\n").map_err(gz_err)?;
+                events_out.line(handle, &event)?;
                 events += 1;
             }
             Ok(())
         },
     )?;
-    let events_file = events_path(task.index, attempt);
-    let bytes = events_out.finish().map_err(gz_err)?;
-    handle.block_on(output.put(&output.child(&events_file), bytes))?;
+    events_out.finish(handle)?;
     Ok(ScanOutput {
         train_file: task.train_file,
         group: task.group,

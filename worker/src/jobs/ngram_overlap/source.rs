@@ -235,7 +235,7 @@ pub fn read_gz<'h>(handle: &'h Handle, output: &StoreUrl, rel: &str) -> Result<i
     let location = output.child(rel);
     let body = handle
         .block_on(output.store.get(&location))
-        .map_err(|e| WorkerError::store(&output.display(&location), e))?;
+        .map_err(|e| WorkerError::store(output.display(&location), e))?;
     let raw = ObjectRead {
         handle,
         stream: body.into_stream(),

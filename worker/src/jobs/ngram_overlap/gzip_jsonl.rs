@@ -1,0 +1,74 @@
+//! Gzip JSON-lines outputs, streamed to the object store in parts as they are
+//! compressed, so a task's memory does not grow with what it writes. The gzip header
+//! has no name and no time: the same lines give the same bytes.
+
+use std::io::Write;
+
+use serde::Serialize;
+
+use super::protocol::OutputFile;
+use crate::engine::store::{StoreUrl, PART_BYTES};
+use crate::error::{Result, WorkerError};
+
+fn corrupt(file: &str, what: impl std::fmt::Display) -> WorkerError {
+    WorkerError::Corrupt {
+        file: file.to_string(),
+        what: what.to_string(),
+    }
+}
+
+/// A gzip JSON-lines file written in parts as it is compressed (memory: one part),
+/// with its blake3.
+pub struct GzipJsonl {
+    path: String,
+    gz: flate2::write::GzEncoder<Vec<u8>>,
+    upload: crate::engine::store::PartWriter,
+    hash: blake3::Hasher,
+    bytes: u64,
+}
+
+impl GzipJsonl {
+    pub fn new(output: &StoreUrl, path: &str) -> GzipJsonl {
+        GzipJsonl {
+            path: path.to_string(),
+            gz: flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default()),
+            upload: output.put_in_parts(output.child(path)),
+            hash: blake3::Hasher::new(),
+            bytes: 0,
+        }
+    }
+
+    pub fn line<T: Serialize>(&mut self, handle: &tokio::runtime::Handle, value: &T) -> Result<()> {
+        serde_json::to_writer(&mut self.gz, value).map_err(|e| WorkerError::Job(e.to_string()))?;
+        self.gz
+            .write_all(b"\n")
+            .map_err(|e| corrupt(&self.path, e))?;
+        if self.gz.get_ref().len() >= PART_BYTES {
+            let part = std::mem::take(self.gz.get_mut());
+            self.send(handle, part)?;
+        }
+        Ok(())
+    }
+
+    fn send(&mut self, handle: &tokio::runtime::Handle, part: Vec<u8>) -> Result<()> {
+        self.hash.update(&part);
+        self.bytes += part.len() as u64;
+        handle.block_on(self.upload.write(&part))
+    }
+
+    pub fn finish(mut self, handle: &tokio::runtime::Handle) -> Result<OutputFile> {
+        let rest = std::mem::replace(
+            &mut self.gz,
+            flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default()),
+        )
+        .finish()
+        .map_err(|e| corrupt(&self.path, e))?;
+        self.send(handle, rest)?;
+        handle.block_on(self.upload.finish())?;
+        Ok(OutputFile {
+            path: self.path,
+            bytes: self.bytes,
+            blake3: self.hash.finalize().to_hex().to_string(),
+        })
+    }
+}
