@@ -258,7 +258,9 @@ def make_corpus(root: Path) -> tuple[list[Path], list[Path]]:
     return sorted(eval_dir.iterdir()), sorted(train_dir.iterdir())
 
 
-def overlap_job(path: Path, eval_urls, train_urls, output, mode="local", workers=2, port=0, extra="") -> Path:
+def overlap_job(path: Path, eval_urls, train_urls, output, mode="local", workers=2, port=0,
+                index_memory=None) -> Path:
+    memory = "" if index_memory is None else f'memory = "{index_memory}"\n'
     path.write_text(f"""
 kind = "ngram_overlap"
 [eval]
@@ -269,7 +271,7 @@ paths = {json.dumps([str(u) for u in train_urls])}
 n = {N_VALUES}
 [index]
 partitions = 8
-[output]
+{memory}[output]
 url = "{output}"
 [run]
 mode = "{mode}"
@@ -278,7 +280,6 @@ listen = "127.0.0.1:{port}"
 memory_per_worker = "256MiB"
 scratch = "{path.parent / 'scratch'}"
 lease_seconds = 60
-{extra}
 """)
     return path
 
@@ -372,6 +373,16 @@ def test_same_bytes_with_one_worker_and_with_index_groups(corpus, local_run, tmp
     assert output_files(out) == output_files(local_run)
     again = run(["run", str(spec)])
     assert "already complete" in again.stdout + again.stderr
+    # An index too big for one scan's memory: scanned in groups (each training file
+    # once per group), the same bytes.
+    out = tmp_path / "out-groups"
+    spec = overlap_job(tmp_path / "groups.toml", eval_files, [root / "in" / "train"], out,
+                       index_memory="4KiB")
+    run(["run", str(spec)])
+    summary = json.loads((out / "progress_summary.json").read_text())
+    assert summary["index_groups"] == 8, summary
+    assert len(list((out / "_job" / "journal").glob("scan-*.json"))) == 8 * len(train_files)
+    assert output_files(out) == output_files(local_run)
 
 
 def test_input_on_the_s3_server(corpus, local_run, s3):

@@ -14,8 +14,8 @@
 //! ```
 //!
 //! The training n-gram stream is never stored or shuffled: memory is the index group
-//! a scan holds (groups are cut so that one fits in half of `memory_per_worker`) plus
-//! one document.
+//! a scan holds (groups are cut so that one fits in `[index] memory`, by default half
+//! of `memory_per_worker`) plus one document.
 //!
 //! * [`spec`]: the job file; [`protocol`]: stages, tasks, results, file names.
 //! * [`source`]: JSONL / gzip / zstd / Parquet records; [`records`]: dataset names,
@@ -240,10 +240,16 @@ impl JobFile for OverlapFile {
                 .into_iter()
                 .map(|(_, f)| f)
                 .collect();
+            let index_budget = self
+                .index
+                .memory
+                .as_deref()
+                .and_then(crate::engine::units::parse_bytes)
+                .unwrap_or(hints.memory_per_worker / 2);
             encode(&Plan {
                 eval,
                 train,
-                index_budget: hints.memory_per_worker / 2,
+                index_budget,
             })
         })
     }

@@ -75,6 +75,10 @@ pub struct IndexSpec {
     /// Partitions of the test-side n-gram index (by `stable_hash("n:ngram")`).
     #[serde(default = "default_partitions")]
     pub partitions: u32,
+    /// The most index a scan task loads (e.g. `"512MiB"`); default: half of `[run]
+    /// memory_per_worker`. A larger index is scanned in groups of partitions, each
+    /// training file once per group.
+    pub memory: Option<String>,
 }
 
 fn default_partitions() -> u32 {
@@ -85,6 +89,7 @@ impl Default for IndexSpec {
     fn default() -> Self {
         IndexSpec {
             partitions: default_partitions(),
+            memory: None,
         }
     }
 }
@@ -134,14 +139,24 @@ impl OverlapFile {
                 self.index.partitions
             ));
         }
+        if let Some(m) = &self.index.memory {
+            match crate::engine::units::parse_bytes(m) {
+                Some(b) if b > 0 => {}
+                _ => {
+                    return Err(format!(
+                        "[index] memory: {m:?} is not a size (e.g. \"512MiB\")"
+                    ))
+                }
+            }
+        }
         if self.output.url.is_empty() {
             return Err("[output] url is empty".into());
         }
         Ok(())
     }
 
-    /// blake3 of what determines the output bytes (the partition count does not: it
-    /// only decides where an n-gram is looked up).
+    /// blake3 of what determines the output bytes (not `[index]`: it only decides
+    /// where an n-gram is looked up and how the index is split).
     pub fn fingerprint(&self) -> String {
         let canonical = serde_json::json!({
             "kind": super::NAME,
@@ -218,6 +233,7 @@ workers = 2
             ("n = [13, 8]", "n = [13, 0]", "is not a length"),
             ("n = [13, 8]", "n = [8, 8]", "repeats"),
             ("partitions = 16", "partitions = 0", "partitions"),
+            ("partitions = 16", "memory = \"lots\"", "[index] memory"),
             ("tokenizer = \"no_lowercase\"", "tokenizer = \"bpe\"", "bpe"),
             (
                 "paths = [\"data/eval/*.jsonl.gz\"]",
@@ -235,7 +251,8 @@ workers = 2
     #[test]
     fn the_fingerprint_ignores_how_the_index_is_partitioned() {
         let a: OverlapFile = toml::from_str(FULL).unwrap();
-        let b: OverlapFile = toml::from_str(&FULL.replace("partitions = 16", "")).unwrap();
+        let b: OverlapFile =
+            toml::from_str(&FULL.replace("partitions = 16", "memory = \"1KiB\"")).unwrap();
         let c: OverlapFile = toml::from_str(&FULL.replace("[13, 8]", "[13]")).unwrap();
         assert_eq!(a.fingerprint(), b.fingerprint());
         assert_ne!(a.fingerprint(), c.fingerprint());
