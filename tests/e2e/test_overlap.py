@@ -106,7 +106,9 @@ def read_rows(path: Path, field: str = "text"):
         except ValueError:
             rows.append(None)
             continue
-        rows.append(rec if isinstance(rec, dict) and isinstance(rec.get(field), str) else None)
+        usable = (isinstance(rec, dict) and isinstance(rec.get(field), str)
+                  and not isinstance(rec.get("id"), (list, dict)))
+        rows.append(rec if usable else None)
     return rows
 
 
@@ -247,6 +249,7 @@ def make_corpus(root: Path) -> tuple[list[Path], list[Path]]:
     parts = [docs[i::4] for i in range(4)]
     lines = [json.dumps({"id": f"d{i}", "text": t}, ensure_ascii=False) for i, t in enumerate(parts[0])]
     lines.insert(2, json.dumps({"id": "bad", "text": 42}))
+    lines.insert(4, json.dumps({"id": ["not", "an", "id"], "text": "never matches anything"}))
     (train_dir / "train-00000.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
     body = "".join(json.dumps({"text": t, "src": "web", "i": i}) + "\n" for i, t in enumerate(parts[1]))
     (train_dir / "train-00001.jsonl.gz").write_bytes(gzip.compress(body.encode(), mtime=0))
@@ -349,7 +352,7 @@ def test_the_job_matches_the_plain_python_reference(corpus, local_run):
     assert all(s["instance_ids"] for s in stats), "a dataset without any overlap"
     rejects = sorted((local_run / "rejects").glob("*.jsonl"))
     reasons = [json.loads(line)["reason"] for f in rejects for line in f.read_text().splitlines()]
-    assert sorted(reasons) == ["invalid_json", "text_not_a_string", "text_not_a_string"]
+    assert sorted(reasons) == ["bad_id", "invalid_json", "text_not_a_string", "text_not_a_string"]
     # The log of progress: snapshots and a summary per stage.
     assert list((local_run / "progress").glob("progress-*.jsonl"))
     assert json.loads((local_run / ".SUCCESS").read_text())["fingerprint"]

@@ -301,6 +301,12 @@ fn read_jsonl(
             rejected.add(&file.url, this, Reason::NotAnObject, &line);
             continue;
         };
+        // An id no rule turns into a string is refused whether or not the row is
+        // ever asked for its id (a training document only is when it overlaps).
+        if matches!(map.get("id"), Some(Value::Array(_) | Value::Object(_))) {
+            rejected.add(&file.url, this, Reason::BadId, &line);
+            continue;
+        }
         let text = match map.get(text_field) {
             None => {
                 rejected.add(&file.url, this, Reason::NoText, &line);
