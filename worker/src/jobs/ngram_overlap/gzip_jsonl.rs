@@ -10,6 +10,9 @@ use super::protocol::OutputFile;
 use crate::engine::store::{StoreUrl, PART_BYTES};
 use crate::error::{Result, WorkerError};
 
+/// Lines staged before they are compressed.
+const STAGED_BYTES: usize = 256 << 10;
+
 fn corrupt(file: &str, what: impl std::fmt::Display) -> WorkerError {
     WorkerError::Corrupt {
         file: file.to_string(),
@@ -21,6 +24,8 @@ fn corrupt(file: &str, what: impl std::fmt::Display) -> WorkerError {
 /// with its blake3.
 pub struct GzipJsonl {
     path: String,
+    /// Lines not yet compressed.
+    lines: Vec<u8>,
     gz: flate2::write::GzEncoder<Vec<u8>>,
     upload: crate::engine::store::PartWriter,
     hash: blake3::Hasher,
@@ -31,6 +36,7 @@ impl GzipJsonl {
     pub fn new(output: &StoreUrl, path: &str) -> GzipJsonl {
         GzipJsonl {
             path: path.to_string(),
+            lines: Vec::new(),
             gz: flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default()),
             upload: output.put_in_parts(output.child(path)),
             hash: blake3::Hasher::new(),
@@ -39,14 +45,26 @@ impl GzipJsonl {
     }
 
     pub fn line<T: Serialize>(&mut self, handle: &tokio::runtime::Handle, value: &T) -> Result<()> {
-        serde_json::to_writer(&mut self.gz, value).map_err(|e| WorkerError::Job(e.to_string()))?;
-        self.gz
-            .write_all(b"\n")
-            .map_err(|e| corrupt(&self.path, e))?;
+        serde_json::to_writer(&mut self.lines, value)
+            .map_err(|e| WorkerError::Job(e.to_string()))?;
+        self.lines.push(b'\n');
+        if self.lines.len() >= STAGED_BYTES {
+            self.compress_staged()?;
+        }
         if self.gz.get_ref().len() >= PART_BYTES {
             let part = std::mem::take(self.gz.get_mut());
             self.send(handle, part)?;
         }
+        Ok(())
+    }
+
+    /// Hands the staged lines to the compressor in one write (the compressor does
+    /// work per write whatever its size: small writes would cost more than the data).
+    fn compress_staged(&mut self) -> Result<()> {
+        self.gz
+            .write_all(&self.lines)
+            .map_err(|e| corrupt(&self.path, e))?;
+        self.lines.clear();
         Ok(())
     }
 
@@ -57,6 +75,7 @@ impl GzipJsonl {
     }
 
     pub fn finish(mut self, handle: &tokio::runtime::Handle) -> Result<OutputFile> {
+        self.compress_staged()?;
         let rest = std::mem::replace(
             &mut self.gz,
             flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default()),

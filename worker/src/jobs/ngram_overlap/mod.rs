@@ -36,6 +36,7 @@ pub mod spec;
 pub mod tokenize;
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
 
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 
@@ -86,7 +87,7 @@ impl JobKind for NgramOverlap {
     }
 
     fn runner(&self) -> Box<dyn TaskRunner> {
-        Box::new(OverlapRunner)
+        Box::new(OverlapRunner::default())
     }
 
     fn describe_finished<'a>(
@@ -717,8 +718,15 @@ async fn discard_attempt(job: &JobContext, task: TaskId, attempt: u32) -> Result
     Ok(true)
 }
 
-/// Runs overlap tasks on a worker (each on a blocking thread).
-struct OverlapRunner;
+/// The index group a scan loaded: (job, group, groups, index files).
+type GroupKey = (String, u32, u32, Vec<String>);
+
+/// Runs overlap tasks on a worker (each on a blocking thread); keeps the index group
+/// of its last scan for the next scan of the same group.
+#[derive(Default)]
+struct OverlapRunner {
+    index: Option<(GroupKey, Arc<ngrams::Index>)>,
+}
 
 impl TaskRunner for OverlapRunner {
     fn run<'a>(
@@ -733,31 +741,65 @@ impl TaskRunner for OverlapRunner {
             let stage = a.task.id.stage.as_str().to_string();
             let body = a.task.body.clone();
             let attempt = a.attempt;
-            let joined = tokio::task::spawn_blocking(move || -> Result<Payload> {
-                match stage.as_str() {
-                    INDEX => {
-                        let task: IndexTask = decode("index task", body)?;
-                        encode(&index::run_index(
-                            &handle, &task, &output, &settings, attempt,
-                        )?)
+            let scan: Option<ScanTask> = match stage.as_str() {
+                SCAN => Some(decode("scan task", body.clone())?),
+                _ => None,
+            };
+            let group: Option<GroupKey> = scan.as_ref().map(|t| {
+                (
+                    a.job.job_id.clone(),
+                    t.group,
+                    t.groups,
+                    t.index_files.clone(),
+                )
+            });
+            let cached = match (&self.index, &group) {
+                (Some((key, index)), Some(want)) if key == want => Some(index.clone()),
+                _ => None,
+            };
+            let joined = tokio::task::spawn_blocking(
+                move || -> Result<(Payload, Option<Arc<ngrams::Index>>)> {
+                    match (stage.as_str(), scan) {
+                        (SCAN, Some(task)) => {
+                            let index = match cached {
+                                Some(index) => index,
+                                None => Arc::new(handle.block_on(index::load_index(
+                                    &output,
+                                    &task.index_files,
+                                    task.group,
+                                    task.groups,
+                                    settings.partitions,
+                                ))?),
+                            };
+                            let out = scan::run_scan(
+                                &handle, &task, &index, &output, &settings, attempt,
+                            )?;
+                            Ok((encode(&out)?, Some(index)))
+                        }
+                        (INDEX, _) => {
+                            let task: IndexTask = decode("index task", body)?;
+                            let out =
+                                index::run_index(&handle, &task, &output, &settings, attempt)?;
+                            Ok((encode(&out)?, None))
+                        }
+                        (REPORT, _) => {
+                            let task: ReportTask = decode("report task", body)?;
+                            let out = report::run_report(&handle, &task, &output, &settings)?;
+                            Ok((encode(&out)?, None))
+                        }
+                        (other, _) => Err(WorkerError::Job(format!(
+                            "no stage {other:?} in an overlap job"
+                        ))),
                     }
-                    SCAN => {
-                        let task: ScanTask = decode("scan task", body)?;
-                        encode(&scan::run_scan(
-                            &handle, &task, &output, &settings, attempt,
-                        )?)
-                    }
-                    REPORT => {
-                        let task: ReportTask = decode("report task", body)?;
-                        encode(&report::run_report(&handle, &task, &output, &settings)?)
-                    }
-                    other => Err(WorkerError::Job(format!(
-                        "no stage {other:?} in an overlap job"
-                    ))),
-                }
-            })
+                },
+            )
             .await;
-            joined.map_err(|e| WorkerError::Job(format!("the task's thread failed: {e}")))?
+            let (out, index) = joined
+                .map_err(|e| WorkerError::Job(format!("the task's thread failed: {e}")))??;
+            if let (Some(key), Some(index)) = (group, index) {
+                self.index = Some((key, index));
+            }
+            Ok(out)
         })
     }
 

@@ -274,24 +274,35 @@ pub struct Index {
     /// Window key → the first entry with that key; `next` chains the others.
     first: HashMap<u64, u32, BuildHasherDefault<PassThrough>>,
     next: Vec<u32>,
-    /// (length, text) → entry, while building.
-    by_text: HashMap<(u32, String), u32>,
 }
 
 const END: u32 = u32::MAX;
 
 impl Index {
+    /// The entry of n-gram `ngram` of length `n`, if indexed, and its key.
+    fn entry_of(&self, n: u32, ngram: &str) -> (u64, Option<u32>) {
+        let key = ngram_key(ngram, n);
+        let mut e = self.first.get(&key).copied().unwrap_or(END);
+        while e != END {
+            let entry = &self.entries[e as usize];
+            if entry.n == n && entry.ngram == ngram {
+                return (key, Some(e));
+            }
+            e = self.next[e as usize];
+        }
+        (key, None)
+    }
+
     /// Adds one eval row's occurrence of an n-gram.
     pub fn add(&mut self, n: u32, ngram: &str, occurrence: EvalOccurrence) {
-        if let Some(&e) = self.by_text.get(&(n, ngram.to_string())) {
+        let (key, found) = self.entry_of(n, ngram);
+        if let Some(e) = found {
             self.entries[e as usize].occurrences.push(occurrence);
             return;
         }
         let e = self.entries.len() as u32;
-        let key = ngram_key(ngram, n);
         let previous = self.first.insert(key, e).unwrap_or(END);
         self.next.push(previous);
-        self.by_text.insert((n, ngram.to_string()), e);
         self.entries.push(IndexEntry {
             n,
             ngram: ngram.to_string(),
@@ -299,10 +310,8 @@ impl Index {
         });
     }
 
-    /// Drops what only building needs, and puts every entry's occurrences in (file,
-    /// row) order.
+    /// Puts every entry's occurrences in (file, row) order.
     pub fn seal(&mut self) {
-        self.by_text = HashMap::new();
         for e in &mut self.entries {
             e.occurrences.sort_by_key(|o| (o.eval_file, o.eval_row));
         }

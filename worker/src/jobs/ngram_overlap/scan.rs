@@ -1,17 +1,17 @@
 //! The scan task: one training file streamed past one group of index partitions.
 //!
 //! The group's entries are loaded into an [`Index`] (its size is what the planner
-//! bounds with `memory_per_worker`); the file is read record by record and never held
+//! bounds with `[index] memory`; a worker keeps it for its next scan of the same
+//! group); the file is read record by record and never held
 //! whole. For each document, every window of every effective length the index holds is
 //! looked up; only a document with a match is given its id and written out, as one
 //! [`ScanEvent`] per (eval row, n-gram) it shares, with every occurrence on both
 //! sides. The training n-gram stream itself is never stored or shuffled.
 //!
-//! Events go to one gzip JSONL file per attempt, streamed out as they come, in (training row, eval file, eval row,
-//! length, n-gram) order.
+//! Events go to one gzip JSONL file per attempt, streamed out as they come, in
+//! (training row, eval file, eval row, length, n-gram) order.
 
 use super::gzip_jsonl::GzipJsonl;
-use super::index::load_index;
 use super::ngrams::{Index, ScanTokens};
 use super::protocol::{events_path, rejects_path, ScanEvent, ScanOutput, ScanTask, Settings};
 use super::source::read_records;
@@ -19,26 +19,16 @@ use crate::engine::store::StoreUrl;
 use crate::error::Result;
 use std::collections::BTreeMap;
 
-/// Runs scan task `task` (on a blocking thread: call through `spawn_blocking`).
+/// Runs scan task `task` with its index group `index` (loaded by
+/// [`super::index::load_index`]) on a blocking thread (call through `spawn_blocking`).
 pub fn run_scan(
     handle: &tokio::runtime::Handle,
     task: &ScanTask,
+    index: &Index,
     output: &StoreUrl,
     settings: &Settings,
     attempt: u32,
 ) -> Result<ScanOutput> {
-    let index = handle.block_on(load_index(
-        output,
-        &task.index_files,
-        task.group,
-        task.groups,
-        settings.partitions,
-    ))?;
-    tracing::debug!(
-        task = task.index,
-        entries = index.len(),
-        "index group loaded"
-    );
     let events_file = events_path(task.index, attempt);
     let mut events_out = GzipJsonl::new(output, &events_file);
     let mut doc = ScanTokens::default();
@@ -77,7 +67,7 @@ pub fn run_scan(
                 return Ok(());
             }
             let id = record.id()?;
-            for event in document_events(&index, &found, record.row, &id, record.text) {
+            for event in document_events(index, &found, record.row, &id, record.text) {
                 events_out.line(handle, &event)?;
                 events += 1;
             }

@@ -83,7 +83,12 @@ pub struct Record<'a> {
 }
 
 enum IdSource<'a> {
-    Json(&'a Map<String, Value>),
+    /// A JSONL line, decoded whole the first time its id is asked for.
+    Line {
+        line: &'a [u8],
+        parsed: &'a mut Option<Map<String, Value>>,
+        file: &'a str,
+    },
     Parquet {
         batch: &'a RecordBatch,
         index: usize,
@@ -96,7 +101,23 @@ impl Record<'_> {
     /// The record's id: its `id`, else the hash of the whole record.
     pub fn id(&mut self) -> Result<String> {
         match &mut self.id {
-            IdSource::Json(map) => record_id(map),
+            IdSource::Line { line, parsed, file } => {
+                if parsed.is_none() {
+                    match serde_json::from_slice::<Value>(line) {
+                        Ok(Value::Object(map)) => **parsed = Some(map),
+                        _ => {
+                            return Err(WorkerError::Corrupt {
+                                file: file.to_string(),
+                                what: "a line read as an object does not decode as one".into(),
+                            })
+                        }
+                    }
+                }
+                match parsed.as_ref() {
+                    Some(map) => record_id(map),
+                    None => Err(WorkerError::Job("no record".into())),
+                }
+            }
             IdSource::Parquet {
                 batch,
                 index,
@@ -293,35 +314,45 @@ fn read_jsonl(
             rejected.add(&file.url, this, Reason::InvalidUtf8, &line);
             continue;
         }
-        let Ok(parsed) = serde_json::from_slice::<Value>(&line) else {
-            rejected.add(&file.url, this, Reason::InvalidJson, &line);
-            continue;
-        };
-        let Value::Object(map) = parsed else {
-            rejected.add(&file.url, this, Reason::NotAnObject, &line);
-            continue;
+        // Only the text and the id's kind are decoded (the text borrowed from the
+        // line when it has no escapes); the whole record only when its id is asked for.
+        let light = match light_record(&line, text_field) {
+            Ok(light) => light,
+            Err(_) => {
+                let reason = match serde_json::from_slice::<Value>(&line) {
+                    Ok(_) => Reason::NotAnObject,
+                    Err(_) => Reason::InvalidJson,
+                };
+                rejected.add(&file.url, this, reason, &line);
+                continue;
+            }
         };
         // An id no rule turns into a string is refused whether or not the row is
         // ever asked for its id (a training document only is when it overlaps).
-        if matches!(map.get("id"), Some(Value::Array(_) | Value::Object(_))) {
+        if light.id == Some(JsonKind::Compound) {
             rejected.add(&file.url, this, Reason::BadId, &line);
             continue;
         }
-        let text = match map.get(text_field) {
+        let text = match light.text {
             None => {
                 rejected.add(&file.url, this, Reason::NoText, &line);
                 continue;
             }
-            Some(Value::String(s)) => s.as_str(),
-            Some(_) => {
+            Some(JsonValue::Str(s)) => s,
+            Some(JsonValue::Other(_)) => {
                 rejected.add(&file.url, this, Reason::TextNotAString, &line);
                 continue;
             }
         };
+        let mut parsed = None;
         match each(Record {
             row: this,
-            text,
-            id: IdSource::Json(&map),
+            text: &text,
+            id: IdSource::Line {
+                line: &line,
+                parsed: &mut parsed,
+                file: &file.url,
+            },
         }) {
             Ok(()) => {}
             Err(WorkerError::BadRecord(_)) => rejected.add(&file.url, this, Reason::BadId, &line),
@@ -408,6 +439,146 @@ fn read_parquet(
     Ok(row)
 }
 
+/// What kind of JSON value a field holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum JsonKind {
+    /// null, a boolean, a number.
+    Scalar,
+    /// An array or an object.
+    Compound,
+}
+
+/// A field's value: a string (borrowed from the line when it has no escapes) or
+/// another kind.
+#[derive(Debug, PartialEq, Eq)]
+enum JsonValue<'a> {
+    Str(std::borrow::Cow<'a, str>),
+    Other(JsonKind),
+}
+
+impl<'de> serde::Deserialize<'de> for JsonValue<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = JsonValue<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON value")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> std::result::Result<Self::Value, E> {
+                Ok(JsonValue::Str(std::borrow::Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> std::result::Result<Self::Value, E> {
+                Ok(JsonValue::Str(std::borrow::Cow::Owned(v.to_string())))
+            }
+            fn visit_string<E>(self, v: String) -> std::result::Result<Self::Value, E> {
+                Ok(JsonValue::Str(std::borrow::Cow::Owned(v)))
+            }
+            fn visit_bool<E>(self, _: bool) -> std::result::Result<Self::Value, E> {
+                Ok(JsonValue::Other(JsonKind::Scalar))
+            }
+            fn visit_i64<E>(self, _: i64) -> std::result::Result<Self::Value, E> {
+                Ok(JsonValue::Other(JsonKind::Scalar))
+            }
+            fn visit_u64<E>(self, _: u64) -> std::result::Result<Self::Value, E> {
+                Ok(JsonValue::Other(JsonKind::Scalar))
+            }
+            fn visit_f64<E>(self, _: f64) -> std::result::Result<Self::Value, E> {
+                Ok(JsonValue::Other(JsonKind::Scalar))
+            }
+            fn visit_unit<E>(self) -> std::result::Result<Self::Value, E> {
+                Ok(JsonValue::Other(JsonKind::Scalar))
+            }
+            fn visit_none<E>(self) -> std::result::Result<Self::Value, E> {
+                Ok(JsonValue::Other(JsonKind::Scalar))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> std::result::Result<Self::Value, A::Error> {
+                while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+                Ok(JsonValue::Other(JsonKind::Compound))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> std::result::Result<Self::Value, A::Error> {
+                while map
+                    .next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?
+                    .is_some()
+                {}
+                Ok(JsonValue::Other(JsonKind::Compound))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// Of a JSON object: its text field and the kind of its `id` (the last of each, as
+/// Python's `json.loads` keeps the last of repeated keys).
+struct LightRecord<'a> {
+    text: Option<JsonValue<'a>>,
+    id: Option<JsonKind>,
+}
+
+/// Decodes `line` as a JSON object, keeping only its text field `text_field` and the
+/// kind of its `id`; an error if it is not a JSON object.
+fn light_record<'a>(line: &'a [u8], text_field: &str) -> serde_json::Result<LightRecord<'a>> {
+    struct Seed<'f>(&'f str);
+    impl<'de> serde::de::DeserializeSeed<'de> for Seed<'_> {
+        type Value = LightRecord<'de>;
+        fn deserialize<D: serde::Deserializer<'de>>(
+            self,
+            d: D,
+        ) -> std::result::Result<Self::Value, D::Error> {
+            struct V<'f>(&'f str);
+            impl<'de> serde::de::Visitor<'de> for V<'_> {
+                type Value = LightRecord<'de>;
+                fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                    f.write_str("a JSON object")
+                }
+                fn visit_map<A: serde::de::MapAccess<'de>>(
+                    self,
+                    mut map: A,
+                ) -> std::result::Result<Self::Value, A::Error> {
+                    let mut out = LightRecord {
+                        text: None,
+                        id: None,
+                    };
+                    while let Some(key) = map.next_key::<JsonValue<'de>>()? {
+                        let JsonValue::Str(key) = key else {
+                            map.next_value::<serde::de::IgnoredAny>()?;
+                            continue;
+                        };
+                        if key == self.0 {
+                            let value = map.next_value::<JsonValue<'de>>()?;
+                            if key == "id" {
+                                out.id = Some(kind_of(&value));
+                            }
+                            out.text = Some(value);
+                        } else if key == "id" {
+                            out.id = Some(kind_of(&map.next_value::<JsonValue<'de>>()?));
+                        } else {
+                            map.next_value::<serde::de::IgnoredAny>()?;
+                        }
+                    }
+                    Ok(out)
+                }
+            }
+            d.deserialize_map(V(self.0))
+        }
+    }
+    fn kind_of(v: &JsonValue<'_>) -> JsonKind {
+        match v {
+            JsonValue::Str(_) => JsonKind::Scalar,
+            JsonValue::Other(k) => *k,
+        }
+    }
+    let mut de = serde_json::Deserializer::from_slice(line);
+    let record = serde::de::DeserializeSeed::deserialize(Seed(text_field), &mut de)?;
+    de.end()?;
+    Ok(record)
+}
+
 /// Whether a column's values come out of `to_pylist()` as what JSON gives us (str,
 /// int, float, bool, None, and lists and dicts of those), so a record hash over them
 /// is Python's.
@@ -463,6 +634,48 @@ fn batch_as_json(file: &str, batch: &RecordBatch) -> Result<Vec<Map<String, Valu
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_light_decode_keeps_the_text_and_the_ids_kind_as_python_would() {
+        let text = |line: &str| match light_record(line.as_bytes(), "text").unwrap().text {
+            Some(JsonValue::Str(s)) => Some(s.into_owned()),
+            _ => None,
+        };
+        assert_eq!(
+            text(r#"{"a": [1, {"b": 2}], "text": "plain"}"#).as_deref(),
+            Some("plain")
+        );
+        assert_eq!(
+            text(r#"{"text": "tab\there \u00e9 \ud83d\ude00"}"#).as_deref(),
+            Some("tab\there é 😀")
+        );
+        // Repeated keys: the last one (json.loads keeps the last).
+        assert_eq!(
+            text(r#"{"text": "first", "text": "last"}"#).as_deref(),
+            Some("last")
+        );
+        let light = light_record(br#"{"text": null, "id": {"x": 1}}"#, "text").unwrap();
+        assert_eq!(light.text, Some(JsonValue::Other(JsonKind::Scalar)));
+        assert_eq!(light.id, Some(JsonKind::Compound));
+        let light = light_record(br#"{"id": 7, "body": "x"}"#, "text").unwrap();
+        assert!(light.text.is_none());
+        assert_eq!(light.id, Some(JsonKind::Scalar));
+        // The text field named "id" is both.
+        let light = light_record(br#"{"id": "abc"}"#, "id").unwrap();
+        assert_eq!(light.text, Some(JsonValue::Str("abc".into())));
+        for bad in [
+            &br#"[1, 2]"#[..],
+            br#""text""#,
+            br#"{"text": "x"} trailing"#,
+            br#"{"text": "x""#,
+        ] {
+            assert!(
+                light_record(bad, "text").is_err(),
+                "{}",
+                String::from_utf8_lossy(bad)
+            );
+        }
+    }
 
     #[test]
     fn formats_are_known_by_name() {
