@@ -17,7 +17,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
 
-use super::tokenize::{python_isspace, Token, TokenizerKind};
+use super::tokenize::{Token, TokenizerKind};
 
 /// One eval n-gram of one row: the configured lengths it stands for (bit set) and its
 /// occurrences `[start, end)` in code points of the original text.
@@ -114,6 +114,28 @@ fn ngram_key(text: &str, n: u32) -> u64 {
     window_key(poly, n)
 }
 
+const SPACE: u8 = 1;
+const PUNCTUATION: u8 = 2;
+
+/// Of each ASCII byte: whether Python's `\s` matches it ([`SPACE`]) and whether it is
+/// in `string.punctuation` ([`PUNCTUATION`]).
+static ASCII_CLASS: [u8; 256] = {
+    let mut t = [0u8; 256];
+    let mut b = 0;
+    while b < 128 {
+        let c = b as u8;
+        // \t \n \v \f \r, the information separators U+001C–U+001F, space.
+        if (c >= 9 && c <= 13) || (c >= 0x1c && c <= 0x20) {
+            t[b] |= SPACE;
+        }
+        if c.is_ascii_punctuation() {
+            t[b] |= PUNCTUATION;
+        }
+        b += 1;
+    }
+    t
+};
+
 /// A training document's tokens, ready for window lookups.
 #[derive(Default)]
 pub struct ScanTokens {
@@ -172,10 +194,12 @@ impl ScanTokens {
         if lower {
             self.buffer.make_ascii_lowercase();
         }
-        let separator = |b: u8| {
-            let c = b as char;
-            python_isspace(c) || (!whitespace_only && c.is_ascii_punctuation())
+        let kinds = if whitespace_only {
+            SPACE
+        } else {
+            SPACE | PUNCTUATION
         };
+        let separator = |b: u8| ASCII_CLASS[b as usize] & kinds != 0;
         let bytes = text.as_bytes();
         let mut start = 0usize;
         let mut i = 0usize;
@@ -271,6 +295,9 @@ pub struct EvalOccurrence {
 #[derive(Default)]
 pub struct Index {
     pub entries: Vec<IndexEntry>,
+    /// One bit per key (of `bits.len() * 64`): most windows are not indexed, and this
+    /// small table answers them without touching the larger map.
+    bits: Vec<u64>,
     /// Window key → the first entry with that key; `next` chains the others.
     first: HashMap<u64, u32, BuildHasherDefault<PassThrough>>,
     next: Vec<u32>,
@@ -310,11 +337,27 @@ impl Index {
         });
     }
 
-    /// Puts every entry's occurrences in (file, row) order.
+    /// Puts every entry's occurrences in (file, row) order and builds the key filter
+    /// (about 32 bits per key).
     pub fn seal(&mut self) {
         for e in &mut self.entries {
             e.occurrences.sort_by_key(|o| (o.eval_file, o.eval_row));
         }
+        let words = (self.first.len() / 2).next_power_of_two().max(1024);
+        self.bits = vec![0u64; words];
+        for &key in self.first.keys() {
+            let bit = key as usize & (words * 64 - 1);
+            self.bits[bit / 64] |= 1 << (bit % 64);
+        }
+    }
+
+    /// Whether `key` may be indexed (false: certainly not).
+    fn may_hold(&self, key: u64) -> bool {
+        if self.bits.is_empty() {
+            return true;
+        }
+        let bit = key as usize & (self.bits.len() * 64 - 1);
+        self.bits[bit / 64] & (1 << (bit % 64)) != 0
     }
 
     pub fn len(&self) -> usize {
@@ -327,7 +370,11 @@ impl Index {
 
     /// The entries whose n-gram is the window of `n` tokens from `i` of `doc`.
     pub fn find(&self, doc: &ScanTokens, i: usize, n: usize) -> Option<u32> {
-        let mut e = *self.first.get(&doc.key(i, n))?;
+        let key = doc.key(i, n);
+        if !self.may_hold(key) {
+            return None;
+        }
+        let mut e = *self.first.get(&key)?;
         while e != END {
             let entry = &self.entries[e as usize];
             if entry.n as usize == n && doc.window_is(i, n, &entry.ngram) {
@@ -345,6 +392,20 @@ mod tests {
 
     fn texts(tokens: &ScanTokens) -> Vec<&str> {
         (0..tokens.len()).map(|k| tokens.token(k)).collect()
+    }
+
+    #[test]
+    fn the_ascii_table_is_pythons_space_and_punctuation() {
+        for b in 0..=255u8 {
+            let c = b as char;
+            let space = b < 128 && super::super::tokenize::python_isspace(c);
+            assert_eq!(ASCII_CLASS[b as usize] & SPACE != 0, space, "{b:#x}");
+            assert_eq!(
+                ASCII_CLASS[b as usize] & PUNCTUATION != 0,
+                c.is_ascii_punctuation(),
+                "{b:#x}"
+            );
+        }
     }
 
     #[test]

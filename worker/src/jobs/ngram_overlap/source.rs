@@ -250,18 +250,34 @@ impl Read for ObjectRead<'_> {
     }
 }
 
-/// The gzip file `rel` under `output` (one this job wrote), decompressed as it is
-/// fetched.
-pub fn read_gz<'h>(handle: &'h Handle, output: &StoreUrl, rel: &str) -> Result<impl BufRead + 'h> {
-    let location = output.child(rel);
+/// An object's bytes as a blocking reader: a local file is read directly, an object
+/// in a store is fetched as it is read.
+fn open_object<'h>(
+    handle: &'h Handle,
+    store: &StoreUrl,
+    location: &object_store::path::Path,
+) -> Result<Box<dyn Read + Send + 'h>> {
+    if let Some(local) = store.local_path(location) {
+        let file = std::fs::File::open(&local).map_err(|e| WorkerError::Corrupt {
+            file: local.display().to_string(),
+            what: format!("cannot open: {e}"),
+        })?;
+        return Ok(Box::new(file));
+    }
     let body = handle
-        .block_on(output.store.get(&location))
-        .map_err(|e| WorkerError::store(output.display(&location), e))?;
-    let raw = ObjectRead {
+        .block_on(store.store.get(location))
+        .map_err(|e| WorkerError::store(store.display(location), e))?;
+    Ok(Box::new(ObjectRead {
         handle,
         stream: body.into_stream(),
         chunk: Bytes::new(),
-    };
+    }))
+}
+
+/// The gzip file `rel` under `output` (one this job wrote), decompressed as it is
+/// fetched.
+pub fn read_gz<'h>(handle: &'h Handle, output: &StoreUrl, rel: &str) -> Result<impl BufRead + 'h> {
+    let raw = open_object(handle, output, &output.child(rel))?;
     Ok(BufReader::with_capacity(
         1 << 20,
         flate2::read::MultiGzDecoder::new(raw),
@@ -277,14 +293,7 @@ fn read_jsonl(
     each: &mut impl FnMut(Record<'_>) -> Result<()>,
 ) -> Result<u64> {
     let loc = StoreUrl::parse(&file.url)?;
-    let body = handle
-        .block_on(loc.store.get(&loc.root))
-        .map_err(|e| WorkerError::store(&file.url, e))?;
-    let raw = ObjectRead {
-        handle,
-        stream: body.into_stream(),
-        chunk: Bytes::new(),
-    };
+    let raw = open_object(handle, &loc, &loc.root)?;
     let io_err = |e: std::io::Error| WorkerError::Corrupt {
         file: file.url.clone(),
         what: format!("cannot read: {e}"),
