@@ -101,9 +101,12 @@ fn mix(mut h: u64) -> u64 {
 /// The base of the window hash.
 const BASE: u64 = 0x100_0000_01b3;
 
-/// The key of a window: its polynomial hash mixed with its length.
+/// The key of a window: its polynomial hash with its length, multiplied and folded
+/// so that both the low bits (map buckets, filters) and the high bits are mixed.
 fn window_key(poly: u64, n: u32) -> u64 {
-    mix(poly ^ u64::from(n).wrapping_mul(0xd6e8_feb8_6659_fd93))
+    let k = (poly ^ u64::from(n).wrapping_mul(0xd6e8_feb8_6659_fd93))
+        .wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    k ^ (k >> 29)
 }
 
 /// The window key of an n-gram's text.
@@ -298,12 +301,32 @@ pub struct Index {
     /// One bit per key (of `bits.len() * 64`): most windows are not indexed, and this
     /// small table answers them without touching the larger map.
     bits: Vec<u64>,
+    /// The lengths indexed, ascending: those shorter than `prefix_len` are looked up
+    /// at every position; the others only where `prefix_bits` holds the window of
+    /// `prefix_len` tokens starting there (every longer n-gram starts with one).
+    lengths: Vec<u32>,
+    prefix_len: u32,
+    prefix_bits: Vec<u64>,
     /// Window key → the first entry with that key; `next` chains the others.
     first: HashMap<u64, u32, BuildHasherDefault<PassThrough>>,
     next: Vec<u32>,
 }
 
 const END: u32 = u32::MAX;
+
+/// N-grams of at least this many tokens are looked up only where their first
+/// `prefix_len` tokens are (see [`Index`]).
+const PREFIX_TOKENS: u32 = 4;
+
+fn set_bit(bits: &mut [u64], key: u64) {
+    let bit = key as usize & (bits.len() * 64 - 1);
+    bits[bit / 64] |= 1 << (bit % 64);
+}
+
+fn has_bit(bits: &[u64], key: u64) -> bool {
+    let bit = key as usize & (bits.len() * 64 - 1);
+    bits[bit / 64] & (1 << (bit % 64)) != 0
+}
 
 impl Index {
     /// The entry of n-gram `ngram` of length `n`, if indexed, and its key.
@@ -346,18 +369,65 @@ impl Index {
         let words = (self.first.len() / 2).next_power_of_two().max(1024);
         self.bits = vec![0u64; words];
         for &key in self.first.keys() {
-            let bit = key as usize & (words * 64 - 1);
-            self.bits[bit / 64] |= 1 << (bit % 64);
+            set_bit(&mut self.bits, key);
         }
+        let mut lengths: Vec<u32> = self.entries.iter().map(|e| e.n).collect();
+        lengths.sort_unstable();
+        lengths.dedup();
+        // The prefix: the shortest length of at least PREFIX_TOKENS (shorter ones are
+        // too common to filter on), else the longest there is.
+        self.prefix_len = lengths
+            .iter()
+            .copied()
+            .find(|&n| n >= PREFIX_TOKENS)
+            .or(lengths.last().copied())
+            .unwrap_or(0);
+        self.prefix_bits = vec![0u64; words];
+        for e in &self.entries {
+            if e.n >= self.prefix_len {
+                let prefix: Vec<&str> = e.ngram.split(' ').take(self.prefix_len as usize).collect();
+                set_bit(
+                    &mut self.prefix_bits,
+                    ngram_key(&prefix.join(" "), self.prefix_len),
+                );
+            }
+        }
+        self.lengths = lengths;
     }
 
-    /// Whether `key` may be indexed (false: certainly not).
-    fn may_hold(&self, key: u64) -> bool {
-        if self.bits.is_empty() {
-            return true;
+    /// Calls `each(entry, i, n)` for every indexed window of `doc` (the window of `n`
+    /// tokens from `i`), in order of `i`, then `n`.
+    pub fn each_match(&self, doc: &ScanTokens, mut each: impl FnMut(u32, usize, usize)) {
+        if self.entries.is_empty() {
+            return;
         }
-        let bit = key as usize & (self.bits.len() * 64 - 1);
-        self.bits[bit / 64] & (1 << (bit % 64)) != 0
+        let p = self.prefix_len as usize;
+        let split = self.lengths.partition_point(|&n| (n as usize) < p);
+        let (short, long) = self.lengths.split_at(split);
+        for i in 0..doc.len() {
+            let left = doc.len() - i;
+            for &n in short {
+                let n = n as usize;
+                if n > left {
+                    break;
+                }
+                if let Some(e) = self.find(doc, i, n) {
+                    each(e, i, n);
+                }
+            }
+            if p > left || !has_bit(&self.prefix_bits, doc.key(i, p)) {
+                continue;
+            }
+            for &n in long {
+                let n = n as usize;
+                if n > left {
+                    break;
+                }
+                if let Some(e) = self.find(doc, i, n) {
+                    each(e, i, n);
+                }
+            }
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -371,7 +441,7 @@ impl Index {
     /// The entries whose n-gram is the window of `n` tokens from `i` of `doc`.
     pub fn find(&self, doc: &ScanTokens, i: usize, n: usize) -> Option<u32> {
         let key = doc.key(i, n);
-        if !self.may_hold(key) {
+        if !self.bits.is_empty() && !has_bit(&self.bits, key) {
             return None;
         }
         let mut e = *self.first.get(&key)?;
@@ -466,6 +536,55 @@ mod tests {
         assert_eq!((only.configured, only.offsets.clone()), (3, vec![[0, 7]]));
         let got = eval_ngrams(&TokenizerKind::Default.tokenize("a b a b"), &[(2, 1)]);
         assert_eq!(got[&(2, "a b".to_string())].offsets, vec![[0, 3], [4, 7]]);
+    }
+
+    #[test]
+    fn each_match_finds_every_indexed_window_whatever_the_lengths() {
+        // Index n-grams of lengths 1, 2, 5 and 6 from one text, then scan texts and
+        // compare with looking every length up at every position.
+        let source = TokenizerKind::Default.tokenize("a b c d e f g h a b c x y z a b");
+        let mut index = Index::default();
+        for n in [1usize, 2, 5, 6] {
+            for i in (0..=source.len() - n).step_by(3) {
+                let text = join(&source[i..i + n]);
+                let occ = EvalOccurrence {
+                    eval_file: 0,
+                    eval_row: i as u64,
+                    configured: 1,
+                    offsets: vec![],
+                };
+                index.add(n as u32, &text, occ);
+            }
+        }
+        index.seal();
+        assert_eq!(index.prefix_len, 5);
+        for text in [
+            "a b c d e f g h",
+            "x a b c d e f g h a b c x y z a b q",
+            "z a b",
+            "",
+        ] {
+            let mut doc = ScanTokens::default();
+            doc.fill(TokenizerKind::Default, text);
+            let mut got = Vec::new();
+            index.each_match(&doc, |e, i, n| got.push((i, n, e)));
+            let mut want = Vec::new();
+            for i in 0..doc.len() {
+                for n in [1usize, 2, 5, 6] {
+                    if i + n <= doc.len() {
+                        if let Some(e) = index.find(&doc, i, n) {
+                            want.push((i, n, e));
+                        }
+                    }
+                }
+            }
+            assert_eq!(got, want, "{text:?}");
+            if text.starts_with("a b c") {
+                assert!(
+                    want.iter().any(|&(_, n, _)| n == 6) && want.iter().any(|&(_, n, _)| n == 1)
+                );
+            }
+        }
     }
 
     #[test]

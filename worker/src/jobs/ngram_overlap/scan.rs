@@ -52,17 +52,11 @@ pub fn run_scan(
             doc.fill(settings.tokenizer, record.text);
             let mut found: BTreeMap<u32, Vec<[u64; 2]>> = BTreeMap::new();
             for &n in &task.lengths {
-                let n = n as usize;
-                if n > doc.len() {
-                    break;
-                }
-                ngrams += (doc.len() - n + 1) as u64;
-                for i in 0..=doc.len() - n {
-                    if let Some(e) = index.find(&doc, i, n) {
-                        found.entry(e).or_default().push(doc.offsets(i, n));
-                    }
-                }
+                ngrams += (doc.len() + 1).saturating_sub(n as usize) as u64;
             }
+            index.each_match(&doc, |e, i, n| {
+                found.entry(e).or_default().push(doc.offsets(i, n));
+            });
             if found.is_empty() {
                 return Ok(());
             }
