@@ -146,7 +146,8 @@ pub struct ScanTokens {
     buffer: String,
     /// Each token's byte range in `buffer`.
     ranges: Vec<(u32, u32)>,
-    /// Each token's code-point span in the original text.
+    /// Each token's code-point span in the original text (empty for an ASCII text,
+    /// whose spans are its byte ranges).
     spans: Vec<(u64, u64)>,
     /// `prefix[k]`: the polynomial hash of tokens `0..k`.
     prefix: Vec<u64>,
@@ -160,24 +161,17 @@ impl ScanTokens {
         self.buffer.clear();
         self.ranges.clear();
         self.spans.clear();
+        self.prefix.clear();
+        self.prefix.push(0);
         if text.is_ascii() {
             self.fill_ascii(kind, text);
         } else {
             for t in kind.tokenize(text) {
-                let start = self.buffer.len() as u32;
+                let start = self.buffer.len();
                 self.buffer.push_str(&t.text);
-                self.ranges.push((start, self.buffer.len() as u32));
+                self.push_token(start, self.buffer.len());
                 self.spans.push((t.span.start as u64, t.span.end as u64));
             }
-        }
-        self.prefix.clear();
-        self.prefix.push(0);
-        let mut p = 0u64;
-        for &(a, b) in &self.ranges {
-            p = p
-                .wrapping_mul(BASE)
-                .wrapping_add(token_hash(&self.buffer.as_bytes()[a as usize..b as usize]));
-            self.prefix.push(p);
         }
         while self.powers.len() <= self.ranges.len() {
             let last = self
@@ -186,6 +180,14 @@ impl ScanTokens {
                 .map_or(1, |&x: &u64| x.wrapping_mul(BASE));
             self.powers.push(last);
         }
+    }
+
+    /// Adds the token at `buffer[start..end]` and its prefix hash.
+    fn push_token(&mut self, start: usize, end: usize) {
+        let hash = token_hash(&self.buffer.as_bytes()[start..end]);
+        let last = self.prefix.last().copied().unwrap_or(0);
+        self.prefix.push(last.wrapping_mul(BASE).wrapping_add(hash));
+        self.ranges.push((start as u32, end as u32));
     }
 
     /// The same tokens as `kind.tokenize(text)` for an ASCII text, where lowering is
@@ -220,12 +222,13 @@ impl ScanTokens {
         self.push_ascii(start, bytes.len(), whitespace_only);
     }
 
+    /// An ASCII token: its code points are its bytes (no span is kept: the range is
+    /// the span).
     fn push_ascii(&mut self, start: usize, end: usize, skip_empty: bool) {
         if skip_empty && start == end {
             return;
         }
-        self.ranges.push((start as u32, end as u32));
-        self.spans.push((start as u64, end as u64));
+        self.push_token(start, end);
     }
 
     pub fn len(&self) -> usize {
@@ -255,6 +258,12 @@ impl ScanTokens {
 
     /// The code-point offsets of the window of `n` tokens from `i`.
     pub fn offsets(&self, i: usize, n: usize) -> [u64; 2] {
+        if self.spans.is_empty() {
+            return [
+                u64::from(self.ranges[i].0),
+                u64::from(self.ranges[i + n - 1].1),
+            ];
+        }
         [self.spans[i].0, self.spans[i + n - 1].1]
     }
 }
@@ -502,11 +511,13 @@ mod tests {
                 fast.fill_ascii(kind, &text);
                 let want: Vec<&str> = exact.iter().map(|t| t.text.as_str()).collect();
                 assert_eq!(texts(&fast), want, "{kind:?} {text:?}");
-                let spans: Vec<(u64, u64)> = exact
+                let spans: Vec<[u64; 2]> = exact
                     .iter()
-                    .map(|t| (t.span.start as u64, t.span.end as u64))
+                    .map(|t| [t.span.start as u64, t.span.end as u64])
                     .collect();
-                assert_eq!(fast.spans, spans, "{kind:?} {text:?}");
+                let fast_spans: Vec<[u64; 2]> =
+                    (0..fast.len()).map(|k| fast.offsets(k, 1)).collect();
+                assert_eq!(fast_spans, spans, "{kind:?} {text:?}");
             }
         }
     }
