@@ -139,6 +139,42 @@ static ASCII_CLASS: [u8; 256] = {
     t
 };
 
+const ONES: u64 = 0x0101_0101_0101_0101;
+const HIGH: u64 = 0x8080_8080_8080_8080;
+
+/// Of 8 ASCII bytes (little-endian in `w`): the high bit of each byte in `[lo, hi]`.
+fn in_range(w: u64, lo: u8, hi: u8) -> u64 {
+    // Bytes are < 0x80, so no sum carries into the next byte.
+    let at_least = w.wrapping_add(ONES * u64::from(0x80 - lo)) & HIGH;
+    let above = w.wrapping_add(ONES * u64::from(0x7f - hi)) & HIGH;
+    at_least & !above
+}
+
+/// One bit per byte of `chunk` (at most 64 ASCII bytes; bit i for byte i): whether it
+/// separates tokens. `\s` is 9–13 and 28–32; `string.punctuation` is 33–47, 58–64,
+/// 91–96 and 123–126.
+fn separator_mask(chunk: &[u8], whitespace_only: bool) -> u64 {
+    let mut mask = 0u64;
+    for (k, bytes) in chunk.chunks(8).enumerate() {
+        let mut word = [0u8; 8];
+        word[..bytes.len()].copy_from_slice(bytes);
+        let w = u64::from_le_bytes(word);
+        let high = if whitespace_only {
+            in_range(w, 9, 13) | in_range(w, 28, 32)
+        } else {
+            in_range(w, 9, 13)
+                | in_range(w, 28, 47)
+                | in_range(w, 58, 64)
+                | in_range(w, 91, 96)
+                | in_range(w, 123, 126)
+        };
+        // The high bit of byte j becomes bit j.
+        let gathered = ((high >> 7).wrapping_mul(0x0102_0408_1020_4080)) >> 56;
+        mask |= gathered << (8 * k);
+    }
+    mask
+}
+
 /// A training document's tokens, ready for window lookups.
 #[derive(Default)]
 pub struct ScanTokens {
@@ -193,33 +229,42 @@ impl ScanTokens {
     /// The same tokens as `kind.tokenize(text)` for an ASCII text, where lowering is
     /// per byte and code points are bytes.
     fn fill_ascii(&mut self, kind: TokenizerKind, text: &str) {
-        let lower = kind == TokenizerKind::Default;
         let whitespace_only = kind == TokenizerKind::Whitespace;
         self.buffer.push_str(text);
-        if lower {
+        if kind == TokenizerKind::Default {
             self.buffer.make_ascii_lowercase();
         }
-        let kinds = if whitespace_only {
-            SPACE
-        } else {
-            SPACE | PUNCTUATION
-        };
-        let separator = |b: u8| ASCII_CLASS[b as usize] & kinds != 0;
         let bytes = text.as_bytes();
+        let len = bytes.len();
+        // Separator runs, found 64 bytes at a time: a piece ends where a run starts and
+        // the next begins where it ends (re.split's pieces, empty ones at the ends).
         let mut start = 0usize;
-        let mut i = 0usize;
-        while i < bytes.len() {
-            if separator(bytes[i]) {
-                self.push_ascii(start, i, whitespace_only);
-                while i < bytes.len() && separator(bytes[i]) {
-                    i += 1;
+        let mut carry = 0u64; // whether the byte before this block is a separator
+        for (block, chunk) in bytes.chunks(64).enumerate() {
+            let sep = separator_mask(chunk, whitespace_only);
+            let before = (sep << 1) | carry;
+            let mut events = (sep & !before) | (!sep & before);
+            carry = sep >> 63;
+            while events != 0 {
+                let bit = events.trailing_zeros() as usize;
+                events &= events - 1;
+                let at = block * 64 + bit;
+                if at > len {
+                    break;
                 }
-                start = i;
-            } else {
-                i += 1;
+                if sep & (1 << bit) != 0 {
+                    // A run starts: the piece before it ends.
+                    self.push_ascii(start, at, whitespace_only);
+                } else {
+                    start = at;
+                }
             }
         }
-        self.push_ascii(start, bytes.len(), whitespace_only);
+        // A text ending in a separator run: the last piece is empty, at its end.
+        if len % 64 == 0 && carry == 1 {
+            start = len;
+        }
+        self.push_ascii(start, len, whitespace_only);
     }
 
     /// An ASCII token: its code points are its bytes (no span is kept: the range is
@@ -474,6 +519,30 @@ mod tests {
     }
 
     #[test]
+    fn the_separator_mask_is_the_ascii_table() {
+        for b in 0..128u8 {
+            for whitespace_only in [false, true] {
+                let kinds = if whitespace_only {
+                    SPACE
+                } else {
+                    SPACE | PUNCTUATION
+                };
+                let want = ASCII_CLASS[b as usize] & kinds != 0;
+                // The byte alone, and among others at every position of a word.
+                assert_eq!(separator_mask(&[b], whitespace_only) == 1, want, "{b:#x}");
+                for at in 0..64 {
+                    let mut chunk = [b'a'; 64];
+                    chunk[at] = b;
+                    assert_eq!(
+                        separator_mask(&chunk, whitespace_only),
+                        u64::from(want) << at
+                    );
+                }
+            }
+        }
+    }
+
+    #[test]
     fn the_ascii_table_is_pythons_space_and_punctuation() {
         for b in 0..=255u8 {
             let c = b as char;
@@ -493,7 +562,7 @@ mod tests {
         let alphabet = b"aB z.,!-\t\n\x0b\x0c\r\x1c\x1f_~9Q ";
         let mut state = 0x1234_5678u64;
         for _ in 0..3000 {
-            let len = (state >> 60) as usize + (state >> 40) as usize % 12;
+            let len = (state >> 60) as usize + (state >> 40) as usize % 150;
             let mut text = String::new();
             for _ in 0..len {
                 state = state
