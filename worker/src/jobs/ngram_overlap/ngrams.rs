@@ -117,28 +117,6 @@ fn ngram_key(text: &str, n: u32) -> u64 {
     window_key(poly, n)
 }
 
-const SPACE: u8 = 1;
-const PUNCTUATION: u8 = 2;
-
-/// Of each ASCII byte: whether Python's `\s` matches it ([`SPACE`]) and whether it is
-/// in `string.punctuation` ([`PUNCTUATION`]).
-static ASCII_CLASS: [u8; 256] = {
-    let mut t = [0u8; 256];
-    let mut b = 0;
-    while b < 128 {
-        let c = b as u8;
-        // \t \n \v \f \r, the information separators U+001C–U+001F, space.
-        if (c >= 9 && c <= 13) || (c >= 0x1c && c <= 0x20) {
-            t[b] |= SPACE;
-        }
-        if c.is_ascii_punctuation() {
-            t[b] |= PUNCTUATION;
-        }
-        b += 1;
-    }
-    t
-};
-
 const ONES: u64 = 0x0101_0101_0101_0101;
 const HIGH: u64 = 0x8080_8080_8080_8080;
 
@@ -261,7 +239,7 @@ impl ScanTokens {
             }
         }
         // A text ending in a separator run: the last piece is empty, at its end.
-        if len % 64 == 0 && carry == 1 {
+        if len.is_multiple_of(64) && carry == 1 {
             start = len;
         }
         self.push_ascii(start, len, whitespace_only);
@@ -513,6 +491,29 @@ impl Index {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const SPACE: u8 = 1;
+    const PUNCTUATION: u8 = 2;
+
+    /// Of each ASCII byte, the readable reference for [`separator_mask`]: whether
+    /// Python's `\s` matches it ([`SPACE`]), whether it is in `string.punctuation`
+    /// ([`PUNCTUATION`]).
+    static ASCII_CLASS: [u8; 256] = {
+        let mut t = [0u8; 256];
+        let mut b = 0;
+        while b < 128 {
+            let c = b as u8;
+            // \t \n \v \f \r, the information separators U+001C–U+001F, space.
+            if (c >= 9 && c <= 13) || (c >= 0x1c && c <= 0x20) {
+                t[b] |= SPACE;
+            }
+            if c.is_ascii_punctuation() {
+                t[b] |= PUNCTUATION;
+            }
+            b += 1;
+        }
+        t
+    };
 
     fn texts(tokens: &ScanTokens) -> Vec<&str> {
         (0..tokens.len()).map(|k| tokens.token(k)).collect()
