@@ -22,7 +22,7 @@ use std::pin::Pin;
 use crate::engine::protocol::{Assignment, JobContext, Payload, TaskId, TaskSpec};
 use crate::engine::scratch::JobScratch;
 use crate::engine::store::StoreUrl;
-use crate::error::Result;
+use crate::error::{Result, WorkerError};
 
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
@@ -188,6 +188,35 @@ pub struct WorkerConfig {
     pub scratch: std::path::PathBuf,
     /// Memory per task (sorts spill beyond it).
     pub memory_bytes: usize,
+}
+
+/// Reads job file `file` (its text) as a kind's sections `T` and validates them: errors
+/// name the file, and TOML's own errors (unknown keys, wrong types) their line and
+/// column.
+pub fn parse_job_file<T: serde::de::DeserializeOwned>(
+    file: &str,
+    text: &str,
+    validate: impl FnOnce(&T) -> std::result::Result<(), String>,
+) -> Result<T> {
+    let spec: T = toml::from_str(text).map_err(|e: toml::de::Error| WorkerError::Spec {
+        file: file.to_string(),
+        what: e.to_string().trim_end().to_string(),
+    })?;
+    validate(&spec).map_err(|what| WorkerError::Spec {
+        file: file.to_string(),
+        what,
+    })?;
+    Ok(spec)
+}
+
+/// A task body, a result or a plan (`what`, for the error) decoded as the kind's type.
+pub fn decode_payload<T: serde::de::DeserializeOwned>(what: &str, value: Payload) -> Result<T> {
+    serde_json::from_value(value).map_err(|e| WorkerError::Job(format!("{what}: {e}")))
+}
+
+/// A kind's value as a task body, a result or a plan.
+pub fn encode_payload<T: serde::Serialize>(value: &T) -> Result<Payload> {
+    serde_json::to_value(value).map_err(|e| WorkerError::Job(e.to_string()))
 }
 
 /// The kind named `name` among `kinds`.

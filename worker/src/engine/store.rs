@@ -432,6 +432,34 @@ pub async fn list_matching_in(
     Ok((base, files))
 }
 
+/// Refuses input file `url` if it is not the one pinned when the job was planned: its
+/// size and ETag (local files: inode, mtime and size) must be the same. A file read
+/// while it is replaced would mix two versions of the input.
+pub async fn check_pinned(url: &str, size: u64, etag: &Option<String>) -> Result<()> {
+    let loc = StoreUrl::parse(url)?;
+    let changed = |what: String| WorkerError::InputChanged {
+        file: url.to_string(),
+        what,
+    };
+    let meta = match loc.store.head(&loc.root).await {
+        Ok(m) => m,
+        Err(object_store::Error::NotFound { .. }) => {
+            return Err(changed(
+                "removed since the job was planned; start a new output".into(),
+            ))
+        }
+        Err(e) => return Err(WorkerError::store(url, e)),
+    };
+    if meta.size != size || meta.e_tag != *etag {
+        return Err(changed(format!(
+            "changed since the job was planned ({size} → {} bytes, etag {etag:?} → {:?}); its \
+             rows would mix two versions: start a new output",
+            meta.size, meta.e_tag
+        )));
+    }
+    Ok(())
+}
+
 /// Glob matching with `*` (any run of characters except `/`), `?` (one character).
 pub fn glob_match(pattern: &str, text: &str) -> bool {
     let (p, t): (Vec<char>, Vec<char>) = (pattern.chars().collect(), text.chars().collect());

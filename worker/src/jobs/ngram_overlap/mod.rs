@@ -38,11 +38,11 @@ pub mod tokenize;
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
-use serde::{de::DeserializeOwned, Deserialize, Serialize};
+use serde::{Deserialize, Serialize};
 
 use crate::engine::job::{
-    BoxFuture, JobDriver, JobFile, JobKind, PlanHints, ProgressPlan, Progressed, TaskEnv,
-    TaskRunner,
+    decode_payload as decode, encode_payload as encode, parse_job_file, BoxFuture, JobDriver,
+    JobFile, JobKind, PlanHints, ProgressPlan, Progressed, TaskEnv, TaskRunner,
 };
 use crate::engine::protocol::{Assignment, JobContext, Payload, TaskId, TaskSpec};
 use crate::engine::store::{self, StoreUrl};
@@ -74,15 +74,7 @@ impl JobKind for NgramOverlap {
     }
 
     fn load(&self, file: &str, text: &str) -> Result<Box<dyn JobFile>> {
-        let spec: OverlapFile =
-            toml::from_str(text).map_err(|e: toml::de::Error| WorkerError::Spec {
-                file: file.to_string(),
-                what: e.to_string().trim_end().to_string(),
-            })?;
-        spec.validate().map_err(|what| WorkerError::Spec {
-            file: file.to_string(),
-            what,
-        })?;
+        let spec: OverlapFile = parse_job_file(file, text, |s: &OverlapFile| s.validate())?;
         Ok(Box::new(spec))
     }
 
@@ -142,14 +134,6 @@ pub struct Plan {
     pub train: Vec<InputFile>,
     /// Bytes of index a scan task may load.
     pub index_budget: u64,
-}
-
-fn decode<T: DeserializeOwned>(what: &str, value: Payload) -> Result<T> {
-    serde_json::from_value(value).map_err(|e| WorkerError::Job(format!("{what}: {e}")))
-}
-
-fn encode<T: Serialize>(value: &T) -> Result<Payload> {
-    serde_json::to_value(value).map_err(|e| WorkerError::Job(e.to_string()))
 }
 
 /// Lists one side's paths: every file, pinned, in the order of the paths (each path's

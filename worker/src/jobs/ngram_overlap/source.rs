@@ -205,27 +205,7 @@ impl Rejects {
 
 /// Refuses a file that is not the one planned (size and ETag).
 pub async fn check_unchanged(file: &InputFile) -> Result<()> {
-    let loc = StoreUrl::parse(&file.url)?;
-    let changed = |what: String| WorkerError::InputChanged {
-        file: file.url.clone(),
-        what,
-    };
-    let meta = match loc.store.head(&loc.root).await {
-        Ok(m) => m,
-        Err(object_store::Error::NotFound { .. }) => {
-            return Err(changed(
-                "removed since the job was planned; start a new output".into(),
-            ))
-        }
-        Err(e) => return Err(WorkerError::store(&file.url, e)),
-    };
-    if meta.size != file.size || meta.e_tag != file.etag {
-        return Err(changed(format!(
-            "changed since the job was planned ({} → {} bytes, etag {:?} → {:?}): start a new output",
-            file.size, meta.size, file.etag, meta.e_tag
-        )));
-    }
-    Ok(())
+    crate::engine::store::check_pinned(&file.url, file.size, &file.etag).await
 }
 
 /// An object's bytes as a blocking [`Read`], fetched as they are read.

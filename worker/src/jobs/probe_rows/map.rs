@@ -14,7 +14,6 @@
 use std::collections::BTreeMap;
 
 use futures::StreamExt;
-use object_store::ObjectStoreExt;
 use parquet::arrow::arrow_reader::{RowSelection, RowSelector};
 use parquet::arrow::{ArrowWriter, ProjectionMask};
 
@@ -23,7 +22,7 @@ use super::protocol::{MapOutput, MapTask, Settings};
 use super::validate::{rejects_batch, AddressCache, Reason, Validator};
 use crate::engine::protocol::JobContext;
 use crate::engine::shuffle::{self, ShuffleSegment};
-use crate::engine::store::{PartWriter, StoreUrl, PART_BYTES};
+use crate::engine::store::{self, PartWriter, StoreUrl, PART_BYTES};
 use crate::error::{Result, WorkerError};
 
 /// The shuffle file of attempt `attempt` of map task `index`, relative to the output
@@ -93,7 +92,7 @@ pub async fn run_map(
     cache: &mut AddressCache,
 ) -> Result<MapOutput> {
     let output = StoreUrl::parse(&job.output)?;
-    check_unchanged(task).await?;
+    store::check_pinned(&task.file, task.file_size, &task.file_etag).await?;
     let builder = crate::engine::parquet_source::open(
         &task.file,
         task.file_size,
@@ -202,7 +201,7 @@ pub async fn run_map(
         });
     }
     // Checked again after reading: a file replaced mid-read is refused, not mixed.
-    check_unchanged(task).await?;
+    store::check_pinned(&task.file, task.file_size, &task.file_etag).await?;
     let implausible_times = rejected
         .get(Reason::ImplausibleEventTime.as_str())
         .copied()
@@ -296,32 +295,6 @@ fn row_selection<T>(
         RowSelector::select(task.rows as usize),
         RowSelector::skip(after as usize),
     ])
-}
-
-/// Refuses an input file that is no longer the one planned (size and ETag).
-async fn check_unchanged(task: &MapTask) -> Result<()> {
-    let loc = StoreUrl::parse(&task.file)?;
-    let changed = |what: String| WorkerError::InputChanged {
-        file: task.file.clone(),
-        what,
-    };
-    let meta = match loc.store.head(&loc.root).await {
-        Ok(m) => m,
-        Err(object_store::Error::NotFound { .. }) => {
-            return Err(changed(
-                "removed since the job was planned; start a new output".into(),
-            ))
-        }
-        Err(e) => return Err(WorkerError::store(&task.file, e)),
-    };
-    if meta.size != task.file_size || meta.e_tag != task.file_etag {
-        return Err(changed(format!(
-            "changed since the job was planned ({} → {} bytes, etag {:?} → {:?}); its rows \
-             would mix two versions: start a new output",
-            task.file_size, meta.size, task.file_etag, meta.e_tag
-        )));
-    }
-    Ok(())
 }
 
 /// Row groups and their row counts, from an input file's footer.

@@ -30,11 +30,11 @@ pub mod validate;
 
 use std::collections::BTreeMap;
 
-use serde::{de::DeserializeOwned, Deserialize, Serialize};
+use serde::{Deserialize, Serialize};
 
 use crate::engine::job::{
-    BoxFuture, JobDriver, JobFile, JobKind, PlanHints, ProgressPlan, Progressed, TaskEnv,
-    TaskRunner,
+    decode_payload as decode, encode_payload as encode, parse_job_file, BoxFuture, JobDriver,
+    JobFile, JobKind, PlanHints, ProgressPlan, Progressed, TaskEnv, TaskRunner,
 };
 use crate::engine::protocol::{Assignment, JobContext, Payload, TaskId, TaskSpec};
 use crate::engine::store::StoreUrl;
@@ -58,15 +58,7 @@ impl JobKind for ProbeRows {
     }
 
     fn load(&self, file: &str, text: &str) -> Result<Box<dyn JobFile>> {
-        let spec: ProbeRowsFile =
-            toml::from_str(text).map_err(|e: toml::de::Error| WorkerError::Spec {
-                file: file.to_string(),
-                what: e.to_string().trim_end().to_string(),
-            })?;
-        spec.validate().map_err(|what| WorkerError::Spec {
-            file: file.to_string(),
-            what,
-        })?;
+        let spec: ProbeRowsFile = parse_job_file(file, text, |s: &ProbeRowsFile| s.validate())?;
         Ok(Box::new(spec))
     }
 
@@ -128,14 +120,6 @@ pub fn rows_per_map_task(hints: PlanHints) -> u64 {
         .rows_per_map_task
         .unwrap_or_else(|| (hints.memory_per_worker / 1000).clamp(100_000, 4_000_000))
         .max(1)
-}
-
-fn decode<T: DeserializeOwned>(what: &str, value: Payload) -> Result<T> {
-    serde_json::from_value(value).map_err(|e| WorkerError::Job(format!("{what}: {e}")))
-}
-
-fn encode<T: Serialize>(value: &T) -> Result<Payload> {
-    serde_json::to_value(value).map_err(|e| WorkerError::Job(e.to_string()))
 }
 
 /// The one-line summary of a finished job.
