@@ -202,9 +202,21 @@ mod tests {
         assert_eq!(reduces[0].maps.0, vec![(0, 2, 1), (2, 1, 2), (3, 2, 1)]);
         let each: Vec<(usize, u32)> = reduces[0].maps.iter().collect();
         assert_eq!(each, vec![(0, 1), (1, 1), (2, 2), (3, 1), (4, 1)]);
-        // 20 000 maps without a retry: one run.
+        // 20 000 maps without a retry: one run, and a reduce task far below the
+        // transport's 16 MiB frame whatever the number of maps.
         let many = MapAttempts::from_attempts(std::iter::repeat_n(1, 20_000));
         assert_eq!(many.0, vec![(0, 20_000, 1)]);
+        let outs: Vec<MapOutput> = (0..20_000)
+            .map(|i| out(i, 1 + (i % 97 == 0) as u32))
+            .collect();
+        let maps: Vec<(usize, &MapOutput)> = outs.iter().enumerate().collect();
+        let reduce = &plan_reduces(1024, &maps).unwrap()[1023];
+        let bytes = serde_json::to_vec(reduce).unwrap().len();
+        assert!(
+            bytes < 16 << 10,
+            "a reduce task of {bytes} bytes for 20 000 maps"
+        );
+        assert_eq!(reduce.maps.iter().count(), 20_000);
         // A gap (a map without a result) or a foreign file name is an error.
         let gap: Vec<(usize, &MapOutput)> = vec![(0, &outs[0]), (2, &outs[2])];
         assert!(plan_reduces(3, &gap).is_err());
