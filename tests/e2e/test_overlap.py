@@ -14,6 +14,7 @@ import hashlib
 import json
 import random
 import re
+import shutil
 import signal
 import string
 import subprocess
@@ -386,6 +387,22 @@ def test_same_bytes_with_one_worker_and_with_index_groups(corpus, local_run, tmp
     assert summary["index_groups"] == 8, summary
     assert len(list((out / "_job" / "journal").glob("scan-*.json"))) == 8 * len(train_files)
     assert output_files(out) == output_files(local_run)
+
+
+def test_a_finished_output_over_changed_input_is_refused(corpus, tmp_path):
+    """Rerunning a finished job whose input changed must not answer "already complete"
+    with the old results: it exits 2 naming the file."""
+    root, eval_files, _ = corpus
+    train = tmp_path / "train"
+    shutil.copytree(root / "in" / "train", train)
+    out = tmp_path / "out"
+    spec = overlap_job(tmp_path / "changed.toml", eval_files, [train], out)
+    run(["run", str(spec)])
+    victim = sorted(train.glob("*.jsonl"))[0]
+    victim.write_text(victim.read_text() + json.dumps({"text": "one more document"}) + "\n")
+    again = run(["run", str(spec)], check=False)
+    assert again.returncode == 2, again.stdout + again.stderr
+    assert str(victim) in again.stderr and "changed" in again.stderr, again.stderr
 
 
 def test_input_on_the_s3_server(corpus, local_run, s3):

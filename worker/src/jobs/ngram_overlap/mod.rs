@@ -66,6 +66,8 @@ pub struct NgramOverlap;
 struct Success {
     fingerprint: String,
     summary: String,
+    /// The input the output was made from, eval files then training files.
+    inputs: Vec<InputFile>,
 }
 
 impl JobKind for NgramOverlap {
@@ -174,6 +176,50 @@ async fn list_side(side: &str, paths: &[String]) -> Result<Vec<(String, InputFil
     Ok(out)
 }
 
+impl Plan {
+    /// Every input file, eval files then training files.
+    fn inputs(&self) -> Vec<InputFile> {
+        let eval = self.eval.iter().map(|e| e.file.clone());
+        eval.chain(self.train.iter().cloned()).collect()
+    }
+}
+
+impl OverlapFile {
+    /// Refuses input that is not `planned` any more (a file changed, added or
+    /// vanished): the output would not be this input's.
+    async fn refuse_changed_input(&self, planned: &[InputFile], since: &str) -> Result<()> {
+        let mut now = list_side("eval", &self.eval.paths).await?;
+        now.extend(list_side("train", &self.train.paths).await?);
+        let now: BTreeMap<&str, &InputFile> =
+            now.iter().map(|(_, f)| (f.url.as_str(), f)).collect();
+        let was: BTreeMap<&str, &InputFile> = planned.iter().map(|f| (f.url.as_str(), f)).collect();
+        let mut changes = Vec::new();
+        for (url, f) in &was {
+            match now.get(url) {
+                None => changes.push(format!("vanished: {url}")),
+                Some(g) if (g.size, &g.etag) != (f.size, &f.etag) => changes.push(format!(
+                    "changed: {url} ({} → {} bytes, etag {:?} → {:?})",
+                    f.size, g.size, f.etag, g.etag
+                )),
+                Some(_) => {}
+            }
+        }
+        changes.extend(
+            now.keys()
+                .filter(|u| !was.contains_key(*u))
+                .map(|u| format!("added: {u}")),
+        );
+        if changes.is_empty() {
+            return Ok(());
+        }
+        Err(WorkerError::Conflict(format!(
+            "the input changed since {since}:\n  {}\nIts output would not be this input's: \
+             write to a new [output] url (or restore the files)",
+            changes.join("\n  ")
+        )))
+    }
+}
+
 impl JobFile for OverlapFile {
     fn output_url(&self) -> &str {
         &self.output.url
@@ -192,6 +238,8 @@ impl JobFile for OverlapFile {
             match read_success(output).await {
                 Ok(None) => Ok(None),
                 Ok(Some(s)) if s.fingerprint == OverlapFile::fingerprint(self) => {
+                    self.refuse_changed_input(&s.inputs, "this output was made")
+                        .await?;
                     Ok(Some(s.summary))
                 }
                 Ok(Some(_)) | Err(WorkerError::Corrupt { .. }) => {
@@ -246,14 +294,8 @@ impl JobFile for OverlapFile {
     ) -> BoxFuture<'a, Result<Box<dyn JobDriver>>> {
         Box::pin(async move {
             let plan: Plan = decode("the journaled plan", plan)?;
-            for file in plan.eval.iter().map(|e| &e.file).chain(&plan.train) {
-                source::check_unchanged(file).await.map_err(|e| {
-                    WorkerError::Conflict(format!(
-                        "{e}\nIts output would not be this input's: write to a new [output] url \
-                         (or restore the file)"
-                    ))
-                })?;
-            }
+            self.refuse_changed_input(&plan.inputs(), "the job was planned")
+                .await?;
             Ok(Box::new(OverlapDriver {
                 settings: self.settings(),
                 fingerprint: OverlapFile::fingerprint(self),
@@ -661,6 +703,7 @@ impl JobDriver for OverlapDriver {
                     &Success {
                         fingerprint: self.fingerprint.clone(),
                         summary: summary.clone(),
+                        inputs: self.plan.inputs(),
                     },
                 )
                 .await?;

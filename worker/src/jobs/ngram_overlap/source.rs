@@ -204,7 +204,7 @@ impl Rejects {
 }
 
 /// Refuses a file that is not the one planned (size and ETag).
-pub async fn check_unchanged(file: &InputFile) -> Result<()> {
+async fn check_unchanged(file: &InputFile) -> Result<()> {
     crate::engine::store::check_pinned(&file.url, file.size, &file.etag).await
 }
 
