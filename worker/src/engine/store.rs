@@ -460,6 +460,50 @@ pub async fn check_pinned(url: &str, size: u64, etag: &Option<String>) -> Result
     Ok(())
 }
 
+/// An input file as pinned when a job was planned: URL, size, ETag.
+pub type Pin<'a> = (&'a str, u64, &'a Option<String>);
+
+/// How the input files `now` differ from the `planned` ones: one line per file that
+/// vanished, changed (size or ETag) or was added; empty when they are the same.
+pub fn pin_changes<'a>(
+    planned: impl IntoIterator<Item = Pin<'a>>,
+    now: impl IntoIterator<Item = Pin<'a>>,
+) -> Vec<String> {
+    let was: std::collections::BTreeMap<&str, (u64, &Option<String>)> =
+        planned.into_iter().map(|(u, s, e)| (u, (s, e))).collect();
+    let now: std::collections::BTreeMap<&str, (u64, &Option<String>)> =
+        now.into_iter().map(|(u, s, e)| (u, (s, e))).collect();
+    let mut changes = Vec::new();
+    for (url, (size, etag)) in &was {
+        match now.get(url) {
+            None => changes.push(format!("vanished: {url}")),
+            Some((s, e)) if (s, e) != (size, etag) => changes.push(format!(
+                "changed: {url} ({size} → {s} bytes, etag {etag:?} → {e:?})"
+            )),
+            Some(_) => {}
+        }
+    }
+    changes.extend(
+        now.keys()
+            .filter(|u| !was.contains_key(*u))
+            .map(|u| format!("added: {u}")),
+    );
+    changes
+}
+
+/// The error for an input (`what`) that changed since `since` ([`pin_changes`]); none
+/// when nothing changed.
+pub fn refuse_changes(what: &str, since: &str, changes: &[String]) -> Result<()> {
+    if changes.is_empty() {
+        return Ok(());
+    }
+    Err(WorkerError::Conflict(format!(
+        "{what} changed since {since}:\n  {}\nIts output would not be this input's: \
+         write to a new [output] url (or restore the files)",
+        changes.join("\n  ")
+    )))
+}
+
 /// Glob matching with `*` (any run of characters except `/`), `?` (one character).
 pub fn glob_match(pattern: &str, text: &str) -> bool {
     let (p, t): (Vec<char>, Vec<char>) = (pattern.chars().collect(), text.chars().collect());

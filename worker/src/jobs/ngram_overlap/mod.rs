@@ -190,33 +190,11 @@ impl OverlapFile {
     async fn refuse_changed_input(&self, planned: &[InputFile], since: &str) -> Result<()> {
         let mut now = list_side("eval", &self.eval.paths).await?;
         now.extend(list_side("train", &self.train.paths).await?);
-        let now: BTreeMap<&str, &InputFile> =
-            now.iter().map(|(_, f)| (f.url.as_str(), f)).collect();
-        let was: BTreeMap<&str, &InputFile> = planned.iter().map(|f| (f.url.as_str(), f)).collect();
-        let mut changes = Vec::new();
-        for (url, f) in &was {
-            match now.get(url) {
-                None => changes.push(format!("vanished: {url}")),
-                Some(g) if (g.size, &g.etag) != (f.size, &f.etag) => changes.push(format!(
-                    "changed: {url} ({} → {} bytes, etag {:?} → {:?})",
-                    f.size, g.size, f.etag, g.etag
-                )),
-                Some(_) => {}
-            }
-        }
-        changes.extend(
-            now.keys()
-                .filter(|u| !was.contains_key(*u))
-                .map(|u| format!("added: {u}")),
+        let changes = store::pin_changes(
+            planned.iter().map(|f| (f.url.as_str(), f.size, &f.etag)),
+            now.iter().map(|(_, f)| (f.url.as_str(), f.size, &f.etag)),
         );
-        if changes.is_empty() {
-            return Ok(());
-        }
-        Err(WorkerError::Conflict(format!(
-            "the input changed since {since}:\n  {}\nIts output would not be this input's: \
-             write to a new [output] url (or restore the files)",
-            changes.join("\n  ")
-        )))
+        store::refuse_changes("the input", since, &changes)
     }
 }
 

@@ -37,7 +37,7 @@ use crate::engine::job::{
     JobFile, JobKind, PlanHints, ProgressPlan, Progressed, TaskEnv, TaskRunner,
 };
 use crate::engine::protocol::{Assignment, JobContext, Payload, TaskId, TaskSpec};
-use crate::engine::store::StoreUrl;
+use crate::engine::store::{self, StoreUrl};
 use crate::error::{Result, WorkerError};
 use manifest::{InputFile, Totals};
 use protocol::{
@@ -139,14 +139,7 @@ fn summary(t: &Totals) -> String {
 /// or vanished): the output would silently mix or miss data.
 async fn refuse_changed_input(url: &str, planned: &[InputFile], since: &str) -> Result<()> {
     let changes = plan::input_changes(url, planned).await?;
-    if changes.is_empty() {
-        return Ok(());
-    }
-    Err(WorkerError::Conflict(format!(
-        "the input {url} changed since {since}:\n  {}\nIts output would not be this input's: \
-         write to a new [output] url (or restore the files)",
-        changes.join("\n  ")
-    )))
+    store::refuse_changes(&format!("the input {url}"), since, &changes)
 }
 
 impl JobFile for ProbeRowsFile {

@@ -120,26 +120,14 @@ pub fn cut_row_groups(groups: &[u64], rows_per_task: u64) -> Vec<Cut> {
 /// ETag (local: inode, mtime and size) are.
 pub async fn input_changes(url: &str, planned: &[InputFile]) -> Result<Vec<String>> {
     let (base, files) = store::list_matching(url).await?;
-    let now: std::collections::BTreeMap<String, (u64, Option<String>)> = files
+    let now: Vec<(String, u64, Option<String>)> = files
         .into_iter()
-        .map(|m| (base.display(&m.location), (m.size, m.e_tag)))
+        .map(|m| (base.display(&m.location), m.size, m.e_tag))
         .collect();
-    let mut changes = Vec::new();
-    for f in planned {
-        match now.get(&f.url) {
-            None => changes.push(format!("vanished: {}", f.url)),
-            Some((size, etag)) if *size != f.size || *etag != f.etag => changes.push(format!(
-                "changed: {} ({} → {size} bytes, etag {:?} → {etag:?})",
-                f.url, f.size, f.etag
-            )),
-            Some(_) => {}
-        }
-    }
-    let known: std::collections::BTreeSet<&str> = planned.iter().map(|f| f.url.as_str()).collect();
-    for url in now.keys().filter(|u| !known.contains(u.as_str())) {
-        changes.push(format!("added: {url}"));
-    }
-    Ok(changes)
+    Ok(store::pin_changes(
+        planned.iter().map(|f| (f.url.as_str(), f.size, &f.etag)),
+        now.iter().map(|(u, s, e)| (u.as_str(), *s, e)),
+    ))
 }
 
 /// One reduce task per partition, from all map outputs (every map, in map order):
