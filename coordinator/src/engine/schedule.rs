@@ -178,7 +178,7 @@ mod tests {
     fn task(p: u32) -> TaskSpec {
         TaskSpec {
             id: TaskId::new("reduce", p),
-            body: serde_json::Value::Null,
+            body: probeflow_worker::engine::protocol::Payload::null(),
         }
     }
 

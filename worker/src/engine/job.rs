@@ -210,13 +210,15 @@ pub fn parse_job_file<T: serde::de::DeserializeOwned>(
 }
 
 /// A task body, a result or a plan (`what`, for the error) decoded as the kind's type.
-pub fn decode_payload<T: serde::de::DeserializeOwned>(what: &str, value: Payload) -> Result<T> {
-    serde_json::from_value(value).map_err(|e| WorkerError::Job(format!("{what}: {e}")))
+pub fn decode_payload<T: serde::de::DeserializeOwned>(what: &str, value: &Payload) -> Result<T> {
+    value
+        .decode()
+        .map_err(|e| WorkerError::Job(format!("{what}: {e}")))
 }
 
 /// A kind's value as a task body, a result or a plan.
 pub fn encode_payload<T: serde::Serialize>(value: &T) -> Result<Payload> {
-    serde_json::to_value(value).map_err(|e| WorkerError::Job(e.to_string()))
+    Payload::encode(value).map_err(|e| WorkerError::Job(e.to_string()))
 }
 
 /// The kind named `name` among `kinds`.

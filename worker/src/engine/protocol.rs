@@ -10,8 +10,57 @@ use serde::{Deserialize, Serialize};
 /// Version of the coordinator ↔ worker messages; a worker of another version is refused.
 pub const PROTOCOL_VERSION: u32 = 5;
 
-/// A task's or a result's body, read only by its job kind.
-pub type Payload = serde_json::Value;
+/// A task's or a result's body (or a kind's plan or settings), read only by its job
+/// kind: its compact JSON text, kept as one allocation. The coordinator holds one per
+/// queued task and per accepted result, so at tens of thousands of tasks this is most
+/// of its memory (a parsed `serde_json::Value` took several times the text's size).
+#[derive(Clone, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct Payload(Box<serde_json::value::RawValue>);
+
+impl Payload {
+    /// `value` as a payload.
+    pub fn encode<T: Serialize + ?Sized>(value: &T) -> Result<Payload, serde_json::Error> {
+        serde_json::value::to_raw_value(value).map(Payload)
+    }
+
+    /// The payload read as a `T`.
+    pub fn decode<'a, T: Deserialize<'a>>(&'a self) -> Result<T, serde_json::Error> {
+        serde_json::from_str(self.0.get())
+    }
+
+    /// Its JSON text.
+    pub fn json(&self) -> &str {
+        self.0.get()
+    }
+
+    /// The JSON `null`.
+    pub fn null() -> Payload {
+        Payload(serde_json::value::RawValue::from_string("null".to_string()).expect("null is JSON"))
+    }
+}
+
+impl Default for Payload {
+    fn default() -> Self {
+        Payload::null()
+    }
+}
+
+/// Equal when their JSON texts are: a payload is always made by serializing the same
+/// types, so equal values have equal texts.
+impl PartialEq for Payload {
+    fn eq(&self, other: &Payload) -> bool {
+        self.json() == other.json()
+    }
+}
+
+impl Eq for Payload {}
+
+impl std::fmt::Debug for Payload {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.json())
+    }
+}
 
 /// The name of a stage of a job (`map`, `reduce`, `index`, …): at most
 /// [`StageName::MAX_LEN`] ASCII letters, digits or `_`, kept inline so that a task id
@@ -212,6 +261,49 @@ impl std::fmt::Display for TaskFailure {
 mod tests {
     use super::*;
     use std::time::Duration;
+
+    #[test]
+    fn a_payload_is_its_compact_json_inline_in_messages_and_journal_entries() {
+        #[derive(Debug, PartialEq, Serialize, Deserialize)]
+        struct Body {
+            file: String,
+            rows: u64,
+            rejected: std::collections::BTreeMap<String, u64>,
+        }
+        let body = Body {
+            file: "s3://b/in/part-00001.parquet".into(),
+            rows: 7,
+            rejected: [("bad_rtt".to_string(), 2)].into(),
+        };
+        let task = TaskSpec {
+            id: TaskId::new("map", 3),
+            body: Payload::encode(&body).unwrap(),
+        };
+        assert_eq!(
+            task.body.json(),
+            r#"{"file":"s3://b/in/part-00001.parquet","rows":7,"rejected":{"bad_rtt":2}}"#
+        );
+        // Through a message (inside a `Result`, as on the wire) and back.
+        let wire = serde_json::to_vec(&Ok::<_, String>(&task)).unwrap();
+        let back: Result<TaskSpec, String> = serde_json::from_slice(&wire).unwrap();
+        let back = back.unwrap();
+        assert_eq!(back, task);
+        assert_eq!(back.body.decode::<Body>().unwrap(), body);
+        // A pretty-printed entry (journals written before payloads were compact) still
+        // decodes to the same value.
+        let pretty = serde_json::to_string_pretty(&serde_json::json!({"p": body_value()})).unwrap();
+        #[derive(Deserialize)]
+        struct Entry {
+            p: Payload,
+        }
+        let entry: Entry = serde_json::from_str(&pretty).unwrap();
+        assert_eq!(entry.p.decode::<Body>().unwrap(), body);
+        assert_eq!(Payload::default().json(), "null");
+
+        fn body_value() -> serde_json::Value {
+            serde_json::json!({"file": "s3://b/in/part-00001.parquet", "rows": 7, "rejected": {"bad_rtt": 2}})
+        }
+    }
 
     #[test]
     fn heartbeats_come_four_times_a_lease_in_both_modes() {

@@ -99,7 +99,7 @@ impl JobKind for NgramOverlap {
     }
 
     fn planned_tasks(&self, plan: &Payload) -> Vec<(&'static str, u64)> {
-        match serde_json::from_value::<Plan>(plan.clone()) {
+        match plan.decode::<Plan>() {
             Ok(p) => vec![
                 (INDEX, p.eval.len() as u64),
                 (SCAN, p.train.len() as u64),
@@ -208,7 +208,7 @@ impl JobFile for OverlapFile {
     }
 
     fn to_json(&self) -> Payload {
-        serde_json::to_value(self).unwrap_or_default()
+        Payload::encode(self).unwrap_or_default()
     }
 
     fn completed<'a>(&'a self, output: &'a StoreUrl) -> BoxFuture<'a, Result<Option<String>>> {
@@ -271,7 +271,7 @@ impl JobFile for OverlapFile {
         plan: Payload,
     ) -> BoxFuture<'a, Result<Box<dyn JobDriver>>> {
         Box::pin(async move {
-            let plan: Plan = decode("the journaled plan", plan)?;
+            let plan: Plan = decode("the journaled plan", &plan)?;
             self.refuse_changed_input(&plan.inputs(), "the job was planned")
                 .await?;
             Ok(Box::new(OverlapDriver {
@@ -478,7 +478,7 @@ fn check_rejects(side: &str, file: u32, got: &Option<String>) -> std::result::Re
 
 impl JobDriver for OverlapDriver {
     fn settings(&self) -> Payload {
-        serde_json::to_value(&self.settings).unwrap_or_default()
+        Payload::encode(&self.settings).unwrap_or_default()
     }
 
     fn progress_plan(&self) -> ProgressPlan {
@@ -527,8 +527,8 @@ impl JobDriver for OverlapDriver {
         let err = |e: WorkerError| e.to_string();
         match task.id.stage.as_str() {
             INDEX => {
-                let t: IndexTask = decode("index task", task.body.clone()).map_err(err)?;
-                let o: IndexOutput = decode("index result", output.clone()).map_err(err)?;
+                let t: IndexTask = decode("index task", &task.body).map_err(err)?;
+                let o: IndexOutput = decode("index result", output).map_err(err)?;
                 if o.shuffle_file != index_shuffle_path(t.eval_file, attempt)
                     || o.rows_file != eval_rows_path(t.eval_file, attempt)
                 {
@@ -542,8 +542,8 @@ impl JobDriver for OverlapDriver {
                 Ok(())
             }
             SCAN => {
-                let t: ScanTask = decode("scan task", task.body.clone()).map_err(err)?;
-                let o: ScanOutput = decode("scan result", output.clone()).map_err(err)?;
+                let t: ScanTask = decode("scan task", &task.body).map_err(err)?;
+                let o: ScanOutput = decode("scan result", output).map_err(err)?;
                 if (o.train_file, o.group) != (t.train_file, t.group) {
                     return Err(format!(
                         "a result for training file {} group {}",
@@ -559,7 +559,7 @@ impl JobDriver for OverlapDriver {
                 check_rejects("train", t.train_file, &o.counts.rejects_file)
             }
             REPORT => {
-                let o: ReportOutput = decode("report result", output.clone()).map_err(err)?;
+                let o: ReportOutput = decode("report result", output).map_err(err)?;
                 let train = self.plan.train.len() as u32;
                 let mut allowed: BTreeSet<String> =
                     (0..train).map(|t| instances_path(t, train)).collect();
@@ -579,7 +579,7 @@ impl JobDriver for OverlapDriver {
         let t = &mut self.progress.totals;
         let progressed = match task.stage.as_str() {
             INDEX => {
-                let o: IndexOutput = decode("index result", output)?;
+                let o: IndexOutput = decode("index result", &output)?;
                 t.eval_records += o.counts.valid();
                 t.eval_rejected += o.counts.rows - o.counts.valid();
                 t.test_ngrams += o.ngrams;
@@ -595,7 +595,7 @@ impl JobDriver for OverlapDriver {
                 }
             }
             SCAN => {
-                let o: ScanOutput = decode("scan result", output)?;
+                let o: ScanOutput = decode("scan result", &output)?;
                 // Every group's scan reads the whole file: its rows count once.
                 let first_group = o.group == 0;
                 if first_group {
@@ -616,7 +616,7 @@ impl JobDriver for OverlapDriver {
                 }
             }
             REPORT => {
-                let o: ReportOutput = decode("report result", output)?;
+                let o: ReportOutput = decode("report result", &output)?;
                 let bytes = o.files.iter().map(|f| f.bytes).sum();
                 self.report = Some(o);
                 Progressed { units: 0, bytes }
@@ -740,14 +740,14 @@ impl TaskRunner for OverlapRunner {
         _env: TaskEnv<'a>,
     ) -> BoxFuture<'a, Result<Payload>> {
         Box::pin(async move {
-            let settings: Settings = decode("the job's settings", a.job.settings.clone())?;
+            let settings: Settings = decode("the job's settings", &a.job.settings)?;
             let output = StoreUrl::parse(&a.job.output)?;
             let handle = tokio::runtime::Handle::current();
             let stage = a.task.id.stage.as_str().to_string();
             let body = a.task.body.clone();
             let attempt = a.attempt;
             let scan: Option<ScanTask> = match stage.as_str() {
-                SCAN => Some(decode("scan task", body.clone())?),
+                SCAN => Some(decode("scan task", &body)?),
                 _ => None,
             };
             let group: Option<GroupKey> = scan.as_ref().map(|t| {
@@ -782,13 +782,13 @@ impl TaskRunner for OverlapRunner {
                             Ok((encode(&out)?, Some(index)))
                         }
                         (INDEX, _) => {
-                            let task: IndexTask = decode("index task", body)?;
+                            let task: IndexTask = decode("index task", &body)?;
                             let out =
                                 index::run_index(&handle, &task, &output, &settings, attempt)?;
                             Ok((encode(&out)?, None))
                         }
                         (REPORT, _) => {
-                            let task: ReportTask = decode("report task", body)?;
+                            let task: ReportTask = decode("report task", &body)?;
                             let out = report::run_report(&handle, &task, &output, &settings)?;
                             Ok((encode(&out)?, None))
                         }
@@ -813,15 +813,17 @@ impl TaskRunner for OverlapRunner {
     }
 
     fn forged(&self, a: &Assignment, output: Payload) -> Payload {
-        let mut value = output;
         let key = match a.task.id.stage.as_str() {
             INDEX => "shuffle_file",
             SCAN => "events_file",
-            _ => return value,
+            _ => return output,
+        };
+        let Ok(mut value) = output.decode::<serde_json::Value>() else {
+            return output;
         };
         if let Some(obj) = value.as_object_mut() {
-            obj.insert(key.into(), Payload::String("../../elsewhere".into()));
+            obj.insert(key.into(), "../../elsewhere".into());
         }
-        value
+        encode(&value).unwrap_or(output)
     }
 }

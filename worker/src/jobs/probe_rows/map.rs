@@ -334,7 +334,7 @@ mod tests {
             job_id: "test".into(),
             kind: super::super::NAME.into(),
             output: dir.path().display().to_string(),
-            settings: serde_json::Value::Null,
+            settings: crate::engine::protocol::Payload::null(),
         };
         let late = MapOutput {
             shuffle_file: shuffle_path(3, 2),

@@ -96,7 +96,7 @@ impl JobKind for ProbeRows {
     }
 
     fn planned_tasks(&self, plan: &Payload) -> Vec<(&'static str, u64)> {
-        match serde_json::from_value::<Plan>(plan.clone()) {
+        match plan.decode::<Plan>() {
             Ok(p) => vec![(MAP, p.maps.len() as u64), (REDUCE, u64::from(p.shards))],
             Err(_) => Vec::new(),
         }
@@ -152,7 +152,7 @@ impl JobFile for ProbeRowsFile {
     }
 
     fn to_json(&self) -> Payload {
-        serde_json::to_value(self).unwrap_or_default()
+        Payload::encode(self).unwrap_or_default()
     }
 
     fn completed<'a>(&'a self, output: &'a StoreUrl) -> BoxFuture<'a, Result<Option<String>>> {
@@ -214,7 +214,7 @@ impl JobFile for ProbeRowsFile {
         plan: Payload,
     ) -> BoxFuture<'a, Result<Box<dyn JobDriver>>> {
         Box::pin(async move {
-            let plan: Plan = decode("the journaled plan", plan)?;
+            let plan: Plan = decode("the journaled plan", &plan)?;
             if let Some(url) = &self.input.url {
                 refuse_changed_input(url, &plan.inputs, "the job was planned").await?;
             }
@@ -240,7 +240,7 @@ struct ProbeRowsDriver {
 
 impl JobDriver for ProbeRowsDriver {
     fn settings(&self) -> Payload {
-        serde_json::to_value(&self.settings).unwrap_or_default()
+        Payload::encode(&self.settings).unwrap_or_default()
     }
 
     fn progress_plan(&self) -> ProgressPlan {
@@ -293,17 +293,13 @@ impl JobDriver for ProbeRowsDriver {
     ) -> std::result::Result<(), String> {
         match task.id.stage.as_str() {
             MAP => {
-                let t: MapTask =
-                    decode("map task", task.body.clone()).map_err(|e| e.to_string())?;
-                let m: MapOutput =
-                    decode("map result", output.clone()).map_err(|e| e.to_string())?;
+                let t: MapTask = decode("map task", &task.body).map_err(|e| e.to_string())?;
+                let m: MapOutput = decode("map result", output).map_err(|e| e.to_string())?;
                 result_check::check_map(&t, attempt, &m)
             }
             REDUCE => {
-                let t: ReduceTask =
-                    decode("reduce task", task.body.clone()).map_err(|e| e.to_string())?;
-                let r: ReduceOutput =
-                    decode("reduce result", output.clone()).map_err(|e| e.to_string())?;
+                let t: ReduceTask = decode("reduce task", &task.body).map_err(|e| e.to_string())?;
+                let r: ReduceOutput = decode("reduce result", output).map_err(|e| e.to_string())?;
                 result_check::check_reduce(&t, &self.settings, &r)
             }
             other => Err(format!("a result of an unknown stage {other:?}")),
@@ -313,13 +309,13 @@ impl JobDriver for ProbeRowsDriver {
     fn accept(&mut self, task: TaskId, output: Payload) -> Result<Progressed> {
         match task.stage.as_str() {
             MAP => {
-                let m: MapOutput = decode("map result", output)?;
+                let m: MapOutput = decode("map result", &output)?;
                 let units = m.input_rows;
                 self.maps.insert(task.index as usize, m);
                 Ok(Progressed { units, bytes: 0 })
             }
             REDUCE => {
-                let r: ReduceOutput = decode("reduce result", output)?;
+                let r: ReduceOutput = decode("reduce result", &output)?;
                 let bytes = r.shards.iter().map(|s| s.bytes).sum();
                 self.reduces.insert(task.index, r);
                 Ok(Progressed { units: 0, bytes })
@@ -373,17 +369,17 @@ impl TaskRunner for ProbeRowsRunner {
         env: TaskEnv<'a>,
     ) -> BoxFuture<'a, Result<Payload>> {
         Box::pin(async move {
-            let settings: Settings = decode("the job's settings", a.job.settings.clone())?;
+            let settings: Settings = decode("the job's settings", &a.job.settings)?;
             match a.task.id.stage.as_str() {
                 MAP => {
-                    let task: MapTask = decode("map task", a.task.body.clone())?;
+                    let task: MapTask = decode("map task", &a.task.body)?;
                     let out =
                         map::run_map(&task, &a.job, &settings, a.attempt, &mut self.addresses)
                             .await?;
                     encode(&out)
                 }
                 REDUCE => {
-                    let task: ReduceTask = decode("reduce task", a.task.body.clone())?;
+                    let task: ReduceTask = decode("reduce task", &a.task.body)?;
                     let out = reduce::run_reduce(
                         &task,
                         &a.job,
@@ -420,7 +416,7 @@ impl TaskRunner for ProbeRowsRunner {
         match a.task.id.stage.as_str() {
             // Every row "rejected": the counts add up without a shuffle file to read.
             MAP => {
-                let task: MapTask = decode("map task", a.task.body.clone()).ok()?;
+                let task: MapTask = decode("map task", &a.task.body).ok()?;
                 encode(&MapOutput {
                     shuffle_file: map::shuffle_path(task.index, a.attempt),
                     input_rows: task.rows,
@@ -431,7 +427,7 @@ impl TaskRunner for ProbeRowsRunner {
                 .ok()
             }
             REDUCE => {
-                let _: ReduceTask = decode("reduce task", a.task.body.clone()).ok()?;
+                let _: ReduceTask = decode("reduce task", &a.task.body).ok()?;
                 encode(&ReduceOutput {
                     shards: Vec::new(),
                     input_rows: 0,
@@ -444,7 +440,7 @@ impl TaskRunner for ProbeRowsRunner {
 
     fn forged(&self, a: &Assignment, output: Payload) -> Payload {
         match a.task.id.stage.as_str() {
-            MAP => match serde_json::from_value::<MapOutput>(output.clone()) {
+            MAP => match output.decode::<MapOutput>() {
                 Ok(mut m) => {
                     m.shuffle_file = "manifest.json".into();
                     m.rejects_file = Some("manifest.json".into());
@@ -452,7 +448,7 @@ impl TaskRunner for ProbeRowsRunner {
                 }
                 Err(_) => output,
             },
-            REDUCE => match serde_json::from_value::<ReduceOutput>(output.clone()) {
+            REDUCE => match output.decode::<ReduceOutput>() {
                 Ok(mut r) => {
                     for s in &mut r.shards {
                         s.path = "../../elsewhere.array_record".into();
