@@ -162,6 +162,7 @@ pub async fn load_index(
     groups: u32,
     partitions: u32,
 ) -> Result<Index> {
+    let started = std::time::Instant::now();
     let schema = entry_schema();
     let mut index = Index::default();
     for file in files {
@@ -172,6 +173,13 @@ pub async fn load_index(
         }
     }
     index.seal();
+    tracing::debug!(
+        group,
+        groups,
+        entries = index.len(),
+        ms = started.elapsed().as_millis() as u64,
+        "index group loaded"
+    );
     Ok(index)
 }
 
