@@ -20,10 +20,30 @@ fn corrupt(file: &str, what: impl std::fmt::Display) -> WorkerError {
     }
 }
 
+/// How hard a [`GzipJsonl`] compresses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Packing {
+    /// The job's own intermediate files (read once by a later stage, then kept only
+    /// for resume): the fastest level, as they are written while the scan runs.
+    Intermediate,
+    /// Results the user keeps: zlib's default level.
+    Result,
+}
+
+impl Packing {
+    fn level(self) -> flate2::Compression {
+        match self {
+            Packing::Intermediate => flate2::Compression::fast(),
+            Packing::Result => flate2::Compression::default(),
+        }
+    }
+}
+
 /// A gzip JSON-lines file written in parts as it is compressed (memory: one part),
 /// with its blake3.
 pub struct GzipJsonl {
     path: String,
+    level: flate2::Compression,
     /// Lines not yet compressed.
     lines: Vec<u8>,
     gz: flate2::write::GzEncoder<Vec<u8>>,
@@ -33,11 +53,12 @@ pub struct GzipJsonl {
 }
 
 impl GzipJsonl {
-    pub fn new(output: &StoreUrl, path: &str) -> GzipJsonl {
+    pub fn new(output: &StoreUrl, path: &str, packing: Packing) -> GzipJsonl {
         GzipJsonl {
             path: path.to_string(),
+            level: packing.level(),
             lines: Vec::new(),
-            gz: flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default()),
+            gz: flate2::write::GzEncoder::new(Vec::new(), packing.level()),
             upload: output.put_in_parts(output.child(path)),
             hash: blake3::Hasher::new(),
             bytes: 0,
@@ -78,7 +99,7 @@ impl GzipJsonl {
         self.compress_staged()?;
         let rest = std::mem::replace(
             &mut self.gz,
-            flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default()),
+            flate2::write::GzEncoder::new(Vec::new(), self.level),
         )
         .finish()
         .map_err(|e| corrupt(&self.path, e))?;

@@ -13,7 +13,7 @@ use arrow::array::{
 };
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 
-use super::gzip_jsonl::GzipJsonl;
+use super::gzip_jsonl::{GzipJsonl, Packing};
 use super::ngrams::{eval_ngrams, EvalOccurrence, Index};
 use super::protocol::{
     eval_rows_path, index_shuffle_path, rejects_path, EvalRow, IndexOutput, IndexTask, Settings,
@@ -69,7 +69,7 @@ pub fn run_index(
         .map(|_| PartitionRows::default())
         .collect();
     let rows_file = eval_rows_path(task.eval_file, attempt);
-    let mut rows_out = GzipJsonl::new(output, &rows_file);
+    let mut rows_out = GzipJsonl::new(output, &rows_file, Packing::Intermediate);
     let mut ngrams = 0u64;
     let mut present = std::collections::BTreeSet::new();
     let counts = read_records(

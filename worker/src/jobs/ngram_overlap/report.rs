@@ -15,7 +15,7 @@ use std::io::BufRead;
 
 use serde::{Deserialize, Serialize};
 
-use super::gzip_jsonl::GzipJsonl;
+use super::gzip_jsonl::{GzipJsonl, Packing};
 use super::protocol::{
     instances_path, EvalRow, OutputFile, ReportOutput, ReportTask, ScanEvent, Settings, DETAILS,
     STATS,
@@ -139,7 +139,7 @@ pub fn run_report(
     }
 
     // Pass 2: the details and the per-training-file instances.
-    let mut details = GzipJsonl::new(output, DETAILS);
+    let mut details = GzipJsonl::new(output, DETAILS, Packing::Result);
     let mut detail_count = 0u64;
     let mut files = Vec::new();
     let train_files = task.train.len() as u32;
@@ -205,7 +205,11 @@ pub fn run_report(
                     .insert(row.id.clone());
             }
         }
-        let mut out = GzipJsonl::new(output, &instances_path(t as u32, train_files));
+        let mut out = GzipJsonl::new(
+            output,
+            &instances_path(t as u32, train_files),
+            Packing::Result,
+        );
         for ((train_row, dataset, n), (doc_id, ids)) in &per_row {
             out.line(
                 handle,

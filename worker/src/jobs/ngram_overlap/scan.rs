@@ -11,7 +11,7 @@
 //! Events go to one gzip JSONL file per attempt, streamed out as they come, in
 //! (training row, eval file, eval row, length, n-gram) order.
 
-use super::gzip_jsonl::GzipJsonl;
+use super::gzip_jsonl::{GzipJsonl, Packing};
 use super::ngrams::{Index, ScanTokens};
 use super::protocol::{events_path, rejects_path, ScanEvent, ScanOutput, ScanTask, Settings};
 use super::source::read_records;
@@ -30,7 +30,7 @@ pub fn run_scan(
     attempt: u32,
 ) -> Result<ScanOutput> {
     let events_file = events_path(task.index, attempt);
-    let mut events_out = GzipJsonl::new(output, &events_file);
+    let mut events_out = GzipJsonl::new(output, &events_file, Packing::Intermediate);
     let mut doc = ScanTokens::default();
     let mut ngrams = 0u64;
     let mut events = 0u64;
