@@ -161,7 +161,10 @@ fn window_key(poly: u64, n: u32) -> u64 {
 
 /// The window key of an n-gram's text.
 fn ngram_key(text: &str, n: u32) -> u64 {
-    prefix_key(text, n)
+    let poly = text.split(' ').fold(0u64, |p, t| {
+        p.wrapping_mul(BASE).wrapping_add(token_hash(t.as_bytes()))
+    });
+    window_key(poly, n)
 }
 
 /// The window key of the first `n` tokens of an n-gram's text.
