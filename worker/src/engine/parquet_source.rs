@@ -130,3 +130,36 @@ pub async fn open(
         source, metadata,
     ))
 }
+
+/// The index of column `name` in `schema` (of Parquet file `file`); a schema error
+/// naming the file and listing the columns it has when there is none.
+pub fn column_index(schema: &Schema, file: &str, name: &str) -> Result<usize> {
+    schema.index_of(name).map_err(|_| WorkerError::Schema {
+        file: file.to_string(),
+        what: format!(
+            "no column {name:?} (columns: {:?})",
+            schema.fields().iter().map(|f| f.name()).collect::<Vec<_>>()
+        ),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_missing_column_names_the_file_and_the_columns_there_are() {
+        let schema = Schema::new(vec![
+            Field::new("text", DataType::Utf8, true),
+            Field::new("id", DataType::Int64, true),
+        ]);
+        assert_eq!(column_index(&schema, "s3://b/x.parquet", "id").unwrap(), 1);
+        match column_index(&schema, "s3://b/x.parquet", "body") {
+            Err(WorkerError::Schema { file, what }) => {
+                assert_eq!(file, "s3://b/x.parquet");
+                assert_eq!(what, r#"no column "body" (columns: ["text", "id"])"#);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}

@@ -369,15 +369,7 @@ fn read_parquet(
         false,
     ))?;
     let schema = builder.schema().clone();
-    let column = schema
-        .index_of(text_field)
-        .map_err(|_| WorkerError::Schema {
-            file: file.url.clone(),
-            what: format!(
-                "no column {text_field:?} (columns: {:?})",
-                schema.fields().iter().map(|f| f.name()).collect::<Vec<_>>()
-            ),
-        })?;
+    let column = crate::engine::parquet_source::column_index(&schema, &file.url, text_field)?;
     let mut stream = builder.with_batch_size(4096).build().map_err(parquet_err)?;
     let mut row = 0u64;
     while let Some(batch) = handle.block_on(stream.next()) {

@@ -111,19 +111,7 @@ pub async fn run_map(
     let arrow_schema = builder.schema().clone();
     let mut roots = Vec::new();
     for name in wanted {
-        let i = arrow_schema
-            .index_of(name)
-            .map_err(|_| WorkerError::Schema {
-                file: task.file.clone(),
-                what: format!(
-                    "no column {name:?} (columns: {:?})",
-                    arrow_schema
-                        .fields()
-                        .iter()
-                        .map(|f| f.name())
-                        .collect::<Vec<_>>()
-                ),
-            })?;
+        let i = crate::engine::parquet_source::column_index(&arrow_schema, &task.file, name)?;
         roots.push(i);
     }
     let mask = ProjectionMask::roots(schema, roots);
