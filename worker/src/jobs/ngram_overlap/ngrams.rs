@@ -17,7 +17,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
 
-use super::tokenize::{Token, TokenizerKind};
+use super::tokenize::{python_lower_char, Token, TokenizerKind, CONTEXT_LOWERED};
 
 /// One eval n-gram of one row: the configured lengths it stands for (bit set) and its
 /// occurrences `[start, end)` in code points of the original text.
@@ -237,6 +237,8 @@ impl ScanTokens {
         self.prefix.push(0);
         if text.is_ascii() {
             self.fill_ascii(kind, text);
+        } else if kind != TokenizerKind::Default || !text.contains(CONTEXT_LOWERED) {
+            self.fill_chars(kind, text);
         } else {
             for t in kind.tokenize(text) {
                 let start = self.buffer.len();
@@ -303,6 +305,63 @@ impl ScanTokens {
         }
         self.push_ascii(start, len, whitespace_only);
         self.buffer.truncate(len);
+    }
+
+    /// The same tokens as `kind.tokenize(text)` for a text whose characters are
+    /// each lowered alone (no capital sigma), without allocating per token: the
+    /// pieces between maximal runs of separators of the lowered characters, each
+    /// spanning the code points from its first character's source to its last's.
+    fn fill_chars(&mut self, kind: TokenizerKind, text: &str) {
+        let lower = kind == TokenizerKind::Default;
+        let skip_empty = kind == TokenizerKind::Whitespace;
+        // The current piece: where it starts in `buffer`, the code point it starts
+        // at (where the run before it ended), and its last character's source.
+        let mut start = 0usize;
+        let mut piece_start = 0u64;
+        let mut last: Option<u64> = None;
+        let mut in_run = false;
+        let mut src = 0u64;
+        for c in text.chars() {
+            let (one, many) = match (lower, c.is_ascii()) {
+                (false, _) => (Some(c), None),
+                (true, true) => (Some(c.to_ascii_lowercase()), None),
+                (true, false) => (None, Some(python_lower_char(c))),
+            };
+            for l in one.into_iter().chain(many.into_iter().flatten()) {
+                if kind.separates(l) {
+                    if !in_run {
+                        self.push_piece(start, piece_start, last.take(), skip_empty);
+                        in_run = true;
+                    }
+                } else {
+                    if in_run {
+                        in_run = false;
+                        piece_start = src;
+                        start = self.buffer.len();
+                    }
+                    self.buffer.push(l);
+                    last = Some(src);
+                }
+            }
+            src += 1;
+        }
+        if in_run {
+            piece_start = src;
+            start = self.buffer.len();
+        }
+        self.push_piece(start, piece_start, last, skip_empty);
+    }
+
+    /// A piece of [`Self::fill_chars`]: `buffer[start..]`, from code point
+    /// `piece_start` to just after `last` (empty where there is no last).
+    fn push_piece(&mut self, start: usize, piece_start: u64, last: Option<u64>, skip_empty: bool) {
+        let end = self.buffer.len();
+        if skip_empty && start == end {
+            return;
+        }
+        self.push_token(start, end);
+        let span_end = last.map_or(piece_start, |l| l + 1);
+        self.spans.push((piece_start, span_end));
     }
 
     /// An ASCII token (the buffer padded): its code points are its bytes (no span is
@@ -675,6 +734,61 @@ mod tests {
                 assert_eq!(fast_spans, spans, "{kind:?} {text:?}");
             }
         }
+    }
+
+    #[test]
+    fn the_character_path_cuts_exactly_the_tokens_of_the_tokenizer() {
+        // Random texts mixing ASCII with the characters Python and Rust treat
+        // differently (spaces U+001C, U+0085, U+00A0, U+3000; `İ` lowered to two
+        // characters; a letter Python 3.11 does not lowercase; the capital sigma,
+        // which takes the exact path), every tokenizer.
+        let alphabet: Vec<char> =
+            "aB z.,!-\t\n\u{1c}\u{85}\u{a0}\u{3000}İıéÉßΣσς\u{1c89}\u{10400}_~9Q "
+                .chars()
+                .collect();
+        let mut state = 0x9e37_79b9u64;
+        let mut paths = [0usize; 2];
+        for _ in 0..3000 {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let len = (state >> 58) as usize + (state >> 40) as usize % 60;
+            let mut text = String::new();
+            for _ in 0..len {
+                state = state
+                    .wrapping_mul(6364136223846793005)
+                    .wrapping_add(1442695040888963407);
+                text.push(alphabet[(state >> 33) as usize % alphabet.len()]);
+            }
+            if text.is_ascii() {
+                continue;
+            }
+            paths[usize::from(text.contains(CONTEXT_LOWERED))] += 1;
+            for kind in [
+                TokenizerKind::Default,
+                TokenizerKind::NoLowercase,
+                TokenizerKind::Whitespace,
+            ] {
+                let exact = kind.tokenize(&text);
+                let mut fast = ScanTokens::default();
+                fast.fill(kind, &text);
+                let want: Vec<&str> = exact.iter().map(|t| t.text.as_str()).collect();
+                assert_eq!(texts(&fast), want, "{kind:?} {text:?}");
+                let spans: Vec<[u64; 2]> = exact
+                    .iter()
+                    .map(|t| [t.span.start as u64, t.span.end as u64])
+                    .collect();
+                let fast_spans: Vec<[u64; 2]> =
+                    (0..fast.len()).map(|k| fast.offsets(k, 1)).collect();
+                assert_eq!(fast_spans, spans, "{kind:?} {text:?}");
+                // And the window keys are those of the same tokens' n-grams.
+                for k in 0..fast.len().saturating_sub(1) {
+                    let ngram = format!("{} {}", want[k], want[k + 1]);
+                    assert_eq!(fast.key(k, 2), ngram_key(&ngram, 2), "{text:?}");
+                }
+            }
+        }
+        assert!(paths[0] > 100 && paths[1] > 100, "{paths:?}");
     }
 
     #[test]

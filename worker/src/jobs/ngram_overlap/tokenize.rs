@@ -85,6 +85,22 @@ pub fn python_lower(text: &str) -> Vec<(char, usize)> {
     out
 }
 
+/// Python's lowercase of `c` alone: what `str.lower()` gives for every character
+/// but the capital sigma, whose lowercase depends on its neighbours (see
+/// [`python_lower`], [`CONTEXT_LOWERED`]).
+pub fn python_lower_char(c: char) -> impl Iterator<Item = char> {
+    let uncased = PYTHON_UNCASED.binary_search(&(c as u32)).is_ok();
+    let (kept, lowered) = if uncased {
+        (Some(c), None)
+    } else {
+        (None, Some(c.to_lowercase()))
+    };
+    kept.into_iter().chain(lowered.into_iter().flatten())
+}
+
+/// The one character whose lowercase depends on its neighbours (final `ς` or `σ`).
+pub const CONTEXT_LOWERED: char = 'Σ';
+
 /// Splits `chars` (each with its source index) at maximal runs of separators, as
 /// `re.split` does with a `[…]+` pattern: the pieces between runs, empty ones included.
 fn split_runs(chars: &[(char, usize)], separator: impl Fn(char) -> bool, end: usize) -> Vec<Token> {
@@ -127,10 +143,21 @@ fn split_runs(chars: &[(char, usize)], separator: impl Fn(char) -> bool, end: us
 }
 
 impl TokenizerKind {
+    /// Whether `c` (of the lowered text, for [`TokenizerKind::Default`]) separates
+    /// tokens.
+    pub fn separates(self, c: char) -> bool {
+        match self {
+            TokenizerKind::Whitespace => python_isspace(c),
+            TokenizerKind::Default | TokenizerKind::NoLowercase => {
+                python_isspace(c) || ascii_punctuation(c)
+            }
+        }
+    }
+
     /// The tokens of `text`.
     pub fn tokenize(self, text: &str) -> Vec<Token> {
         let end = text.chars().count();
-        let separator = |c: char| python_isspace(c) || ascii_punctuation(c);
+        let separator = |c: char| self.separates(c);
         match self {
             TokenizerKind::Default => split_runs(&python_lower(text), separator, end),
             TokenizerKind::NoLowercase => {
@@ -190,6 +217,29 @@ mod tests {
                 .cloned()
                 .unwrap_or_else(|| vec![c as u32]);
             assert_eq!(got, want, "U+{:04X}", c as u32);
+        }
+    }
+
+    #[test]
+    fn a_character_lowered_alone_is_lowered_as_in_a_text_but_the_capital_sigma() {
+        for c in all_chars() {
+            let alone: Vec<char> = python_lower_char(c).collect();
+            let in_text: Vec<char> = python_lower(&c.to_string())
+                .iter()
+                .map(|&(l, _)| l)
+                .collect();
+            assert_eq!(alone, in_text, "U+{:04X}", c as u32);
+            // At the end of a word (where a sigma is final).
+            let in_word: Vec<char> = python_lower(&format!("a{c}"))
+                .iter()
+                .filter(|&&(_, at)| at == 1)
+                .map(|&(l, _)| l)
+                .collect();
+            if c == CONTEXT_LOWERED {
+                assert_ne!(alone, in_word);
+            } else {
+                assert_eq!(alone, in_word, "U+{:04X}", c as u32);
+            }
         }
     }
 
