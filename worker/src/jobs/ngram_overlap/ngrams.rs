@@ -159,20 +159,41 @@ fn window_key(poly: u64, n: u32) -> u64 {
     k ^ (k >> 29)
 }
 
+/// The polynomial hash of the first `limit` tokens of an n-gram's text (its
+/// space-separated tokens; a byte loop, as tokens are short and a `split` costs a
+/// search set-up per token).
+fn tokens_poly(text: &str, limit: u32) -> u64 {
+    let bytes = text.as_bytes();
+    let mut poly = 0u64;
+    let mut start = 0usize;
+    let mut taken = 0u32;
+    for (at, &b) in bytes.iter().enumerate() {
+        if taken == limit {
+            return poly;
+        }
+        if b == b' ' {
+            poly = poly
+                .wrapping_mul(BASE)
+                .wrapping_add(token_hash(&bytes[start..at]));
+            start = at + 1;
+            taken += 1;
+        }
+    }
+    if taken == limit {
+        return poly;
+    }
+    poly.wrapping_mul(BASE)
+        .wrapping_add(token_hash(&bytes[start..]))
+}
+
 /// The window key of an n-gram's text.
 fn ngram_key(text: &str, n: u32) -> u64 {
-    let poly = text.split(' ').fold(0u64, |p, t| {
-        p.wrapping_mul(BASE).wrapping_add(token_hash(t.as_bytes()))
-    });
-    window_key(poly, n)
+    window_key(tokens_poly(text, u32::MAX), n)
 }
 
 /// The window key of the first `n` tokens of an n-gram's text.
 fn prefix_key(text: &str, n: u32) -> u64 {
-    let poly = text.split(' ').take(n as usize).fold(0u64, |p, t| {
-        p.wrapping_mul(BASE).wrapping_add(token_hash(t.as_bytes()))
-    });
-    window_key(poly, n)
+    window_key(tokens_poly(text, n), n)
 }
 
 const ONES: u64 = 0x0101_0101_0101_0101;
@@ -452,15 +473,15 @@ pub struct EvalOccurrence {
 #[derive(Default)]
 pub struct Index {
     pub entries: Vec<IndexEntry>,
-    /// One bit per key (of `bits.len() * 64`): most windows are not indexed, and this
-    /// small table answers them without touching the larger map.
-    bits: Vec<u64>,
+    /// The keys of the entries: most windows are not indexed, and this small table
+    /// answers them without touching the larger map.
+    keys: KeyFilter,
     /// The lengths indexed, ascending: those shorter than `prefix_len` are looked up
-    /// at every position; the others only where `prefix_bits` holds the window of
+    /// at every position; the others only where `prefixes` may hold the window of
     /// `prefix_len` tokens starting there (every longer n-gram starts with one).
     lengths: Vec<u32>,
     prefix_len: u32,
-    prefix_bits: Vec<u64>,
+    prefixes: KeyFilter,
     /// Window key → the first entry with that key; `next` chains the others.
     first: HashMap<u64, u32, BuildHasherDefault<PassThrough>>,
     next: Vec<u32>,
@@ -472,14 +493,46 @@ const END: u32 = u32::MAX;
 /// `prefix_len` tokens are (see [`Index`]).
 const PREFIX_TOKENS: u32 = 4;
 
-fn set_bit(bits: &mut [u64], key: u64) {
-    let bit = key as usize & (bits.len() * 64 - 1);
-    bits[bit / 64] |= 1 << (bit % 64);
+/// A set of window keys that answers "certainly not in it" for most other keys: two
+/// bits per key, both in one 64-bit word chosen by the key's high bits (a blocked
+/// Bloom filter), at 16 to 32 bits per key: one cache line per question, and a table
+/// small enough to stay in the core's cache while a scan asks it at every token
+/// (about 1.5% false positives; a table of one bit per key as large would miss
+/// the cache at every question).
+#[derive(Default)]
+struct KeyFilter {
+    words: Vec<u64>,
+    /// 64 − log2(words): the shift that leaves a key's word index.
+    shift: u32,
 }
 
-fn has_bit(bits: &[u64], key: u64) -> bool {
-    let bit = key as usize & (bits.len() * 64 - 1);
-    bits[bit / 64] & (1 << (bit % 64)) != 0
+impl KeyFilter {
+    fn new(keys: impl ExactSizeIterator<Item = u64>) -> KeyFilter {
+        let words = (keys.len() / 4).next_power_of_two().max(64);
+        let mut filter = KeyFilter {
+            words: vec![0u64; words],
+            shift: 64 - words.trailing_zeros(),
+        };
+        for key in keys {
+            let (word, mask) = filter.slot(key);
+            filter.words[word] |= mask;
+        }
+        filter
+    }
+
+    fn slot(&self, key: u64) -> (usize, u64) {
+        let word = (key >> self.shift) as usize;
+        (word, (1u64 << (key & 63)) | (1u64 << ((key >> 6) & 63)))
+    }
+
+    /// Whether `key` may be in the set (always, for an empty filter never built).
+    fn may_hold(&self, key: u64) -> bool {
+        if self.words.is_empty() {
+            return true;
+        }
+        let (word, mask) = self.slot(key);
+        self.words[word] & mask == mask
+    }
 }
 
 impl Index {
@@ -514,17 +567,13 @@ impl Index {
         });
     }
 
-    /// Puts every entry's occurrences in (file, row) order and builds the key filter
-    /// (about 32 bits per key).
+    /// Puts every entry's occurrences in (file, row) order and builds the key
+    /// filters.
     pub fn seal(&mut self) {
         for e in &mut self.entries {
             e.occurrences.sort_by_key(|o| (o.eval_file, o.eval_row));
         }
-        let words = (self.first.len() / 2).next_power_of_two().max(1024);
-        self.bits = vec![0u64; words];
-        for &key in self.first.keys() {
-            set_bit(&mut self.bits, key);
-        }
+        self.keys = KeyFilter::new(self.first.keys().copied());
         let mut lengths: Vec<u32> = self.entries.iter().map(|e| e.n).collect();
         lengths.sort_unstable();
         lengths.dedup();
@@ -536,12 +585,15 @@ impl Index {
             .find(|&n| n >= PREFIX_TOKENS)
             .or(lengths.last().copied())
             .unwrap_or(0);
-        self.prefix_bits = vec![0u64; words];
-        for e in &self.entries {
-            if e.n >= self.prefix_len {
-                set_bit(&mut self.prefix_bits, prefix_key(&e.ngram, self.prefix_len));
-            }
-        }
+        let mut prefixes: Vec<u64> = self
+            .entries
+            .iter()
+            .filter(|e| e.n >= self.prefix_len)
+            .map(|e| prefix_key(&e.ngram, self.prefix_len))
+            .collect();
+        prefixes.sort_unstable();
+        prefixes.dedup();
+        self.prefixes = KeyFilter::new(prefixes.into_iter());
         self.lengths = lengths;
     }
 
@@ -565,7 +617,7 @@ impl Index {
                     each(e, i, n);
                 }
             }
-            if p > left || !has_bit(&self.prefix_bits, doc.key(i, p)) {
+            if p > left || !self.prefixes.may_hold(doc.key(i, p)) {
                 continue;
             }
             for &n in long {
@@ -591,7 +643,7 @@ impl Index {
     /// The entries whose n-gram is the window of `n` tokens from `i` of `doc`.
     pub fn find(&self, doc: &ScanTokens, i: usize, n: usize) -> Option<u32> {
         let key = doc.key(i, n);
-        if !self.bits.is_empty() && !has_bit(&self.bits, key) {
+        if !self.keys.may_hold(key) {
             return None;
         }
         let mut e = *self.first.get(&key)?;
@@ -647,6 +699,41 @@ mod tests {
                 );
             }
         }
+    }
+
+    #[test]
+    fn an_ngram_key_folds_its_tokens_and_a_prefix_key_the_first_ones() {
+        let fold = |tokens: &[&str]| {
+            tokens.iter().fold(0u64, |p, t| {
+                p.wrapping_mul(BASE).wrapping_add(token_hash(t.as_bytes()))
+            })
+        };
+        for text in ["", " ", "a", "a b", " a  b ", "hello wörld again and again"] {
+            let tokens: Vec<&str> = text.split(' ').collect();
+            let n = tokens.len() as u32;
+            assert_eq!(ngram_key(text, n), window_key(fold(&tokens), n), "{text:?}");
+            for k in 0..=n + 1 {
+                let first = &tokens[..(k as usize).min(tokens.len())];
+                assert_eq!(
+                    prefix_key(text, k),
+                    window_key(fold(first), k),
+                    "{text:?} {k}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn a_key_filter_holds_its_keys_and_few_others() {
+        let key = |k: u64| window_key(k.wrapping_mul(0x2545_f491_4f6c_dd1d), 8);
+        let keys: Vec<u64> = (0..100_000).map(key).collect();
+        let filter = KeyFilter::new(keys.iter().copied());
+        assert!(keys.iter().all(|&k| filter.may_hold(k)));
+        let others = (1_000_000..1_200_000u64).filter(|&k| filter.may_hold(key(k)));
+        let rate = others.count() as f64 / 200_000.0;
+        assert!(rate < 0.03, "false positives {rate}");
+        assert!(KeyFilter::default().may_hold(1));
+        assert!(!KeyFilter::new([1u64].into_iter()).may_hold(key(2)));
     }
 
     #[test]
