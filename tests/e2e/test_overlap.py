@@ -454,3 +454,32 @@ def test_sigkill_a_worker_and_the_coordinator_then_the_same_bytes(corpus, local_
     assert c.coordinator.returncode == 0, log[-3000:]
     assert "resumed from the journal" in log
     assert output_files(out) == output_files(local_run)
+
+
+def test_a_lone_surrogate_outside_the_text_rejects_the_row_not_the_job(tmp_path):
+    """Python's json.loads accepts a lone UTF-16 surrogate escape (`"\\ud800"`), but no
+    id can be hashed from it (msgspec cannot encode it) and a Rust string cannot hold
+    it: such a row, eval or training, is rejected as invalid JSON and the job goes on,
+    whether or not the surrogate is in the text field."""
+    passage = "the quick brown fox jumps over the lazy dog near the river bank today"
+    eval_file = tmp_path / "eval" / "quiz-abcdef.jsonl"
+    train_file = tmp_path / "train" / "train-0.jsonl"
+    eval_file.parent.mkdir()
+    train_file.parent.mkdir()
+    eval_file.write_text(
+        json.dumps({"id": "q0", "text": passage}) + "\n"
+        + '{"text": "' + passage + ' again", "note": "\\ud800"}\n'
+        + '{"id": "q2", "text": "lone \\udc00 here"}\n')
+    train_file.write_text(
+        json.dumps({"text": "before " + passage}) + "\n"
+        + '{"text": "after ' + passage + '", "meta": "\\udbff!"}\n')
+    out = tmp_path / "out"
+    spec = overlap_job(tmp_path / "surrogate.toml", [eval_file], [train_file], out, workers=1)
+    proc = run(["run", str(spec)], check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rejects = sorted((out / "rejects").glob("*.jsonl"))
+    reasons = sorted((json.loads(line)["row"], json.loads(line)["reason"])
+                     for f in rejects for line in f.read_text().splitlines())
+    assert reasons == [(1, "invalid_json"), (1, "invalid_json"), (2, "invalid_json")], reasons
+    details = read_jsonl_gz(out / "stats" / "overlap_details.jsonl.gz")
+    assert {(d["eval_row"], d["train_row"]) for d in details} == {(0, 0)}

@@ -74,6 +74,12 @@ pub enum WorkerError {
     #[error("{0}")]
     BadRecord(String),
 
+    /// One input record that reads as a JSON object for its text but does not decode
+    /// whole (a lone UTF-16 surrogate escape, a number out of range), so no id can be
+    /// computed from it: the record is rejected as invalid JSON, the job goes on.
+    #[error("{0}")]
+    UndecodableRecord(String),
+
     /// A job's own consistency check failed, or its input cannot be used.
     #[error("{0}")]
     Job(String),

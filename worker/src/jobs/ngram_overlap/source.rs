@@ -105,12 +105,13 @@ impl Record<'_> {
                 if parsed.is_none() {
                     match serde_json::from_slice::<Value>(line) {
                         Ok(Value::Object(map)) => **parsed = Some(map),
-                        _ => {
+                        Ok(_) => {
                             return Err(WorkerError::Corrupt {
                                 file: file.to_string(),
-                                what: "a line read as an object does not decode as one".into(),
+                                what: "a line read as an object decodes as another value".into(),
                             })
                         }
+                        Err(e) => return Err(WorkerError::UndecodableRecord(e.to_string())),
                     }
                 }
                 match parsed.as_ref() {
@@ -345,6 +346,9 @@ fn read_jsonl(
         }) {
             Ok(()) => {}
             Err(WorkerError::BadRecord(_)) => rejected.add(&file.url, this, Reason::BadId, &line),
+            Err(WorkerError::UndecodableRecord(_)) => {
+                rejected.add(&file.url, this, Reason::InvalidJson, &line)
+            }
             Err(e) => return Err(e),
         }
     }
