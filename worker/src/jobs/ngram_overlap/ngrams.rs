@@ -68,24 +68,39 @@ fn join(tokens: &[Token]) -> String {
     s
 }
 
-/// A 64-bit hash of a token's bytes (in-process only: never written anywhere).
+/// A 64-bit hash of a token's bytes (in-process only: never written anywhere): each
+/// 16 bytes (zero-padded; at least one step) folded in with one 64×64→128-bit
+/// multiply of its two words, then one more to mix: no branch on the length of a
+/// token of up to 16 bytes, the common case.
 fn token_hash(bytes: &[u8]) -> u64 {
-    let mut h = 0x243f_6a88_85a3_08d3u64 ^ (bytes.len() as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    let mut chunks = bytes.chunks_exact(8);
+    let mut h = hash_seed(bytes.len());
+    let mut chunks = bytes.chunks_exact(16);
     for c in &mut chunks {
-        let mut w = [0u8; 8];
-        w.copy_from_slice(c);
-        h = (h ^ u64::from_le_bytes(w))
-            .wrapping_mul(0x9e37_79b9_7f4a_7c15)
-            .rotate_left(31);
+        let (w0, w1) = c.split_at(8);
+        h = hash_step(h, load_short(w0), load_short(w1));
     }
     let rest = chunks.remainder();
-    if !rest.is_empty() {
-        h = (h ^ load_short(rest))
-            .wrapping_mul(0x9e37_79b9_7f4a_7c15)
-            .rotate_left(31);
+    if !rest.is_empty() || bytes.is_empty() {
+        let (w0, w1) = rest.split_at(rest.len().min(8));
+        h = hash_step(h, load_short(w0), load_short(w1));
     }
     mix(h)
+}
+
+fn hash_seed(len: usize) -> u64 {
+    0x243f_6a88_85a3_08d3u64 ^ (len as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15)
+}
+
+/// The high and low halves of `a × b`, folded.
+#[inline]
+fn fold_multiply(a: u64, b: u64) -> u64 {
+    let m = u128::from(a) * u128::from(b);
+    (m as u64) ^ ((m >> 64) as u64)
+}
+
+#[inline]
+fn hash_step(h: u64, w0: u64, w1: u64) -> u64 {
+    fold_multiply(w0 ^ h ^ 0xa076_1d64_78bd_642f, w1 ^ 0xe703_7ed1_a0b4_28db)
 }
 
 /// The little-endian value of 1–7 bytes (the missing high bytes zero), read with
@@ -111,41 +126,40 @@ fn load_short(b: &[u8]) -> u64 {
     }
 }
 
-/// [`token_hash`] of `buf[start..end]`, where `buf` holds at least 8 bytes from
-/// every 8-byte step of the token on (a padded buffer): every word is one fixed-size
-/// load, the last one masked, with no branch on the token's length but the loop's.
+/// [`token_hash`] of `buf[start..end]`, where `buf` holds at least 16 bytes from
+/// every 16-byte step of the token on (a padded buffer): every word is one fixed-size
+/// load, masked past the token's end, with no branch for a token of up to 16 bytes.
 #[inline]
 fn token_hash_padded(buf: &[u8], start: usize, end: usize) -> u64 {
-    let len = end - start;
-    let mut h = 0x243f_6a88_85a3_08d3u64 ^ (len as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    let mut at = start;
-    while at < end {
+    let word = |at: usize| {
         let mut w = [0u8; 8];
         w.copy_from_slice(&buf[at..at + 8]);
-        let left = end - at;
-        let word = if left >= 8 {
-            u64::from_le_bytes(w)
+        let left = end.saturating_sub(at);
+        let keep = if left >= 8 {
+            u64::MAX
         } else {
-            u64::from_le_bytes(w) & (u64::MAX >> (8 * (8 - left)))
+            (1u64 << (8 * left)) - 1
         };
-        h = (h ^ word)
-            .wrapping_mul(0x9e37_79b9_7f4a_7c15)
-            .rotate_left(31);
-        at += 8;
+        u64::from_le_bytes(w) & keep
+    };
+    let mut h = hash_seed(end - start);
+    let mut at = start;
+    loop {
+        h = hash_step(h, word(at), word(at + 8));
+        at += 16;
+        if at >= end {
+            break;
+        }
     }
     mix(h)
 }
 
 /// Zero bytes after an ASCII document's text in [`ScanTokens::buffer`] while it is
 /// cut, so that [`token_hash_padded`] may load whole words past a token's end.
-const PADDING: &str = "\0\0\0\0\0\0\0\0";
+const PADDING: &str = "\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0\0";
 
-fn mix(mut h: u64) -> u64 {
-    h ^= h >> 33;
-    h = h.wrapping_mul(0xff51_afd7_ed55_8ccd);
-    h ^= h >> 33;
-    h = h.wrapping_mul(0xc4ce_b9fe_1a85_ec53);
-    h ^ (h >> 33)
+fn mix(h: u64) -> u64 {
+    fold_multiply(h, 0xc4ce_b9fe_1a85_ec53)
 }
 
 /// The base of the window hash.
