@@ -173,41 +173,62 @@ fn window_key(poly: u64, n: u32) -> u64 {
     k ^ (k >> 29)
 }
 
-/// The polynomial hash of the first `limit` tokens of an n-gram's text (its
-/// space-separated tokens; a byte loop, as tokens are short and a `split` costs a
-/// search set-up per token).
-fn tokens_poly(text: &str, limit: u32) -> u64 {
-    let bytes = text.as_bytes();
-    let mut poly = 0u64;
-    let mut start = 0usize;
-    let mut taken = 0u32;
-    for (at, &b) in bytes.iter().enumerate() {
-        if taken == limit {
-            return poly;
-        }
-        if b == b' ' {
+/// The polynomial hashes of n-gram texts (the index side): each text copied into a
+/// buffer padded as a scanned document's is, its space-separated tokens hashed with
+/// the same whole-word loads.
+#[derive(Default)]
+struct NgramHasher {
+    padded: Vec<u8>,
+}
+
+impl NgramHasher {
+    /// The polynomial hash of the first `limit` tokens of `text`.
+    fn poly(&mut self, text: &str, limit: u32) -> u64 {
+        self.padded.clear();
+        self.padded.extend_from_slice(text.as_bytes());
+        self.padded.extend_from_slice(PADDING.as_bytes());
+        let bytes = &self.padded[..];
+        let mut poly = 0u64;
+        let mut start = 0usize;
+        let mut taken = 0u32;
+        while taken < limit {
+            let end = bytes[start..text.len()]
+                .iter()
+                .position(|&b| b == b' ')
+                .map_or(text.len(), |k| start + k);
             poly = poly
                 .wrapping_mul(BASE)
-                .wrapping_add(token_hash(&bytes[start..at]));
-            start = at + 1;
+                .wrapping_add(token_hash_padded(bytes, start, end));
             taken += 1;
+            if end == text.len() {
+                break;
+            }
+            start = end + 1;
         }
+        poly
     }
-    if taken == limit {
-        return poly;
+
+    /// The window key of an n-gram's text.
+    fn key(&mut self, text: &str, n: u32) -> u64 {
+        window_key(self.poly(text, u32::MAX), n)
     }
-    poly.wrapping_mul(BASE)
-        .wrapping_add(token_hash(&bytes[start..]))
+
+    /// The window key of the first `n` tokens of an n-gram's text.
+    fn prefix_key(&mut self, text: &str, n: u32) -> u64 {
+        window_key(self.poly(text, n), n)
+    }
 }
 
 /// The window key of an n-gram's text.
+#[cfg(test)]
 fn ngram_key(text: &str, n: u32) -> u64 {
-    window_key(tokens_poly(text, u32::MAX), n)
+    NgramHasher::default().key(text, n)
 }
 
 /// The window key of the first `n` tokens of an n-gram's text.
+#[cfg(test)]
 fn prefix_key(text: &str, n: u32) -> u64 {
-    window_key(tokens_poly(text, n), n)
+    NgramHasher::default().prefix_key(text, n)
 }
 
 /// The separator mask a word (8 bytes) at a time: the portable version, and the
@@ -536,6 +557,8 @@ impl Hasher for PassThrough {
 /// rows.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct IndexEntry {
+    /// The window key of the n-gram.
+    key: u64,
     pub n: u32,
     pub ngram: String,
     pub occurrences: Vec<EvalOccurrence>,
@@ -565,6 +588,7 @@ pub struct Index {
     /// Window key → the first entry with that key; `next` chains the others.
     first: HashMap<u64, u32, BuildHasherDefault<PassThrough>>,
     next: Vec<u32>,
+    hasher: NgramHasher,
 }
 
 const END: u32 = u32::MAX;
@@ -616,24 +640,23 @@ impl KeyFilter {
 }
 
 impl Index {
-    /// The entry of n-gram `ngram` of length `n`, if indexed, and its key.
-    fn entry_of(&self, n: u32, ngram: &str) -> (u64, Option<u32>) {
-        let key = ngram_key(ngram, n);
+    /// The entry of n-gram `ngram` of length `n` (whose key is `key`), if indexed.
+    fn entry_of(&self, key: u64, n: u32, ngram: &str) -> Option<u32> {
         let mut e = self.first.get(&key).copied().unwrap_or(END);
         while e != END {
             let entry = &self.entries[e as usize];
             if entry.n == n && entry.ngram == ngram {
-                return (key, Some(e));
+                return Some(e);
             }
             e = self.next[e as usize];
         }
-        (key, None)
+        None
     }
 
     /// Adds one eval row's occurrence of an n-gram.
     pub fn add(&mut self, n: u32, ngram: &str, occurrence: EvalOccurrence) {
-        let (key, found) = self.entry_of(n, ngram);
-        if let Some(e) = found {
+        let key = self.hasher.key(ngram, n);
+        if let Some(e) = self.entry_of(key, n, ngram) {
             self.entries[e as usize].occurrences.push(occurrence);
             return;
         }
@@ -641,6 +664,7 @@ impl Index {
         let previous = self.first.insert(key, e).unwrap_or(END);
         self.next.push(previous);
         self.entries.push(IndexEntry {
+            key,
             n,
             ngram: ngram.to_string(),
             occurrences: vec![occurrence],
@@ -669,7 +693,13 @@ impl Index {
             .entries
             .iter()
             .filter(|e| e.n >= self.prefix_len)
-            .map(|e| prefix_key(&e.ngram, self.prefix_len))
+            .map(|e| {
+                if e.n == self.prefix_len {
+                    e.key
+                } else {
+                    self.hasher.prefix_key(&e.ngram, self.prefix_len)
+                }
+            })
             .collect();
         prefixes.sort_unstable();
         prefixes.dedup();
