@@ -4,12 +4,14 @@
 //!   `min(n, tokens)` (a short row contributes its longest n-gram), each with every
 //!   occurrence's code-point offsets and the set of configured lengths it stands for.
 //! * Training side ([`ScanTokens`]): a document's tokens, cut without allocating per
-//!   token (ASCII texts, the common case, need no lowering table: their byte offsets
-//!   are their code-point offsets), with a polynomial hash over per-token hashes so
-//!   every `(i, n)` window is hashed in O(1).
+//!   token (ASCII texts, the common case, 64 bytes at a time and with no lowering
+//!   table: their byte offsets are their code-point offsets; other texts a character
+//!   at a time, and those with a capital sigma by the exact tokenizer), with a
+//!   polynomial hash over per-token hashes so every `(i, n)` window is hashed in O(1).
 //! * [`Index`]: the test n-grams of one scan's index group, keyed by that same window
-//!   hash. A hash only finds candidates: a match is decided by comparing the tokens
-//!   with the indexed n-gram's text.
+//!   hash, behind two small key filters that answer most windows without touching
+//!   the map. A hash only finds candidates: a match is decided by comparing the
+//!   tokens with the indexed n-gram's text.
 //!
 //! Tokens never contain a space (every tokenizer splits on whitespace), so an n-gram's
 //! text (`" ".join(tokens)`) splits back into exactly its tokens.
@@ -103,7 +105,7 @@ fn hash_step(h: u64, w0: u64, w1: u64) -> u64 {
     fold_multiply(w0 ^ h ^ 0xa076_1d64_78bd_642f, w1 ^ 0xe703_7ed1_a0b4_28db)
 }
 
-/// The little-endian value of 1–7 bytes (the missing high bytes zero), read with
+/// The little-endian value of 0–8 bytes (the missing high bytes zero), read with
 /// fixed-size loads: a variable-length copy into a zeroed word was a `memcpy` call
 /// per token and a stall on reading the word back, a quarter of the scan's
 /// tokenizing time.
