@@ -125,12 +125,17 @@ def largest_message(work: Path) -> int:
     return max(sizes, default=0)
 
 
-def one_size(bin_dir: Path, base: Path, maps: int, partitions: int, workers: int) -> dict:
-    work = base / f"maps-{maps}"
+def fresh_job(base: Path, name: str, maps: int, partitions: int) -> tuple[Path, int, Path]:
+    """An empty work directory `base/name`, a free port and the job file: (work, port, spec)."""
+    work = base / name
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     port = free_port()
-    spec = job(work, maps, partitions, port)
+    return work, port, job(work, maps, partitions, port)
+
+
+def one_size(bin_dir: Path, base: Path, maps: int, partitions: int, workers: int) -> dict:
+    work, port, spec = fresh_job(base, f"maps-{maps}", maps, partitions)
     started = time.time()
     coordinator = start_coordinator(bin_dir, spec, work / "coordinator.log")
     rss = PeakRss(coordinator.pid)
@@ -149,11 +154,7 @@ def one_size(bin_dir: Path, base: Path, maps: int, partitions: int, workers: int
 
 
 def resume(bin_dir: Path, base: Path, maps: int, partitions: int, workers: int) -> dict:
-    work = base / f"resume-{maps}"
-    shutil.rmtree(work, ignore_errors=True)
-    work.mkdir(parents=True)
-    port = free_port()
-    spec = job(work, maps, partitions, port)
+    work, port, spec = fresh_job(base, f"resume-{maps}", maps, partitions)
     coordinator = start_coordinator(bin_dir, spec, work / "coordinator-0.log")
     wait_listening(port)
     procs = start_workers(bin_dir, work, port, workers, "resume")

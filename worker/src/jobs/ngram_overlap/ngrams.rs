@@ -892,10 +892,7 @@ mod tests {
         for round in 0..20_000 {
             let mut block = [0u8; 64];
             for b in &mut block {
-                state = state
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                *b = (state >> 57) as u8;
+                *b = (step(&mut state) >> 57) as u8;
             }
             // And every byte value at a varying position in a block of letters.
             if round < 128 {
@@ -926,37 +923,58 @@ mod tests {
         }
     }
 
+    /// The next of a test's pseudo-random numbers.
+    fn step(state: &mut u64) -> u64 {
+        *state = state
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(1442695040888963407);
+        *state
+    }
+
+    /// A text of `len` characters drawn from `alphabet`.
+    fn random_text(state: &mut u64, alphabet: &[char], len: usize) -> String {
+        (0..len)
+            .map(|_| alphabet[(step(state) >> 33) as usize % alphabet.len()])
+            .collect()
+    }
+
+    const KINDS: [TokenizerKind; 3] = [
+        TokenizerKind::Default,
+        TokenizerKind::NoLowercase,
+        TokenizerKind::Whitespace,
+    ];
+
+    /// Asserts that `fast` holds the tokens and spans of `kind.tokenize(text)`;
+    /// returns the tokens' texts.
+    fn assert_cut_as_the_tokenizer(
+        fast: &ScanTokens,
+        kind: TokenizerKind,
+        text: &str,
+    ) -> Vec<String> {
+        let exact = kind.tokenize(text);
+        let want: Vec<&str> = exact.iter().map(|t| t.text.as_str()).collect();
+        assert_eq!(texts(fast), want, "{kind:?} {text:?}");
+        let spans: Vec<[u64; 2]> = exact
+            .iter()
+            .map(|t| [t.span.start as u64, t.span.end as u64])
+            .collect();
+        let fast_spans: Vec<[u64; 2]> = (0..fast.len()).map(|k| fast.offsets(k, 1)).collect();
+        assert_eq!(fast_spans, spans, "{kind:?} {text:?}");
+        exact.into_iter().map(|t| t.text).collect()
+    }
+
     #[test]
     fn the_ascii_path_cuts_exactly_the_tokens_of_the_tokenizer() {
         // Random ASCII texts over separators, letters and digits, every tokenizer.
-        let alphabet = b"aB z.,!-\t\n\x0b\x0c\r\x1c\x1f_~9Q ";
+        let alphabet: Vec<char> = "aB z.,!-\t\n\x0b\x0c\r\x1c\x1f_~9Q ".chars().collect();
         let mut state = 0x1234_5678u64;
         for _ in 0..3000 {
             let len = (state >> 60) as usize + (state >> 40) as usize % 150;
-            let mut text = String::new();
-            for _ in 0..len {
-                state = state
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                text.push(alphabet[(state >> 33) as usize % alphabet.len()] as char);
-            }
-            for kind in [
-                TokenizerKind::Default,
-                TokenizerKind::NoLowercase,
-                TokenizerKind::Whitespace,
-            ] {
-                let exact = kind.tokenize(&text);
+            let text = random_text(&mut state, &alphabet, len);
+            for kind in KINDS {
                 let mut fast = ScanTokens::default();
                 fast.fill_ascii(kind, &text);
-                let want: Vec<&str> = exact.iter().map(|t| t.text.as_str()).collect();
-                assert_eq!(texts(&fast), want, "{kind:?} {text:?}");
-                let spans: Vec<[u64; 2]> = exact
-                    .iter()
-                    .map(|t| [t.span.start as u64, t.span.end as u64])
-                    .collect();
-                let fast_spans: Vec<[u64; 2]> =
-                    (0..fast.len()).map(|k| fast.offsets(k, 1)).collect();
-                assert_eq!(fast_spans, spans, "{kind:?} {text:?}");
+                assert_cut_as_the_tokenizer(&fast, kind, &text);
             }
         }
     }
@@ -974,38 +992,16 @@ mod tests {
         let mut state = 0x9e37_79b9u64;
         let mut paths = [0usize; 2];
         for _ in 0..3000 {
-            state = state
-                .wrapping_mul(6364136223846793005)
-                .wrapping_add(1442695040888963407);
-            let len = (state >> 58) as usize + (state >> 40) as usize % 60;
-            let mut text = String::new();
-            for _ in 0..len {
-                state = state
-                    .wrapping_mul(6364136223846793005)
-                    .wrapping_add(1442695040888963407);
-                text.push(alphabet[(state >> 33) as usize % alphabet.len()]);
-            }
+            let len = (step(&mut state) >> 58) as usize + (state >> 40) as usize % 60;
+            let text = random_text(&mut state, &alphabet, len);
             if text.is_ascii() {
                 continue;
             }
             paths[usize::from(text.contains(CONTEXT_LOWERED))] += 1;
-            for kind in [
-                TokenizerKind::Default,
-                TokenizerKind::NoLowercase,
-                TokenizerKind::Whitespace,
-            ] {
-                let exact = kind.tokenize(&text);
+            for kind in KINDS {
                 let mut fast = ScanTokens::default();
                 fast.fill(kind, &text);
-                let want: Vec<&str> = exact.iter().map(|t| t.text.as_str()).collect();
-                assert_eq!(texts(&fast), want, "{kind:?} {text:?}");
-                let spans: Vec<[u64; 2]> = exact
-                    .iter()
-                    .map(|t| [t.span.start as u64, t.span.end as u64])
-                    .collect();
-                let fast_spans: Vec<[u64; 2]> =
-                    (0..fast.len()).map(|k| fast.offsets(k, 1)).collect();
-                assert_eq!(fast_spans, spans, "{kind:?} {text:?}");
+                let want = assert_cut_as_the_tokenizer(&fast, kind, &text);
                 // And the window keys are those of the same tokens' n-grams.
                 for k in 0..fast.len().saturating_sub(1) {
                     let ngram = format!("{} {}", want[k], want[k + 1]);
