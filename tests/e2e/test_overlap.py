@@ -252,8 +252,10 @@ def make_corpus(root: Path) -> tuple[list[Path], list[Path]]:
     lines.insert(2, json.dumps({"id": "bad", "text": 42}))
     lines.insert(4, json.dumps({"id": ["not", "an", "id"], "text": "never matches anything"}))
     (train_dir / "train-00000.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    body = "".join(json.dumps({"text": t, "src": "web", "i": i}) + "\n" for i, t in enumerate(parts[1]))
-    (train_dir / "train-00001.jsonl.gz").write_bytes(gzip.compress(body.encode(), mtime=0))
+    # gzip of two members (as `cat a.gz b.gz` makes): every member is read.
+    body = [json.dumps({"text": t, "src": "web", "i": i}) + "\n" for i, t in enumerate(parts[1])]
+    members = [gzip.compress("".join(half).encode(), mtime=0) for half in (body[:20], body[20:])]
+    (train_dir / "train-00001.jsonl.gz").write_bytes(b"".join(members))
     body = "".join(json.dumps({"id": i, "text": t}) + "\n" for i, t in enumerate(parts[2]))
     with pa.CompressedOutputStream(str(train_dir / "train-00002.jsonl.zst"), "zstd") as f:
         f.write(body.encode())

@@ -76,6 +76,7 @@ pub fn run_index(
         handle,
         &task.file,
         &settings.eval_text_field,
+        settings.whole_gzip_max,
         output,
         Some(&rejects_path("eval", task.eval_file)),
         |mut record| {

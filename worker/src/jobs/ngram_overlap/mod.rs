@@ -15,7 +15,8 @@
 //!
 //! The training n-gram stream is never stored or shuffled: memory is the index group
 //! a scan holds (groups are cut so that one fits in `[index] memory`, by default half
-//! of `memory_per_worker`) plus one document.
+//! of `memory_per_worker`) plus one document, or a small `.jsonl.gz` file whole (at
+//! most an eighth of `memory_per_worker`, [`whole_gzip`]).
 //!
 //! * [`spec`]: the job file; [`protocol`]: stages, tasks, results, file names.
 //! * [`source`]: JSONL / gzip / zstd / Parquet records; [`records`]: dataset names,
@@ -26,6 +27,7 @@
 
 pub mod gzip_jsonl;
 pub mod index;
+pub mod lines;
 pub mod ngrams;
 pub mod protocol;
 pub mod records;
@@ -34,6 +36,7 @@ pub mod scan;
 pub mod source;
 pub mod spec;
 pub mod tokenize;
+pub mod whole_gzip;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
@@ -136,7 +139,16 @@ pub struct Plan {
     pub train: Vec<InputFile>,
     /// Bytes of index a scan task may load.
     pub index_budget: u64,
+    /// The largest `.jsonl.gz` file inflated whole ([`Settings::whole_gzip_max`]);
+    /// 0 (every file streamed) in a plan journaled before it existed.
+    #[serde(default)]
+    pub whole_gzip_max: u64,
 }
+
+/// A `.jsonl.gz` input file is inflated whole when it and its text are each at most
+/// this, and at most a sixteenth of `memory_per_worker` (so a task holds at most an
+/// eighth of it for the file, beside its index group).
+const WHOLE_GZIP_CAP: u64 = 64 << 20;
 
 /// Lists one side's paths: every file, pinned, in the order of the paths (each path's
 /// files sorted). A file listed twice, or in a format the job cannot read, is an error.
@@ -261,6 +273,7 @@ impl JobFile for OverlapFile {
                 eval,
                 train,
                 index_budget,
+                whole_gzip_max: (hints.memory_per_worker / 16).min(WHOLE_GZIP_CAP),
             })
         })
     }
@@ -275,7 +288,10 @@ impl JobFile for OverlapFile {
             self.refuse_changed_input(&plan.inputs(), "the job was planned")
                 .await?;
             Ok(Box::new(OverlapDriver {
-                settings: self.settings(),
+                settings: Settings {
+                    whole_gzip_max: plan.whole_gzip_max,
+                    ..self.settings()
+                },
                 fingerprint: OverlapFile::fingerprint(self),
                 plan,
                 index: BTreeMap::new(),

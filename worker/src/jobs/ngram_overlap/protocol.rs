@@ -78,6 +78,10 @@ pub struct Settings {
     pub eval_text_field: String,
     pub train_text_field: String,
     pub partitions: u32,
+    /// The largest `.jsonl.gz` input file (compressed, and its text) a task inflates
+    /// whole in memory instead of as a stream (the same text, faster); from the plan.
+    #[serde(default)]
+    pub whole_gzip_max: u64,
 }
 
 impl Settings {

@@ -42,6 +42,7 @@ pub fn run_scan(
         handle,
         &task.file,
         &settings.train_text_field,
+        settings.whole_gzip_max,
         output,
         rejects,
         |mut record| {

@@ -24,8 +24,10 @@ use object_store::ObjectStoreExt;
 use serde_json::{Map, Value};
 use tokio::runtime::Handle;
 
+use super::lines::LineReader;
 use super::protocol::{InputFile, RowCounts};
 use super::records::record_id;
+use super::whole_gzip;
 use crate::engine::store::{PartWriter, StoreUrl};
 use crate::error::{Result, WorkerError};
 
@@ -141,12 +143,14 @@ impl Record<'_> {
 
 /// Reads `file` on the current (blocking) thread, calling `each` with every valid
 /// record; rejected rows are counted and, if `rejects` is given, written there
-/// (relative to `output`).
+/// (relative to `output`). A `.jsonl.gz` file of at most `whole_gzip_max` bytes
+/// (compressed, and its text) is inflated whole ([`super::whole_gzip`]).
 /// `handle` runs the object-store I/O.
 pub fn read_records(
     handle: &Handle,
     file: &InputFile,
     text_field: &str,
+    whole_gzip_max: u64,
     output: &StoreUrl,
     rejects: Option<&str>,
     mut each: impl FnMut(Record<'_>) -> Result<()>,
@@ -161,7 +165,14 @@ pub fn read_records(
     let mut rejected = Rejects::default();
     let rows = match format {
         Format::Parquet => read_parquet(handle, file, text_field, &mut rejected, &mut each)?,
-        _ => read_jsonl(handle, file, format, text_field, &mut rejected, &mut each)?,
+        _ => read_jsonl(
+            handle,
+            file,
+            format,
+            (text_field, whole_gzip_max),
+            &mut rejected,
+            &mut each,
+        )?,
     };
     // Checked again after reading: a file replaced mid-read is refused, not mixed.
     handle.block_on(check_unchanged(file))?;
@@ -269,29 +280,35 @@ fn read_jsonl(
     handle: &Handle,
     file: &InputFile,
     format: Format,
-    text_field: &str,
+    (text_field, whole_gzip_max): (&str, u64),
     rejected: &mut Rejects,
     each: &mut impl FnMut(Record<'_>) -> Result<()>,
 ) -> Result<u64> {
     let loc = StoreUrl::parse(&file.url)?;
-    let raw = open_object(handle, &loc, &loc.root)?;
+    let mut raw = open_object(handle, &loc, &loc.root)?;
     let io_err = |e: std::io::Error| WorkerError::Corrupt {
         file: file.url.clone(),
         what: format!("cannot read: {e}"),
     };
-    let reader: Box<dyn Read + '_> = match format {
-        Format::JsonlGz => Box::new(flate2::read::MultiGzDecoder::new(raw)),
-        Format::JsonlZst => Box::new(zstd::stream::read::Decoder::new(raw).map_err(io_err)?),
-        _ => Box::new(raw),
-    };
-    let mut lines = BufReader::with_capacity(1 << 20, reader);
-    let mut line = Vec::new();
-    let mut row = 0u64;
-    loop {
-        line.clear();
-        if lines.read_until(b'\n', &mut line).map_err(io_err)? == 0 {
-            break;
+    let mut lines: LineReader<Box<dyn Read + '_>> = match format {
+        Format::JsonlGz if file.size <= whole_gzip_max => {
+            let mut gz = Vec::with_capacity(file.size as usize);
+            raw.read_to_end(&mut gz).map_err(io_err)?;
+            match whole_gzip::inflate_single_member(&gz, whole_gzip_max) {
+                Some(text) => LineReader::from_text(text),
+                None => LineReader::new(Box::new(flate2::read::MultiGzDecoder::new(
+                    std::io::Cursor::new(gz),
+                ))),
+            }
         }
+        Format::JsonlGz => LineReader::new(Box::new(flate2::read::MultiGzDecoder::new(raw))),
+        Format::JsonlZst => LineReader::new(Box::new(
+            zstd::stream::read::Decoder::new(raw).map_err(io_err)?,
+        )),
+        _ => LineReader::new(raw),
+    };
+    let mut row = 0u64;
+    while let Some(line) = lines.next_line().map_err(io_err)? {
         if line
             .iter()
             .all(|b| matches!(b, b' ' | b'\t' | b'\r' | b'\n'))
@@ -300,37 +317,37 @@ fn read_jsonl(
         }
         let this = row;
         row += 1;
-        if std::str::from_utf8(&line).is_err() {
-            rejected.add(&file.url, this, Reason::InvalidUtf8, &line);
+        let Ok(line_text) = std::str::from_utf8(line) else {
+            rejected.add(&file.url, this, Reason::InvalidUtf8, line);
             continue;
-        }
+        };
         // Only the text and the id's kind are decoded (the text borrowed from the
         // line when it has no escapes); the whole record only when its id is asked for.
-        let light = match light_record(&line, text_field) {
+        let light = match light_record(line_text, text_field) {
             Ok(light) => light,
             Err(_) => {
-                let reason = match serde_json::from_slice::<Value>(&line) {
+                let reason = match serde_json::from_slice::<Value>(line) {
                     Ok(_) => Reason::NotAnObject,
                     Err(_) => Reason::InvalidJson,
                 };
-                rejected.add(&file.url, this, reason, &line);
+                rejected.add(&file.url, this, reason, line);
                 continue;
             }
         };
         // An id no rule turns into a string is refused whether or not the row is
         // ever asked for its id (a training document only is when it overlaps).
         if light.id == Some(JsonKind::Compound) {
-            rejected.add(&file.url, this, Reason::BadId, &line);
+            rejected.add(&file.url, this, Reason::BadId, line);
             continue;
         }
         let text = match light.text {
             None => {
-                rejected.add(&file.url, this, Reason::NoText, &line);
+                rejected.add(&file.url, this, Reason::NoText, line);
                 continue;
             }
             Some(JsonValue::Str(s)) => s,
             Some(JsonValue::Other(_)) => {
-                rejected.add(&file.url, this, Reason::TextNotAString, &line);
+                rejected.add(&file.url, this, Reason::TextNotAString, line);
                 continue;
             }
         };
@@ -339,15 +356,15 @@ fn read_jsonl(
             row: this,
             text: &text,
             id: IdSource::Line {
-                line: &line,
+                line,
                 parsed: &mut parsed,
                 file: &file.url,
             },
         }) {
             Ok(()) => {}
-            Err(WorkerError::BadRecord(_)) => rejected.add(&file.url, this, Reason::BadId, &line),
+            Err(WorkerError::BadRecord(_)) => rejected.add(&file.url, this, Reason::BadId, line),
             Err(WorkerError::UndecodableRecord(_)) => {
-                rejected.add(&file.url, this, Reason::InvalidJson, &line)
+                rejected.add(&file.url, this, Reason::InvalidJson, line)
             }
             Err(e) => return Err(e),
         }
@@ -507,7 +524,7 @@ struct LightRecord<'a> {
 
 /// Decodes `line` as a JSON object, keeping only its text field `text_field` and the
 /// kind of its `id`; an error if it is not a JSON object.
-fn light_record<'a>(line: &'a [u8], text_field: &str) -> serde_json::Result<LightRecord<'a>> {
+fn light_record<'a>(line: &'a str, text_field: &str) -> serde_json::Result<LightRecord<'a>> {
     struct Seed<'f>(&'f str);
     impl<'de> serde::de::DeserializeSeed<'de> for Seed<'_> {
         type Value = LightRecord<'de>;
@@ -558,7 +575,7 @@ fn light_record<'a>(line: &'a [u8], text_field: &str) -> serde_json::Result<Ligh
             JsonValue::Other(k) => *k,
         }
     }
-    let mut de = serde_json::Deserializer::from_slice(line);
+    let mut de = serde_json::Deserializer::from_str(line);
     let record = serde::de::DeserializeSeed::deserialize(Seed(text_field), &mut de)?;
     de.end()?;
     Ok(record)
@@ -622,7 +639,7 @@ mod tests {
 
     #[test]
     fn the_light_decode_keeps_the_text_and_the_ids_kind_as_python_would() {
-        let text = |line: &str| match light_record(line.as_bytes(), "text").unwrap().text {
+        let text = |line: &str| match light_record(line, "text").unwrap().text {
             Some(JsonValue::Str(s)) => Some(s.into_owned()),
             _ => None,
         };
@@ -639,26 +656,22 @@ mod tests {
             text(r#"{"text": "first", "text": "last"}"#).as_deref(),
             Some("last")
         );
-        let light = light_record(br#"{"text": null, "id": {"x": 1}}"#, "text").unwrap();
+        let light = light_record(r#"{"text": null, "id": {"x": 1}}"#, "text").unwrap();
         assert_eq!(light.text, Some(JsonValue::Other(JsonKind::Scalar)));
         assert_eq!(light.id, Some(JsonKind::Compound));
-        let light = light_record(br#"{"id": 7, "body": "x"}"#, "text").unwrap();
+        let light = light_record(r#"{"id": 7, "body": "x"}"#, "text").unwrap();
         assert!(light.text.is_none());
         assert_eq!(light.id, Some(JsonKind::Scalar));
         // The text field named "id" is both.
-        let light = light_record(br#"{"id": "abc"}"#, "id").unwrap();
+        let light = light_record(r#"{"id": "abc"}"#, "id").unwrap();
         assert_eq!(light.text, Some(JsonValue::Str("abc".into())));
         for bad in [
-            &br#"[1, 2]"#[..],
-            br#""text""#,
-            br#"{"text": "x"} trailing"#,
-            br#"{"text": "x""#,
+            r#"[1, 2]"#,
+            r#""text""#,
+            r#"{"text": "x"} trailing"#,
+            r#"{"text": "x""#,
         ] {
-            assert!(
-                light_record(bad, "text").is_err(),
-                "{}",
-                String::from_utf8_lossy(bad)
-            );
+            assert!(light_record(bad, "text").is_err(), "{bad}");
         }
     }
 

@@ -181,6 +181,7 @@ impl OverlapFile {
             eval_text_field: self.eval.text_field.clone(),
             train_text_field: self.train.text_field.clone(),
             partitions: self.index.partitions,
+            whole_gzip_max: 0,
         }
     }
 }

@@ -1,0 +1,151 @@
+//! Small `.jsonl.gz` files inflated whole, in one call to libdeflate, which is about
+//! 1.5× faster than inflating as a stream (a third of a scan's time is inflating).
+//!
+//! [`inflate_single_member`] takes the whole compressed file and gives its text only
+//! when the file is exactly one gzip member whose text fits the limit: the trailer's
+//! size field (`ISIZE`, the text's length mod 2³²) says how much to allocate, and
+//! libdeflate must then consume every input byte and fill exactly that many bytes (it
+//! checks the member's CRC itself). Anything else (several members, bytes after the
+//! member, a size over the limit, a corrupt stream) gives `None`, and the caller reads
+//! the same bytes as a stream, which reads every member and reports corruption the one
+//! way it always has. The text is the same bytes either way: this only decides how
+//! fast they are made.
+
+use libdeflate_sys as ffi;
+
+/// A libdeflate decompressor, freed on drop.
+struct Decompressor(std::ptr::NonNull<ffi::libdeflate_decompressor>);
+
+impl Decompressor {
+    fn new() -> Option<Self> {
+        // SAFETY: allocating takes no arguments; a null result (out of memory) is
+        // refused here.
+        std::ptr::NonNull::new(unsafe { ffi::libdeflate_alloc_decompressor() }).map(Decompressor)
+    }
+}
+
+impl Drop for Decompressor {
+    fn drop(&mut self) {
+        // SAFETY: the pointer came from `libdeflate_alloc_decompressor` and is freed
+        // only here, once.
+        unsafe { ffi::libdeflate_free_decompressor(self.0.as_ptr()) }
+    }
+}
+
+/// The text of `gz` when it is one gzip member of at most `max_text` bytes of text;
+/// `None` when it is not (read it as a stream instead).
+pub fn inflate_single_member(gz: &[u8], max_text: u64) -> Option<Vec<u8>> {
+    // The smallest member: a 10-byte header, an empty deflate block, an 8-byte trailer.
+    if gz.len() < 20 {
+        return None;
+    }
+    let isize = u32::from_le_bytes(gz[gz.len() - 4..].try_into().ok()?);
+    if u64::from(isize) > max_text {
+        return None;
+    }
+    let mut text = vec![0u8; isize as usize];
+    let decompressor = Decompressor::new()?;
+    let (mut consumed, mut written) = (0usize, 0usize);
+    // SAFETY: `gz` and `text` are valid for their lengths for the whole call, which
+    // writes at most `text.len()` bytes into `text` and the two counts into the two
+    // locals; the decompressor is live and used by this thread only.
+    let result = unsafe {
+        ffi::libdeflate_gzip_decompress_ex(
+            decompressor.0.as_ptr(),
+            gz.as_ptr().cast(),
+            gz.len(),
+            text.as_mut_ptr().cast(),
+            text.len(),
+            &mut consumed,
+            &mut written,
+        )
+    };
+    (result == ffi::libdeflate_result_LIBDEFLATE_SUCCESS
+        && consumed == gz.len()
+        && written == text.len())
+    .then_some(text)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+
+    fn gzip(text: &[u8]) -> Vec<u8> {
+        let mut w = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::new(6));
+        w.write_all(text).unwrap();
+        w.finish().unwrap()
+    }
+
+    fn streamed(gz: &[u8]) -> Vec<u8> {
+        let mut out = Vec::new();
+        flate2::read::MultiGzDecoder::new(gz)
+            .read_to_end(&mut out)
+            .unwrap();
+        out
+    }
+
+    fn text(len: usize) -> Vec<u8> {
+        let words = [
+            "{\"text\": \"",
+            "caf\u{e9} ",
+            "ka to ri ",
+            "\\n",
+            "\"}\n",
+            "mu",
+        ];
+        let mut out = Vec::new();
+        let mut k = 7usize;
+        while out.len() < len {
+            k = k
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            out.extend_from_slice(words[(k >> 33) % words.len()].as_bytes());
+        }
+        out.truncate(len);
+        out
+    }
+
+    #[test]
+    fn one_member_is_inflated_whole_to_the_streamed_text() {
+        for len in [0, 1, 1000, 300_000] {
+            let t = text(len);
+            let gz = gzip(&t);
+            assert_eq!(inflate_single_member(&gz, 1 << 20).as_deref(), Some(&t[..]));
+            assert_eq!(streamed(&gz), t);
+        }
+    }
+
+    #[test]
+    fn several_members_are_left_to_the_stream_even_when_the_last_looks_like_the_whole() {
+        // The last member's trailer (size and CRC) is the first member's: inflating
+        // only the first member would give a text of exactly the announced size.
+        let a = text(5000);
+        let gz = [gzip(&a), gzip(&a)].concat();
+        assert_eq!(inflate_single_member(&gz, 1 << 20), None);
+        assert_eq!(streamed(&gz), [a.clone(), a].concat());
+        let gz = [gzip(&text(10)), gzip(&text(6000))].concat();
+        assert_eq!(inflate_single_member(&gz, 1 << 20), None);
+    }
+
+    #[test]
+    fn a_text_over_the_limit_or_a_damaged_file_is_left_to_the_stream() {
+        let t = text(10_000);
+        let gz = gzip(&t);
+        assert_eq!(inflate_single_member(&gz, 9_999), None);
+        assert!(inflate_single_member(&gz, 10_000).is_some());
+        let mut bad = gz.clone();
+        let middle = bad.len() / 2;
+        bad[middle] ^= 0x5a;
+        assert_eq!(inflate_single_member(&bad, 1 << 20), None);
+        // Bytes after the member that end in a plausible size field.
+        let mut trailing = gz.clone();
+        trailing.extend_from_slice(&gz[gz.len() - 8..]);
+        assert_eq!(inflate_single_member(&trailing, 1 << 20), None);
+        assert_eq!(inflate_single_member(&gz[..gz.len() - 1], 1 << 20), None);
+        assert_eq!(
+            inflate_single_member(b"not gzip at all, just text", 1 << 20),
+            None
+        );
+    }
+}
