@@ -112,7 +112,7 @@ mod tests {
     impl Read for Trickle<'_> {
         fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
             self.calls += 1;
-            if self.calls % 7 == 0 {
+            if self.calls.is_multiple_of(7) {
                 return Err(std::io::Error::new(ErrorKind::Interrupted, "again"));
             }
             let n = self.step.min(out.len()).min(self.data.len());
