@@ -53,8 +53,8 @@ use crate::error::{Result, WorkerError};
 use protocol::{
     eval_rows_path, events_path, index_id, index_shuffle_path, instances_path, rejects_path,
     report_id, scan_id, EvalFile, IndexOutput, IndexTask, InputFile, ReportOutput, ReportTask,
-    ScanOutput, ScanTask, Settings, DETAILS, INDEX, PROGRESS_SUMMARY, REPORT, SCAN, STATS, SUCCESS,
-    WORK_DIR,
+    ScanOutput, ScanTask, Settings, DETAILS, INDEX, INTERMEDIATE_FORMAT_VERSION, PROGRESS_SUMMARY,
+    REPORT, SCAN, STATS, SUCCESS, WORK_DIR,
 };
 use spec::OverlapFile;
 
@@ -143,6 +143,29 @@ pub struct Plan {
     /// 0 (every file streamed) in a plan journaled before it existed.
     #[serde(default)]
     pub whole_gzip_max: u64,
+    /// The [`INTERMEDIATE_FORMAT_VERSION`] of the probeflow that planned the job (1 in
+    /// a plan journaled before it was recorded).
+    #[serde(default = "Plan::first_intermediate_format")]
+    pub intermediate_format: u32,
+}
+
+impl Plan {
+    fn first_intermediate_format() -> u32 {
+        1
+    }
+
+    /// Refuses to resume a run whose intermediate files this probeflow would misread.
+    fn check_intermediate_format(&self, output: &StoreUrl) -> Result<()> {
+        if self.intermediate_format == INTERMEDIATE_FORMAT_VERSION {
+            return Ok(());
+        }
+        Err(WorkerError::Job(format!(
+            "{} holds an unfinished run planned by another version of probeflow \
+             (intermediate files of format {}; this one reads format {}): finish it \
+             with that version, or delete the output directory and run again",
+            output.url, self.intermediate_format, INTERMEDIATE_FORMAT_VERSION
+        )))
+    }
 }
 
 /// A `.jsonl.gz` input file is inflated whole when it and its text are each at most
@@ -274,17 +297,19 @@ impl JobFile for OverlapFile {
                 train,
                 index_budget,
                 whole_gzip_max: (hints.memory_per_worker / 16).min(WHOLE_GZIP_CAP),
+                intermediate_format: INTERMEDIATE_FORMAT_VERSION,
             })
         })
     }
 
     fn open<'a>(
         &'a self,
-        _output: &'a StoreUrl,
+        output: &'a StoreUrl,
         plan: Payload,
     ) -> BoxFuture<'a, Result<Box<dyn JobDriver>>> {
         Box::pin(async move {
             let plan: Plan = decode("the journaled plan", &plan)?;
+            plan.check_intermediate_format(output)?;
             self.refuse_changed_input(&plan.inputs(), "the job was planned")
                 .await?;
             Ok(Box::new(OverlapDriver {
@@ -841,5 +866,38 @@ impl TaskRunner for OverlapRunner {
             obj.insert(key.into(), "../../elsewhere".into());
         }
         encode(&value).unwrap_or(output)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_run_planned_with_other_intermediate_files_is_not_resumed() {
+        let output = StoreUrl::parse("/tmp/out").unwrap();
+        let current: Plan = serde_json::from_value(serde_json::json!({
+            "eval": [], "train": [], "index_budget": 1, "whole_gzip_max": 0,
+            "intermediate_format": INTERMEDIATE_FORMAT_VERSION,
+        }))
+        .unwrap();
+        assert!(current.check_intermediate_format(&output).is_ok());
+        // A plan journaled before the format was recorded is of format 1: its scans
+        // wrote one line per event.
+        let old: Plan = serde_json::from_value(serde_json::json!({
+            "eval": [], "train": [], "index_budget": 1,
+        }))
+        .unwrap();
+        assert_eq!((old.intermediate_format, old.whole_gzip_max), (1, 0));
+        let err = old
+            .check_intermediate_format(&output)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("/tmp/out")
+                && err.contains("format 1")
+                && err.contains(&format!("format {INTERMEDIATE_FORMAT_VERSION}")),
+            "{err}"
+        );
     }
 }

@@ -28,6 +28,11 @@ pub const REPORT: &str = "report";
 /// Changes when the same input and settings would give other output bytes.
 pub const OUTPUT_FORMAT_VERSION: u32 = 1;
 
+/// Changes when the files tasks write for later tasks (eval rows, the index shuffle,
+/// scan events) change: an unfinished run planned with another is not resumed.
+/// 2: a scan writes one line per training document ([`ScanDoc`]), not per event.
+pub const INTERMEDIATE_FORMAT_VERSION: u32 = 2;
+
 /// The completion marker (the design notes' name), written last.
 pub const SUCCESS: &str = ".SUCCESS";
 pub const STATS: &str = "stats/overlap_stats.jsonl";
@@ -213,8 +218,19 @@ pub struct ReportOutput {
     pub overlapping: BTreeMap<String, BTreeMap<u32, u64>>,
 }
 
-/// One overlap event as a scan writes it (one JSON line): an eval row's indexed n-gram
-/// found in a training row.
+/// One training document that shares indexed n-grams with eval rows, as a scan writes
+/// it (one JSON line): its text once, and its overlap events. (`S` is `&str` when it is
+/// written, `String` when it is read back.)
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ScanDoc<S = String> {
+    pub train_row: u64,
+    pub train_doc_id: S,
+    pub train_text: S,
+    /// In (eval file, eval row, length, n-gram) order.
+    pub events: Vec<ScanEvent>,
+}
+
+/// One overlap event: an eval row's indexed n-gram found in a training document.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ScanEvent {
     pub eval_file: u32,
@@ -225,10 +241,7 @@ pub struct ScanEvent {
     /// The configured lengths this n-gram stands for (bit set over `Settings::n`).
     pub configured: u32,
     pub eval_offsets: Vec<[u64; 2]>,
-    pub train_row: u64,
-    pub train_doc_id: String,
     pub train_offsets: Vec<[u64; 2]>,
-    pub train_text: String,
 }
 
 /// One eval row, as an index task keeps it for the report.

@@ -17,8 +17,8 @@ use serde::{Deserialize, Serialize};
 
 use super::gzip_jsonl::{GzipJsonl, Packing};
 use super::protocol::{
-    instances_path, EvalRow, OutputFile, ReportOutput, ReportTask, ScanEvent, Settings, DETAILS,
-    STATS,
+    instances_path, EvalRow, OutputFile, ReportOutput, ReportTask, ScanDoc, ScanEvent, Settings,
+    DETAILS, STATS,
 };
 use super::source::read_gz;
 use crate::engine::store::StoreUrl;
@@ -62,6 +62,12 @@ struct InstancesRecord<'a> {
     train_path: &'a str,
     train_row: u64,
     train_doc_id: &'a str,
+}
+
+/// What pass 1 reads of a [`ScanDoc`] line: its events' eval rows.
+#[derive(Deserialize)]
+struct DocEvalRows {
+    events: Vec<EventKey>,
 }
 
 #[derive(Deserialize)]
@@ -109,8 +115,8 @@ pub fn run_report(
     let mut wanted: BTreeSet<(u32, u64)> = BTreeSet::new();
     for files in &task.events {
         for file in files {
-            for_each_line(handle, output, file, |k: EventKey| {
-                wanted.insert((k.eval_file, k.eval_row));
+            for_each_line(handle, output, file, |doc: DocEvalRows| {
+                wanted.extend(doc.events.iter().map(|k| (k.eval_file, k.eval_row)));
                 Ok(())
             })?;
         }
@@ -144,16 +150,22 @@ pub fn run_report(
     let mut files = Vec::new();
     let train_files = task.train.len() as u32;
     for (t, (train_path, events_files)) in task.train.iter().zip(&task.events).enumerate() {
-        let mut events: Vec<ScanEvent> = Vec::new();
+        // A document matched in several index groups is in several events files,
+        // with the events of each group.
+        let mut docs: Vec<ScanDoc> = Vec::new();
         for file in events_files {
-            for_each_line(handle, output, file, |e: ScanEvent| {
-                events.push(e);
+            for_each_line(handle, output, file, |doc: ScanDoc| {
+                docs.push(doc);
                 Ok(())
             })?;
         }
-        events.sort_by(|a, b| {
-            (a.train_row, a.eval_file, a.eval_row, a.n, &a.ngram).cmp(&(
-                b.train_row,
+        let mut events: Vec<(&ScanDoc, &ScanEvent)> = docs
+            .iter()
+            .flat_map(|doc| doc.events.iter().map(move |e| (doc, e)))
+            .collect();
+        events.sort_by(|(da, a), (db, b)| {
+            (da.train_row, a.eval_file, a.eval_row, a.n, &a.ngram).cmp(&(
+                db.train_row,
                 b.eval_file,
                 b.eval_row,
                 b.n,
@@ -162,7 +174,7 @@ pub fn run_report(
         });
         type InstanceKey<'k> = (u64, &'k str, u32);
         let mut per_row: BTreeMap<InstanceKey<'_>, (&str, BTreeSet<String>)> = BTreeMap::new();
-        for e in &events {
+        for &(doc, e) in &events {
             let eval = task
                 .eval
                 .get(e.eval_file as usize)
@@ -185,11 +197,11 @@ pub fn run_report(
                     eval_offsets: &e.eval_offsets,
                     n: e.n,
                     train_path,
-                    train_row: e.train_row,
-                    train_text: &e.train_text,
+                    train_row: doc.train_row,
+                    train_text: &doc.train_text,
                     train_ngram: &e.ngram,
                     train_offsets: &e.train_offsets,
-                    train_doc_id: &e.train_doc_id,
+                    train_doc_id: &doc.train_doc_id,
                 },
             )?;
             detail_count += 1;
@@ -199,8 +211,8 @@ pub fn run_report(
                     .or_default()
                     .insert(row.id.as_str());
                 per_row
-                    .entry((e.train_row, eval.dataset.as_str(), n))
-                    .or_insert_with(|| (e.train_doc_id.as_str(), BTreeSet::new()))
+                    .entry((doc.train_row, eval.dataset.as_str(), n))
+                    .or_insert_with(|| (doc.train_doc_id.as_str(), BTreeSet::new()))
                     .1
                     .insert(row.id.clone());
             }

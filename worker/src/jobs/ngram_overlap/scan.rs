@@ -5,15 +5,18 @@
 //! group); the file is read record by record and never held
 //! whole. For each document, every window of every effective length the index holds is
 //! looked up; only a document with a match is given its id and written out, as one
-//! [`ScanEvent`] per (eval row, n-gram) it shares, with every occurrence on both
-//! sides. The training n-gram stream itself is never stored or shuffled.
+//! [`ScanDoc`] line: its text once, and one [`ScanEvent`] per (eval row, n-gram) it
+//! shares, with every occurrence on both sides. The training n-gram stream itself is
+//! never stored or shuffled.
 //!
-//! Events go to one gzip JSONL file per attempt, streamed out as they come, in
-//! (training row, eval file, eval row, length, n-gram) order.
+//! Documents go to one gzip JSONL file per attempt, streamed out as they come, in
+//! training row order (their events in (eval file, eval row, length, n-gram) order).
 
 use super::gzip_jsonl::{GzipJsonl, Packing};
 use super::ngrams::{Index, ScanTokens};
-use super::protocol::{events_path, rejects_path, ScanEvent, ScanOutput, ScanTask, Settings};
+use super::protocol::{
+    events_path, rejects_path, ScanDoc, ScanEvent, ScanOutput, ScanTask, Settings,
+};
 use super::source::read_records;
 use crate::engine::store::StoreUrl;
 use crate::error::Result;
@@ -62,11 +65,14 @@ pub fn run_scan(
                 return Ok(());
             }
             let id = record.id()?;
-            for event in document_events(index, &found, record.row, &id, record.text) {
-                events_out.line(handle, &event)?;
-                events += 1;
-            }
-            Ok(())
+            let matched = ScanDoc {
+                train_row: record.row,
+                train_doc_id: id.as_str(),
+                train_text: record.text,
+                events: document_events(index, &found),
+            };
+            events += matched.events.len() as u64;
+            events_out.line(handle, &matched)
         },
     )?;
     events_out.finish(handle)?;
@@ -83,13 +89,7 @@ pub fn run_scan(
 
 /// The events of one training document: for each matched entry, one per eval row it
 /// occurs in; sorted by (eval file, eval row, length, n-gram).
-fn document_events(
-    index: &Index,
-    found: &BTreeMap<u32, Vec<[u64; 2]>>,
-    train_row: u64,
-    doc_id: &str,
-    text: &str,
-) -> Vec<ScanEvent> {
+fn document_events(index: &Index, found: &BTreeMap<u32, Vec<[u64; 2]>>) -> Vec<ScanEvent> {
     let mut out = Vec::new();
     for (&e, train_offsets) in found {
         let entry = &index.entries[e as usize];
@@ -101,10 +101,7 @@ fn document_events(
                 ngram: entry.ngram.clone(),
                 configured: occ.configured,
                 eval_offsets: occ.offsets.clone(),
-                train_row,
-                train_doc_id: doc_id.to_string(),
                 train_offsets: train_offsets.clone(),
-                train_text: text.to_string(),
             });
         }
     }
