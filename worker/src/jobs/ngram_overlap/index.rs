@@ -19,7 +19,7 @@ use super::protocol::{
     eval_rows_path, index_shuffle_path, rejects_path, EvalRow, IndexOutput, IndexTask, Settings,
 };
 use super::records::stable_hash;
-use super::source::read_records;
+use super::source::{read_records, WholeFiles};
 use crate::engine::shuffle::{encode_segment, read_partition, write_index, ShuffleSegment};
 use crate::engine::store::StoreUrl;
 use crate::error::{Result, WorkerError};
@@ -59,6 +59,7 @@ pub fn run_index(
     output: &StoreUrl,
     settings: &Settings,
     attempt: u32,
+    whole: &mut WholeFiles,
 ) -> Result<IndexOutput> {
     let lengths: Vec<(u32, u32)> = settings
         .n
@@ -76,7 +77,7 @@ pub fn run_index(
         handle,
         &task.file,
         &settings.eval_text_field,
-        settings.whole_gzip_max,
+        whole,
         output,
         Some(&rejects_path("eval", task.eval_file)),
         |mut record| {

@@ -52,6 +52,11 @@ impl<R: Read> LineReader<R> {
         }
     }
 
+    /// The buffer, for the next text (what [`LineReader::from_text`] was given).
+    pub fn into_buffer(self) -> Vec<u8> {
+        self.buf
+    }
+
     /// The next line with its `\n`, or `None` at the end of the input.
     pub fn next_line(&mut self) -> std::io::Result<Option<&[u8]>> {
         // Where to look for the `\n` from: bytes before it were searched already.

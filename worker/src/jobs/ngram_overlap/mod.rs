@@ -768,10 +768,12 @@ async fn discard_attempt(job: &JobContext, task: TaskId, attempt: u32) -> Result
 type GroupKey = (String, u32, u32, Vec<String>);
 
 /// Runs overlap tasks on a worker (each on a blocking thread); keeps the index group
-/// of its last scan for the next scan of the same group.
+/// of its last scan for the next scan of the same group, and the buffers small
+/// `.jsonl.gz` files are inflated into.
 #[derive(Default)]
 struct OverlapRunner {
     index: Option<(GroupKey, Arc<ngrams::Index>)>,
+    whole: source::WholeFiles,
 }
 
 impl TaskRunner for OverlapRunner {
@@ -803,8 +805,12 @@ impl TaskRunner for OverlapRunner {
                 (Some((key, index)), Some(want)) if key == want => Some(index.clone()),
                 _ => None,
             };
+            let mut whole = std::mem::take(&mut self.whole);
+            if whole.max != settings.whole_gzip_max {
+                whole = source::WholeFiles::new(settings.whole_gzip_max);
+            }
             let joined = tokio::task::spawn_blocking(
-                move || -> Result<(Payload, Option<Arc<ngrams::Index>>)> {
+                move || -> Result<(Payload, Option<Arc<ngrams::Index>>, source::WholeFiles)> {
                     match (stage.as_str(), scan) {
                         (SCAN, Some(task)) => {
                             let index = match cached {
@@ -818,20 +824,21 @@ impl TaskRunner for OverlapRunner {
                                 ))?),
                             };
                             let out = scan::run_scan(
-                                &handle, &task, &index, &output, &settings, attempt,
+                                &handle, &task, &index, &output, &settings, attempt, &mut whole,
                             )?;
-                            Ok((encode(&out)?, Some(index)))
+                            Ok((encode(&out)?, Some(index), whole))
                         }
                         (INDEX, _) => {
                             let task: IndexTask = decode("index task", &body)?;
-                            let out =
-                                index::run_index(&handle, &task, &output, &settings, attempt)?;
-                            Ok((encode(&out)?, None))
+                            let out = index::run_index(
+                                &handle, &task, &output, &settings, attempt, &mut whole,
+                            )?;
+                            Ok((encode(&out)?, None, whole))
                         }
                         (REPORT, _) => {
                             let task: ReportTask = decode("report task", &body)?;
                             let out = report::run_report(&handle, &task, &output, &settings)?;
-                            Ok((encode(&out)?, None))
+                            Ok((encode(&out)?, None, whole))
                         }
                         (other, _) => Err(WorkerError::Job(format!(
                             "no stage {other:?} in an overlap job"
@@ -840,8 +847,9 @@ impl TaskRunner for OverlapRunner {
                 },
             )
             .await;
-            let (out, index) = joined
+            let (out, index, whole) = joined
                 .map_err(|e| WorkerError::Job(format!("the task's thread failed: {e}")))??;
+            self.whole = whole;
             if let (Some(key), Some(index)) = (group, index) {
                 self.index = Some((key, index));
             }

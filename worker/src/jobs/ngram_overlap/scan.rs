@@ -17,7 +17,7 @@ use super::ngrams::{Index, ScanTokens};
 use super::protocol::{
     events_path, rejects_path, ScanDoc, ScanEvent, ScanOutput, ScanTask, Settings,
 };
-use super::source::read_records;
+use super::source::{read_records, WholeFiles};
 use crate::engine::store::StoreUrl;
 use crate::error::Result;
 use std::collections::BTreeMap;
@@ -31,6 +31,7 @@ pub fn run_scan(
     output: &StoreUrl,
     settings: &Settings,
     attempt: u32,
+    whole: &mut WholeFiles,
 ) -> Result<ScanOutput> {
     let events_file = events_path(task.index, attempt);
     let mut events_out = GzipJsonl::new(output, &events_file, Packing::Intermediate);
@@ -45,7 +46,7 @@ pub fn run_scan(
         handle,
         &task.file,
         &settings.train_text_field,
-        settings.whole_gzip_max,
+        whole,
         output,
         rejects,
         |mut record| {

@@ -141,16 +141,38 @@ impl Record<'_> {
     }
 }
 
+/// Where `.jsonl.gz` files small enough are inflated whole: the limit (bytes of the
+/// compressed file, and of its text) and the two buffers, which a worker keeps from one
+/// task to the next (so they are allocated once, not per file, and hold at most
+/// `2 × max` bytes).
+#[derive(Debug, Default)]
+pub struct WholeFiles {
+    pub max: u64,
+    gz: Vec<u8>,
+    text: Vec<u8>,
+}
+
+impl WholeFiles {
+    /// Buffers for files of at most `max` bytes (0: every file is streamed).
+    pub fn new(max: u64) -> Self {
+        WholeFiles {
+            max,
+            ..WholeFiles::default()
+        }
+    }
+}
+
 /// Reads `file` on the current (blocking) thread, calling `each` with every valid
 /// record; rejected rows are counted and, if `rejects` is given, written there
-/// (relative to `output`). A `.jsonl.gz` file of at most `whole_gzip_max` bytes
-/// (compressed, and its text) is inflated whole ([`super::whole_gzip`]).
+/// (relative to `output`). A `.jsonl.gz` file of at most `whole.max` bytes
+/// (compressed, and its text) is inflated whole ([`super::whole_gzip`]) in `whole`'s
+/// buffers.
 /// `handle` runs the object-store I/O.
 pub fn read_records(
     handle: &Handle,
     file: &InputFile,
     text_field: &str,
-    whole_gzip_max: u64,
+    whole: &mut WholeFiles,
     output: &StoreUrl,
     rejects: Option<&str>,
     mut each: impl FnMut(Record<'_>) -> Result<()>,
@@ -169,7 +191,7 @@ pub fn read_records(
             handle,
             file,
             format,
-            (text_field, whole_gzip_max),
+            (text_field, whole),
             &mut rejected,
             &mut each,
         )?,
@@ -280,7 +302,7 @@ fn read_jsonl(
     handle: &Handle,
     file: &InputFile,
     format: Format,
-    (text_field, whole_gzip_max): (&str, u64),
+    (text_field, whole): (&str, &mut WholeFiles),
     rejected: &mut Rejects,
     each: &mut impl FnMut(Record<'_>) -> Result<()>,
 ) -> Result<u64> {
@@ -290,15 +312,18 @@ fn read_jsonl(
         file: file.url.clone(),
         what: format!("cannot read: {e}"),
     };
+    let WholeFiles { max, gz, text } = whole;
+    let mut inflated_whole = false;
     let mut lines: LineReader<Box<dyn Read + '_>> = match format {
-        Format::JsonlGz if file.size <= whole_gzip_max => {
-            let mut gz = Vec::with_capacity(file.size as usize);
-            raw.read_to_end(&mut gz).map_err(io_err)?;
-            match whole_gzip::inflate_single_member(&gz, whole_gzip_max) {
-                Some(text) => LineReader::from_text(text),
-                None => LineReader::new(Box::new(flate2::read::MultiGzDecoder::new(
-                    std::io::Cursor::new(gz),
-                ))),
+        Format::JsonlGz if file.size <= *max => {
+            gz.clear();
+            whole_gzip::reserve_once(gz, *max);
+            raw.read_to_end(gz).map_err(io_err)?;
+            if whole_gzip::inflate_single_member(gz, *max, text) {
+                inflated_whole = true;
+                LineReader::from_text(std::mem::take(text))
+            } else {
+                LineReader::new(Box::new(flate2::read::MultiGzDecoder::new(&gz[..])))
             }
         }
         Format::JsonlGz => LineReader::new(Box::new(flate2::read::MultiGzDecoder::new(raw))),
@@ -368,6 +393,9 @@ fn read_jsonl(
             }
             Err(e) => return Err(e),
         }
+    }
+    if inflated_whole {
+        *text = lines.into_buffer();
     }
     Ok(row)
 }

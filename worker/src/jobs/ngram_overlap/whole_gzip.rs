@@ -1,8 +1,9 @@
 //! Small `.jsonl.gz` files inflated whole, in one call to libdeflate, which is about
 //! 1.5× faster than inflating as a stream (a third of a scan's time is inflating).
 //!
-//! [`inflate_single_member`] takes the whole compressed file and gives its text only
-//! when the file is exactly one gzip member whose text fits the limit: the trailer's
+//! [`inflate_single_member`] takes the whole compressed file and gives its text (into a
+//! buffer the worker keeps from one task to the next) only when the file is exactly
+//! one gzip member whose text fits the limit: the trailer's
 //! size field (`ISIZE`, the text's length mod 2³²) says how much to allocate, and
 //! libdeflate must then consume every input byte and fill exactly that many bytes (it
 //! checks the member's CRC itself). Anything else (several members, bytes after the
@@ -32,19 +33,38 @@ impl Drop for Decompressor {
     }
 }
 
-/// The text of `gz` when it is one gzip member of at most `max_text` bytes of text;
-/// `None` when it is not (read it as a stream instead).
-pub fn inflate_single_member(gz: &[u8], max_text: u64) -> Option<Vec<u8>> {
+/// Gives `buffer` (empty) room for `max` bytes at once, the first time, so that it is
+/// never reallocated as files grow (each reallocation would leave a freed block that
+/// the allocator may keep); pages it never touches take no memory.
+pub fn reserve_once(buffer: &mut Vec<u8>, max: u64) {
+    if (buffer.capacity() as u64) < max {
+        buffer.reserve_exact(usize::try_from(max).unwrap_or(usize::MAX));
+    }
+}
+
+/// Whether `gz` is one gzip member of at most `max_text` bytes of text: then `text`
+/// holds that text; when not, read `gz` as a stream instead (`text` holds nothing of
+/// use).
+pub fn inflate_single_member(gz: &[u8], max_text: u64, text: &mut Vec<u8>) -> bool {
     // The smallest member: a 10-byte header, an empty deflate block, an 8-byte trailer.
-    if gz.len() < 20 {
-        return None;
-    }
-    let isize = u32::from_le_bytes(gz[gz.len() - 4..].try_into().ok()?);
+    let Some(trailer) = gz.len().checked_sub(4).filter(|_| gz.len() >= 20) else {
+        return false;
+    };
+    let isize = u32::from_le_bytes([
+        gz[trailer],
+        gz[trailer + 1],
+        gz[trailer + 2],
+        gz[trailer + 3],
+    ]);
     if u64::from(isize) > max_text {
-        return None;
+        return false;
     }
-    let mut text = vec![0u8; isize as usize];
-    let decompressor = Decompressor::new()?;
+    text.clear();
+    reserve_once(text, max_text);
+    text.resize(isize as usize, 0);
+    let Some(decompressor) = Decompressor::new() else {
+        return false;
+    };
     let (mut consumed, mut written) = (0usize, 0usize);
     // SAFETY: `gz` and `text` are valid for their lengths for the whole call, which
     // writes at most `text.len()` bytes into `text` and the two counts into the two
@@ -60,10 +80,9 @@ pub fn inflate_single_member(gz: &[u8], max_text: u64) -> Option<Vec<u8>> {
             &mut written,
         )
     };
-    (result == ffi::libdeflate_result_LIBDEFLATE_SUCCESS
+    result == ffi::libdeflate_result_LIBDEFLATE_SUCCESS
         && consumed == gz.len()
-        && written == text.len())
-    .then_some(text)
+        && written == text.len()
 }
 
 #[cfg(test)]
@@ -75,6 +94,12 @@ mod tests {
         let mut w = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::new(6));
         w.write_all(text).unwrap();
         w.finish().unwrap()
+    }
+
+    /// The text when inflated whole (into a buffer that held something else before).
+    fn whole(gz: &[u8], max_text: u64) -> Option<Vec<u8>> {
+        let mut text = b"an earlier, longer file's text".to_vec();
+        inflate_single_member(gz, max_text, &mut text).then_some(text)
     }
 
     fn streamed(gz: &[u8]) -> Vec<u8> {
@@ -111,7 +136,7 @@ mod tests {
         for len in [0, 1, 1000, 300_000] {
             let t = text(len);
             let gz = gzip(&t);
-            assert_eq!(inflate_single_member(&gz, 1 << 20).as_deref(), Some(&t[..]));
+            assert_eq!(whole(&gz, 1 << 20).as_deref(), Some(&t[..]));
             assert_eq!(streamed(&gz), t);
         }
     }
@@ -122,30 +147,27 @@ mod tests {
         // only the first member would give a text of exactly the announced size.
         let a = text(5000);
         let gz = [gzip(&a), gzip(&a)].concat();
-        assert_eq!(inflate_single_member(&gz, 1 << 20), None);
+        assert_eq!(whole(&gz, 1 << 20), None);
         assert_eq!(streamed(&gz), [a.clone(), a].concat());
         let gz = [gzip(&text(10)), gzip(&text(6000))].concat();
-        assert_eq!(inflate_single_member(&gz, 1 << 20), None);
+        assert_eq!(whole(&gz, 1 << 20), None);
     }
 
     #[test]
     fn a_text_over_the_limit_or_a_damaged_file_is_left_to_the_stream() {
         let t = text(10_000);
         let gz = gzip(&t);
-        assert_eq!(inflate_single_member(&gz, 9_999), None);
-        assert!(inflate_single_member(&gz, 10_000).is_some());
+        assert_eq!(whole(&gz, 9_999), None);
+        assert!(whole(&gz, 10_000).is_some());
         let mut bad = gz.clone();
         let middle = bad.len() / 2;
         bad[middle] ^= 0x5a;
-        assert_eq!(inflate_single_member(&bad, 1 << 20), None);
+        assert_eq!(whole(&bad, 1 << 20), None);
         // Bytes after the member that end in a plausible size field.
         let mut trailing = gz.clone();
         trailing.extend_from_slice(&gz[gz.len() - 8..]);
-        assert_eq!(inflate_single_member(&trailing, 1 << 20), None);
-        assert_eq!(inflate_single_member(&gz[..gz.len() - 1], 1 << 20), None);
-        assert_eq!(
-            inflate_single_member(b"not gzip at all, just text", 1 << 20),
-            None
-        );
+        assert_eq!(whole(&trailing, 1 << 20), None);
+        assert_eq!(whole(&gz[..gz.len() - 1], 1 << 20), None);
+        assert_eq!(whole(b"not gzip at all, just text", 1 << 20), None);
     }
 }
