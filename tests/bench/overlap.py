@@ -8,12 +8,18 @@ files, ~1% of documents with a planted eval passage, ~2% with non-ASCII text), t
 CPU 0 only:
 
 * runs the job (`coordinator run`, local mode, one worker) and reads its scan tasks'
-  times from the log: training text scanned per second by the scan stage, and by the
-  whole job (planning, index, scan, report); `--job-runs` times (default 3), before
-  and after the reference, as the machine may be shared: the median run is reported;
+  CPU times from the log (`task CPU time ... cpu_ms=`: the CPU time of the thread that
+  ran the task, reading and inflating included): training text scanned per CPU second
+  by the scan stage; also per wall second of the scan tasks, and of the whole job
+  (planning, index, scan, report);
 * runs the reference scan in Python (the design notes' rules: `str.lower`, `re.split`,
-  n-grams joined by spaces, looked up in a set of the eval n-grams) over the first files
-  until `--python-seconds` have passed: text per second.
+  n-grams joined by spaces, looked up in a set of the eval n-grams) on one training
+  file: text per CPU second;
+
+in `--rounds` rounds (default 8: every training file once in Python), and one more job
+run: the median job run is compared with the median Python file. CPU time on both sides
+and alternating rounds, as the machine is shared and its speed drifts: one job run
+against a minute of Python swung the ratio from 24x to 36x here.
 
 Prints both, their ratio, the job's peak RSS and the number of overlap records each
 found on the part both scanned (they must be equal).
@@ -80,9 +86,8 @@ def make_corpus(work: Path, train_mb: int) -> tuple[Path, Path]:
     return eval_dir, train_dir
 
 
-def python_scan(eval_dir: Path, train_dir: Path, seconds: float) -> tuple[float, int, list[str], int]:
-    """The reference: (text bytes, records, files fully scanned, overlap records) in
-    about `seconds`, whole files only."""
+def python_index(eval_dir: Path) -> dict[int, dict[str, list[int]]]:
+    """The reference's index: effective n → n-gram → eval rows."""
     index: dict[int, dict[str, list[int]]] = {}
     with open(eval_dir / "bench-dolma-abcdef.jsonl") as f:
         for row, line in enumerate(f):
@@ -91,32 +96,34 @@ def python_scan(eval_dir: Path, train_dir: Path, seconds: float) -> tuple[float,
                 eff = min(n, len(tokens))
                 for i in range(len(tokens) - eff + 1):
                     index.setdefault(eff, {}).setdefault(" ".join(tokens[i:i + eff]), []).append(row)
+    return index
+
+
+def python_scan(index: dict[int, dict[str, list[int]]], path: Path) -> tuple[float, int, int]:
+    """The reference on one training file: (text per CPU second, text bytes, overlap
+    records)."""
     started = time.process_time()
-    scanned, records, done = 0, 0, []
-    for path in sorted(train_dir.iterdir()):
-        with gzip.open(path, "rt") as f:
-            for line in f:
-                text = json.loads(line)["text"]
-                scanned += len(text.encode())
-                tokens = SPLIT.split(text.lower())
-                found: dict[str, set[int]] = {}
-                for n, grams in index.items():
-                    for i in range(len(tokens) - n + 1):
-                        g = " ".join(tokens[i:i + n])
-                        if g in grams:
-                            found.setdefault(g, set()).update(grams[g])
-                records += sum(len(rows) for rows in found.values())
-        done.append(path.name)
-        if time.process_time() - started > seconds:
-            break
-    return scanned / (time.process_time() - started), records, done, scanned
+    scanned, records = 0, 0
+    with gzip.open(path, "rt") as f:
+        for line in f:
+            text = json.loads(line)["text"]
+            scanned += len(text.encode())
+            tokens = SPLIT.split(text.lower())
+            found: dict[str, set[int]] = {}
+            for n, grams in index.items():
+                for i in range(len(tokens) - n + 1):
+                    g = " ".join(tokens[i:i + n])
+                    if g in grams:
+                        found.setdefault(g, set()).update(grams[g])
+            records += sum(len(rows) for rows in found.values())
+    return scanned / (time.process_time() - started), scanned, records
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--train-mb", type=int, default=200)
-    ap.add_argument("--python-seconds", type=float, default=60)
-    ap.add_argument("--job-runs", type=int, default=3, help="runs of the job (the median is reported)")
+    ap.add_argument("--rounds", type=int, default=8,
+                    help="rounds of one job run and the reference on one training file (at most 8)")
     ap.add_argument("--bin", type=Path, default=ROOT / "target" / "release")
     ap.add_argument("--work", type=Path, default=ROOT / "target" / "bench-overlap")
     args = ap.parse_args()
@@ -149,8 +156,9 @@ scratch = "{args.work / 'scratch'}"
 """)
     env = dict(os.environ, RUST_LOG="info,probeflow_worker=debug", NO_COLOR="1")
 
-    def run_job() -> tuple[float, float, float, int]:
-        """One run of the job: (scan-stage rate, whole-job rate, scan seconds, text bytes)."""
+    def run_job() -> tuple[float, float, float, float, int]:
+        """One run of the job: (scan-stage rate per CPU second, per wall second,
+        whole-job rate, scan CPU seconds, text bytes)."""
         shutil.rmtree(out, ignore_errors=True)
         shutil.rmtree(args.work / "scratch", ignore_errors=True)
         started = time.time()
@@ -160,27 +168,41 @@ scratch = "{args.work / 'scratch'}"
         if proc.returncode != 0:
             raise SystemExit(proc.stderr[-3000:])
         scan_ms = sum(int(m) for m in re.findall(r"task=scan-\d+ attempt=\d+ ms=(\d+)", proc.stderr))
+        cpu_ms = sum(int(m) for m in re.findall(
+            r"task CPU time task=scan-\d+ attempt=\d+ cpu_ms=(\d+)", proc.stderr))
+        if not cpu_ms:  # a build from before the CPU times were logged
+            print("(no scan task CPU times in the job's log: wall times used)", flush=True)
+            cpu_ms = scan_ms
         summary = json.loads((out / "progress_summary.json").read_text())["totals"]
         text_bytes = summary["train_text_bytes"]
-        job_scan = text_bytes / (scan_ms / 1000) if scan_ms else float("nan")
-        return job_scan, text_bytes / wall, scan_ms / 1000, text_bytes
+        return (text_bytes / (cpu_ms / 1000), text_bytes / (scan_ms / 1000), text_bytes / wall,
+                cpu_ms / 1000, text_bytes)
 
-    # The machine is shared: the job (seconds) runs before and after the reference
-    # (a minute), and the median of its runs is compared with the reference.
-    runs = [run_job() for _ in range(args.job_runs - 1)]
-    py_rate, py_records, py_files, py_bytes = python_scan(eval_dir, train_dir, args.python_seconds)
+    # The machine is shared and its speed drifts: job runs (a second or two each) and
+    # the reference's files (seconds each) alternate, and the medians are compared.
+    py_index = python_index(eval_dir)
+    train_files = sorted(train_dir.iterdir())[:max(1, min(args.rounds, 8))]
+    runs, py_runs = [], []
+    for path in train_files:
+        runs.append(run_job())
+        py_runs.append(python_scan(py_index, path))
     runs.append(run_job())
     rss_mib = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
-    job_scan, job_all, scan_s, text_bytes = sorted(runs)[len(runs) // 2]
-    train_paths = {str(train_dir / name) for name in py_files}
+    job_scan, job_scan_wall, job_all, scan_s, text_bytes = sorted(runs)[len(runs) // 2]
+    py_rate = sorted(r[0] for r in py_runs)[len(py_runs) // 2]
+    py_bytes, py_records = sum(r[1] for r in py_runs), sum(r[2] for r in py_runs)
+    train_paths = {str(p) for p in train_files}
     details = gzip.decompress((out / "stats" / "overlap_details.jsonl.gz").read_bytes()).splitlines()
     job_records = sum(1 for line in details if json.loads(line)["train_path"] in train_paths)
     print(f"training text: {text_bytes / 1e6:.0f} MB in 8 files; eval: 2000 rows; n = {N_VALUES}; one core")
-    print(f"job, scan stage:   {job_scan / 1e6:8.1f} MB/s  ({scan_s:.1f} s of scan tasks; median of "
-          f"{len(runs)} runs: {', '.join(f'{r[0] / 1e6:.1f}' for r in runs)})")
-    print(f"job, whole run:    {job_all / 1e6:8.1f} MB/s  (peak RSS {rss_mib:.0f} MiB)")
-    print(f"Python reference:  {py_rate / 1e6:8.2f} MB/s  ({py_bytes / 1e6:.0f} MB in {len(py_files)} files)")
-    print(f"ratio (scan stage / Python): {job_scan / py_rate:.1f}x; whole job / Python: {job_all / py_rate:.1f}x")
+    print(f"job, scan stage:   {job_scan / 1e6:8.1f} MB per CPU s  ({scan_s:.2f} CPU s of scan tasks; "
+          f"median of {len(runs)} runs: {', '.join(f'{r[0] / 1e6:.0f}' for r in runs)})")
+    print(f"                   {job_scan_wall / 1e6:8.1f} MB per wall s of the scan tasks")
+    print(f"job, whole run:    {job_all / 1e6:8.1f} MB per wall s  (peak RSS {rss_mib:.0f} MiB)")
+    print(f"Python reference:  {py_rate / 1e6:8.2f} MB per CPU s  (median of {len(py_runs)} files, "
+          f"{py_bytes / 1e6:.0f} MB: {', '.join(f'{r[0] / 1e6:.2f}' for r in py_runs)})")
+    print(f"ratio (scan stage / Python, CPU time): {job_scan / py_rate:.1f}x; "
+          f"scan wall time: {job_scan_wall / py_rate:.1f}x; whole job, wall: {job_all / py_rate:.1f}x")
     print(f"overlap records on the files both scanned: job {job_records}, Python {py_records}")
     if job_records != py_records:
         raise SystemExit("the job and the reference disagree")

@@ -16,5 +16,6 @@ pub mod protocol;
 pub mod scratch;
 pub mod shuffle;
 pub mod store;
+pub mod thread_cpu;
 pub mod tls;
 pub mod units;

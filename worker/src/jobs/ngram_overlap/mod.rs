@@ -49,6 +49,7 @@ use crate::engine::job::{
 };
 use crate::engine::protocol::{Assignment, JobContext, Payload, TaskId, TaskSpec};
 use crate::engine::store::{self, StoreUrl};
+use crate::engine::thread_cpu::ThreadCpuTimer;
 use crate::error::{Result, WorkerError};
 use protocol::{
     eval_rows_path, events_path, index_id, index_shuffle_path, instances_path, rejects_path,
@@ -809,8 +810,14 @@ impl TaskRunner for OverlapRunner {
             if whole.max != settings.whole_gzip_max {
                 whole = source::WholeFiles::new(settings.whole_gzip_max);
             }
+            let task_id = a.task.id;
             let joined = tokio::task::spawn_blocking(
                 move || -> Result<(Payload, Option<Arc<ngrams::Index>>, source::WholeFiles)> {
+                    let cpu = ThreadCpuTimer::start();
+                    let done = |out| {
+                        tracing::debug!(task = %task_id, attempt, cpu_ms = cpu.elapsed_ms(), "task CPU time");
+                        out
+                    };
                     match (stage.as_str(), scan) {
                         (SCAN, Some(task)) => {
                             let index = match cached {
@@ -826,19 +833,19 @@ impl TaskRunner for OverlapRunner {
                             let out = scan::run_scan(
                                 &handle, &task, &index, &output, &settings, attempt, &mut whole,
                             )?;
-                            Ok((encode(&out)?, Some(index), whole))
+                            Ok(done((encode(&out)?, Some(index), whole)))
                         }
                         (INDEX, _) => {
                             let task: IndexTask = decode("index task", &body)?;
                             let out = index::run_index(
                                 &handle, &task, &output, &settings, attempt, &mut whole,
                             )?;
-                            Ok((encode(&out)?, None, whole))
+                            Ok(done((encode(&out)?, None, whole)))
                         }
                         (REPORT, _) => {
                             let task: ReportTask = decode("report task", &body)?;
                             let out = report::run_report(&handle, &task, &output, &settings)?;
-                            Ok((encode(&out)?, None, whole))
+                            Ok(done((encode(&out)?, None, whole)))
                         }
                         (other, _) => Err(WorkerError::Job(format!(
                             "no stage {other:?} in an overlap job"
