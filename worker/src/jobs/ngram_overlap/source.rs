@@ -318,7 +318,9 @@ fn read_jsonl(
         Format::JsonlGz if file.size <= *max => {
             gz.clear();
             whole_gzip::reserve_once(gz, *max);
-            raw.read_to_end(gz).map_err(io_err)?;
+            // At most one byte more than the limit: a file that grew since it was
+            // pinned is refused by the check after reading, and never takes more.
+            (&mut raw).take(*max + 1).read_to_end(gz).map_err(io_err)?;
             if whole_gzip::inflate_single_member(gz, *max, text) {
                 inflated_whole = true;
                 LineReader::from_text(std::mem::take(text))
