@@ -2,8 +2,8 @@
 //!
 //! The group's entries are loaded into an [`Index`] (its size is what the planner
 //! bounds with `[index] memory`; a worker keeps it for its next scan of the same
-//! group); the file is read record by record and never held
-//! whole. For each document, every window of every effective length the index holds is
+//! group); the file is read record by record, and held whole only when it is a
+//! `.jsonl.gz` file small enough ([`super::whole_gzip`]). For each document, every window of every effective length the index holds is
 //! looked up; only a document with a match is given its id and written out, as one
 //! [`ScanDoc`] line: its text once, and one [`ScanEvent`] per (eval row, n-gram) it
 //! shares, with every occurrence on both sides. The training n-gram stream itself is
