@@ -11,7 +11,6 @@
 //! texts and ids are loaded), the second writes the records a training file at a time.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
-use std::io::BufRead;
 
 use serde::{Deserialize, Serialize};
 
@@ -20,7 +19,7 @@ use super::protocol::{
     instances_path, EvalRow, OutputFile, ReportOutput, ReportTask, ScanDoc, ScanEvent, Settings,
     DETAILS, STATS,
 };
-use super::source::read_gz;
+use super::source::read_gz_lines;
 use crate::engine::store::StoreUrl;
 use crate::error::{Result, WorkerError};
 
@@ -90,18 +89,11 @@ fn for_each_line<T: serde::de::DeserializeOwned>(
     rel: &str,
     mut each: impl FnMut(T) -> Result<()>,
 ) -> Result<()> {
-    let mut reader = read_gz(handle, output, rel)?;
-    let mut line = Vec::new();
-    loop {
-        line.clear();
-        let read = reader
-            .read_until(b'\n', &mut line)
-            .map_err(|e| corrupt(rel, e))?;
-        if read == 0 {
-            return Ok(());
-        }
-        each(serde_json::from_slice(&line).map_err(|e| corrupt(rel, e))?)?;
+    let mut lines = read_gz_lines(handle, output, rel)?;
+    while let Some(line) = lines.next_line().map_err(|e| corrupt(rel, e))? {
+        each(serde_json::from_slice(line).map_err(|e| corrupt(rel, e))?)?;
     }
+    Ok(())
 }
 
 /// Runs the report (on a blocking thread: call through `spawn_blocking`).

@@ -13,7 +13,7 @@
 //! from a Parquet row converted to JSON the way `pyarrow`'s `to_pylist()` gives it.
 
 use std::collections::BTreeMap;
-use std::io::{BufRead, BufReader, Read};
+use std::io::Read;
 
 use arrow::array::{Array, RecordBatch};
 use arrow::datatypes::DataType;
@@ -288,14 +288,15 @@ fn open_object<'h>(
     }))
 }
 
-/// The gzip file `rel` under `output` (one this job wrote), decompressed as it is
-/// fetched.
-pub fn read_gz<'h>(handle: &'h Handle, output: &StoreUrl, rel: &str) -> Result<impl BufRead + 'h> {
+/// The lines of gzip file `rel` under `output` (one this job wrote), decompressed as
+/// it is fetched.
+pub fn read_gz_lines<'h>(
+    handle: &'h Handle,
+    output: &StoreUrl,
+    rel: &str,
+) -> Result<LineReader<impl Read + 'h>> {
     let raw = open_object(handle, output, &output.child(rel))?;
-    Ok(BufReader::with_capacity(
-        1 << 20,
-        flate2::read::MultiGzDecoder::new(raw),
-    ))
+    Ok(LineReader::new(flate2::read::MultiGzDecoder::new(raw)))
 }
 
 fn read_jsonl(

@@ -50,18 +50,18 @@ pub fn inflate_single_member(gz: &[u8], max_text: u64, text: &mut Vec<u8>) -> bo
     let Some(trailer) = gz.len().checked_sub(4).filter(|_| gz.len() >= 20) else {
         return false;
     };
-    let isize = u32::from_le_bytes([
+    let text_len = u32::from_le_bytes([
         gz[trailer],
         gz[trailer + 1],
         gz[trailer + 2],
         gz[trailer + 3],
     ]);
-    if u64::from(isize) > max_text {
+    if u64::from(text_len) > max_text {
         return false;
     }
     text.clear();
     reserve_once(text, max_text);
-    text.resize(isize as usize, 0);
+    text.resize(text_len as usize, 0);
     let Some(decompressor) = Decompressor::new() else {
         return false;
     };
