@@ -14,8 +14,9 @@ use std::collections::BTreeSet;
 
 use probeflow_reader::array_record::ArrayRecordReader;
 use probeflow_reader::output::{
-    check_contents, check_rows, check_versions, stays_inside, SPLITS, SUCCESS_FILE,
+    check_contents, check_rows, check_versions, stays_inside, SUCCESS_FILE,
 };
+use probeflow_reader::row::Split;
 use probeflow_worker::engine::store::StoreUrl;
 
 use crate::error::{JobError, Result};
@@ -83,8 +84,8 @@ pub async fn verify(output_url: &str) -> Result<Verified> {
         found.rows += rows;
         found.bytes += s.bytes;
     }
-    for split in SPLITS {
-        for meta in output.list(split).await? {
+    for split in Split::ALL {
+        for meta in output.list(split.as_str()).await? {
             let rel = output.relative(&meta.location);
             if !listed.contains(&rel) {
                 return Err(bad(

@@ -8,7 +8,8 @@ This package wraps probeflow's Rust ``reader`` crate:
   measurements as an Arrow IPC stream (``pyarrow.ipc.open_stream(row)`` reads it too).
 * :func:`rtt_encode`, :func:`rtt_decode_us` — the 2-byte RTT code.
 * :func:`partition`, :func:`src_id`, :func:`split_of`, :func:`canonical_addr` — where a
-  probe's rows go, exactly as the preprocessing job computes it.
+  probe's rows go, exactly as the preprocessing job computes it; :func:`splits_of` —
+  which splits (train, val, test) an output holds.
 
 * :class:`Dataset` — the training reader: deterministic per-rank batches of packed,
   tokenized contexts (MaxText's six arrays), resumable via ``get_state``/``set_state``;
@@ -38,6 +39,7 @@ from ._native import (
     rtt_decode_us,
     rtt_encode,
     split_of,
+    splits_of,
     src_id,
 )
 from .dataset import Dataset, RowDataSource
@@ -65,6 +67,7 @@ __all__ = [
     "rtt_decode_us",
     "rtt_encode",
     "split_of",
+    "splits_of",
     "src_id",
 ]
 

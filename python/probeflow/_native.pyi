@@ -122,8 +122,12 @@ def src_id(addr: str) -> int:
 def partition(addr: str, shards: int) -> int:
     """``src_id(addr) % shards``: the shard a source's rows are written to."""
 
-def split_of(addr: str, seed: int, test_fraction: float) -> str:
-    """``"train"`` or ``"test"``, as the preprocessing job assigns it."""
+def split_of(addr: str, seed: int, test_fraction: float, val_fraction: float = 0.0) -> str:
+    """``"train"``, ``"val"`` or ``"test"``, as the preprocessing job assigns it:
+    ``bucket = u64_le(blake3(u64_le(seed) ‖ canonical_addr(addr))[0:8]) % 1_000_000``;
+    test below ``test_fraction × 1e6``, val below ``(test_fraction + val_fraction) × 1e6``,
+    else train. Raises :class:`InvalidInputError` for fractions outside 0..1 or adding
+    up to more than 1."""
 
 # --- training reader (probeflow.Dataset wraps _Loader) ---
 
@@ -167,6 +171,10 @@ class _Loader:
 
 def _after_fork_in_child() -> None:
     """Marks this process as a fork child: loaders start fresh producer threads."""
+
+def splits_of(paths: list[str]) -> list[str]:
+    """The splits ``paths`` hold, in the order train, val, test: an output's manifest's
+    splits, or the split directories of a glob's or file list's files."""
 
 def resolve_shards(paths: list[str], split: str, verify: bool = False) -> list[str]:
     """The shard files of ``split`` named by ``paths`` (directories, manifests, globs,

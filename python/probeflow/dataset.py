@@ -47,7 +47,7 @@ class Dataset:
             ``"out/train/shard-*.array_record"``, one shard file, or a list of them.
             Only finished outputs are read (``_SUCCESS``, known format and tokenizer
             versions); files of a job output must be in its manifest.
-        split: ``"train"`` or ``"test"``. Globs and files honour it too: a file in
+        split: ``"train"``, ``"val"`` or ``"test"``. Globs and files honour it too: a file in
             another split's directory raises :class:`~probeflow.OutputError`, as do
             shards of several outputs (another manifest or another ``-of-N``).
         seq_len: tokens per sequence (the context length).

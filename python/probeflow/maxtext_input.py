@@ -17,8 +17,9 @@ Data flow per host::
                                  writes process_<i>-of-<n>.json itself)
       -> MultiHostDataLoadIterator (MaxText: numpy -> global jax.Array)
 
-The train stream is endless; the eval stream reads the ``test`` split once and starts
-again from the beginning on every ``iter()``.
+The train stream is endless; the eval stream reads the ``val`` split (``test`` when the
+output has no val split; ``network_eval_split`` chooses) once and starts again from the
+beginning on every ``iter()``.
 """
 
 from __future__ import annotations
@@ -26,12 +27,17 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import logging
 from typing import Any, Callable, Iterator
 
 import numpy as np
 
-from ._native import resolve_shards
+from ._native import resolve_shards, splits_of
 from .dataset import Dataset
+
+log = logging.getLogger("probeflow.maxtext")
+
+EVAL_SPLITS = ("auto", "val", "test")
 
 
 class NetworkConfigError(ValueError):
@@ -45,6 +51,12 @@ def _bool(text: str) -> bool:
     if t in ("0", "false", "no", "off"):
         return False
     raise ValueError(f"expected true or false, got {text!r}")
+
+
+def _eval_split(text: str) -> str:
+    if text not in EVAL_SPLITS:
+        raise ValueError(f"expected one of {', '.join(EVAL_SPLITS)}")
+    return text
 
 
 def _floats(n: int) -> Callable[[str], tuple[float, ...]]:
@@ -62,8 +74,10 @@ class NetworkOptions:
     """The ``network_*`` keys of a MaxText run (``network_`` prefix stripped).
 
     ``train_files``/``eval_files``: a job output directory, its ``manifest.json``, a
-    glob or a shard file (eval reads the ``test`` split; default: the train files;
-    a glob of ``train/`` shards has no test split and is refused for eval).
+    glob or a shard file (eval default: the train files; a glob of ``train/`` shards
+    has no held-out split and is refused for eval). ``eval_split``: the split eval
+    reads, ``auto`` (default: ``val`` when the eval files hold a val split, else
+    ``test``), ``val`` or ``test``; eval never reads train rows.
     ``seed``: the reader's seed. ``packing``: default MaxText's ``packing``. The other
     keys are ``probeflow.Dataset``'s options. ``batch_log``: a file that gets one JSON
     line per batch handed to MaxText (sha256 of the arrays and the token arrays), for
@@ -72,6 +86,7 @@ class NetworkOptions:
 
     train_files: str = ""
     eval_files: str = ""
+    eval_split: str = "auto"
     seed: int = 0
     packing: bool | None = None
     prefetch: int = 4
@@ -90,6 +105,7 @@ class NetworkOptions:
         return {
             "train_files": str,
             "eval_files": str,
+            "eval_split": _eval_split,
             "seed": int,
             "packing": _bool,
             "prefetch": int,
@@ -245,18 +261,24 @@ def _packing(options: NetworkOptions, config: Any) -> bool:
     return bool(getattr(config, "packing", True)) if options.packing is None else options.packing
 
 
-def eval_source(options: NetworkOptions) -> str:
-    """Where the eval stream reads the ``test`` split: ``eval_files``, else the train
-    files' output. Checked now: a glob or file list of ``train/`` shards has no test
-    split and raises :class:`~probeflow.OutputError`; eval never reads train rows."""
+def eval_source(options: NetworkOptions) -> tuple[str, str]:
+    """Where the eval stream reads, and which split: ``eval_files``, else the train
+    files' output; ``val`` when ``eval_split`` is ``auto`` and those files hold a val
+    split, else ``test`` (or the split ``eval_split`` names). Checked now: a glob or
+    file list of ``train/`` shards has no held-out split and raises
+    :class:`~probeflow.OutputError`; eval never reads train rows."""
     path = options.eval_files or options.train_files
-    resolve_shards([path], "test")
-    return path
+    split = options.eval_split
+    if split == "auto":
+        split = "val" if "val" in splits_of([path]) else "test"
+        log.info("probeflow: eval reads the %s split of %s", split, path)
+    resolve_shards([path], split)
+    return path, split
 
 
 def _make_iterator(options: NetworkOptions, config: Any, mesh: Any, process_indices: list[int], stream: str):
-    """This host's share of the ``train`` (endless) or ``eval`` (the test split once)
-    stream, wrapped in MaxText's ``MultiHostDataLoadIterator``."""
+    """This host's share of the ``train`` (endless) or ``eval`` (the val or test split
+    once) stream, wrapped in MaxText's ``MultiHostDataLoadIterator``."""
     from maxtext.input_pipeline import multihost_dataloading  # noqa: PLC0415
 
     train = stream == "train"
@@ -264,12 +286,12 @@ def _make_iterator(options: NetworkOptions, config: Any, mesh: Any, process_indi
     batch_key = "global_batch_size_to_load" if train else "global_batch_size_to_load_eval"
     batch = _local_batch(getattr(config, batch_key), shard_count, batch_key)
 
-    path = options.train_files if train else eval_source(options)
+    path, split = (options.train_files, "train") if train else eval_source(options)
 
     def make() -> Dataset:
         return Dataset(
             path,
-            split="train" if train else "test",
+            split=split,
             seq_len=config.max_target_length,
             batch_size=batch,
             shard_index=shard_index,
@@ -289,7 +311,8 @@ def make_train_iterator(options: NetworkOptions, config: Any, mesh: Any, process
 
 
 def make_eval_iterator(options: NetworkOptions, config: Any, mesh: Any, process_indices: list[int]):
-    """MaxText's eval factory: the ``test`` split once, from the start on each ``iter()``."""
+    """MaxText's eval factory: the val (or test) split once, from the start on each
+    ``iter()``."""
     return _make_iterator(options, config, mesh, process_indices, "eval")
 
 

@@ -296,6 +296,15 @@ pub fn token_name(id: i32) -> String {
     tokenizer::token_name(id)
 }
 
+/// The splits `paths` hold (`"train"`, `"val"`, `"test"`, in that order): an
+/// output's manifest's splits, or the split directories of a glob's files.
+#[pyfunction]
+pub fn splits_of(py: Python<'_>, paths: Vec<String>) -> PyResult<Vec<&'static str>> {
+    py.detach(move || probeflow_reader::output::splits_of(&paths))
+        .map(|splits| splits.into_iter().map(|s| s.as_str()).collect())
+        .map_err(py_err)
+}
+
 /// The shard files of `split` named by `paths` (output directories, manifests, globs
 /// or files), in global row order, checked (`_SUCCESS`, versions, split, one output);
 /// `verify` also checks every file's size, blake3 and rows against the manifest.

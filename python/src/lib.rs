@@ -465,10 +465,17 @@ fn partition(addr: &str, shards: u32) -> PyResult<u32> {
     row::partition(&parse_addr(addr)?, shards).map_err(py_err)
 }
 
-/// `"train"` or `"test"` for a source, given the job's split seed and test fraction.
+/// `"train"`, `"val"` or `"test"` for a source, given the job's split seed and its
+/// test and val fractions.
 #[pyfunction]
-fn split_of(addr: &str, seed: u64, test_fraction: f64) -> PyResult<&'static str> {
-    let rule = row::SplitRule::new(seed, test_fraction).map_err(py_err)?;
+#[pyo3(signature = (addr, seed, test_fraction, val_fraction = 0.0))]
+fn split_of(
+    addr: &str,
+    seed: u64,
+    test_fraction: f64,
+    val_fraction: f64,
+) -> PyResult<&'static str> {
+    let rule = row::SplitRule::new(seed, test_fraction, val_fraction).map_err(py_err)?;
     Ok(rule.split(&parse_addr(addr)?).as_str())
 }
 
@@ -493,6 +500,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(dataset::pretty, m)?)?;
     m.add_function(wrap_pyfunction!(dataset::token_name, m)?)?;
     m.add_function(wrap_pyfunction!(dataset::resolve_shards, m)?)?;
+    m.add_function(wrap_pyfunction!(dataset::splits_of, m)?)?;
     m.add("VOCAB_SIZE", probeflow_reader::tokenizer::VOCAB_SIZE)?;
     m.add(
         "TOKENIZER_VERSION",

@@ -36,6 +36,32 @@ def test_split_is_computable_from_python():
     assert 400 < tests < 600
 
 
+def test_three_way_split_is_computable_from_python():
+    """The published rule: one bucket per probe; test below test_fraction, val below
+    test_fraction + val_fraction, train above. Test membership does not depend on
+    val_fraction, and val_fraction = 0 is the two-way split."""
+    seed, test_fraction, val_fraction = 17, 0.1, 0.15
+    counts = {"train": 0, "val": 0, "test": 0}
+    for i in range(5000):
+        addr = f"10.{i // 256 % 256}.{i % 256}.1" if i % 3 else f"2001:db8::{i:x}"
+        bucket = u64_le(blake3.blake3(seed.to_bytes(8, "little") + addr.encode()).digest()) % 1_000_000
+        if bucket < test_fraction * 1_000_000:
+            expected = "test"
+        elif bucket < (test_fraction + val_fraction) * 1_000_000:
+            expected = "val"
+        else:
+            expected = "train"
+        assert probeflow.split_of(addr, seed, test_fraction, val_fraction) == expected, addr
+        counts[expected] += 1
+        two_way = probeflow.split_of(addr, seed, test_fraction, 0.0)
+        assert two_way == probeflow.split_of(addr, seed, test_fraction)
+        assert two_way == ("test" if expected == "test" else "train")
+    assert 400 < counts["test"] < 600 and 600 < counts["val"] < 900, counts
+    for bad in [(-0.1, 0.1), (0.5, 0.6), (0.1, float("nan")), (0.1, 1.5)]:
+        with pytest.raises(probeflow.InvalidInputError, match="fraction"):
+            probeflow.split_of("192.0.2.1", seed, *bad)
+
+
 def test_addresses_are_canonicalised():
     assert probeflow.canonical_addr("2001:DB8:0::1") == "2001:db8::1"
     assert probeflow.canonical_addr("::ffff:192.0.2.1") == "192.0.2.1"

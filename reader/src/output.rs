@@ -23,13 +23,11 @@ use serde::Deserialize;
 use crate::array_record::ArrayRecordReader;
 use crate::error::{Error, Location, Result};
 use crate::row::codec::ROW_FORMAT_VERSION;
+use crate::row::Split;
 use crate::tokenizer::TOKENIZER_VERSION;
 
 /// The manifest versions this reader understands.
 pub const MANIFEST_VERSIONS: std::ops::RangeInclusive<u32> = 1..=2;
-
-/// The split directories a job writes.
-pub const SPLITS: [&str; 2] = ["train", "test"];
 
 /// The file a job writes last, when everything else is in place.
 pub const SUCCESS_FILE: &str = "_SUCCESS";
@@ -304,6 +302,57 @@ fn output_root_of(file: &Path) -> Option<PathBuf> {
         .then(|| root.to_path_buf())
 }
 
+/// The output a path names as a whole: a directory, or its `manifest.json`.
+fn named_output(path: &str) -> Option<PathBuf> {
+    let p = Path::new(path);
+    if p.is_dir() {
+        Some(p.to_path_buf())
+    } else if p.file_name().is_some_and(|n| n == MANIFEST_FILE) {
+        Some(
+            p.parent()
+                .filter(|d| !d.as_os_str().is_empty())
+                .unwrap_or(Path::new("."))
+                .to_path_buf(),
+        )
+    } else {
+        None
+    }
+}
+
+/// The splits `paths` hold: for an output directory or manifest, the splits its
+/// manifest lists shards of (the output checked as [`Output::open`] does); for a glob
+/// or file, the split directories its files lie in. Lets a caller pick a split that
+/// exists (evaluation: `val` when there is one) instead of guessing from errors.
+pub fn splits_of(paths: &[String]) -> Result<BTreeSet<Split>> {
+    let mut splits = BTreeSet::new();
+    for path in paths {
+        match named_output(path) {
+            Some(root) => {
+                for s in Output::open(&root)?.shards {
+                    splits.insert(s.split.parse::<Split>().map_err(|_| {
+                        output_err(
+                            &root,
+                            format!("the manifest lists a shard of unknown split {:?}", s.split),
+                        )
+                    })?);
+                }
+            }
+            None => {
+                for file in expand(path)? {
+                    let dir = file
+                        .parent()
+                        .and_then(|d| d.file_name())
+                        .and_then(|n| n.to_str());
+                    if let Some(split) = dir.and_then(|d| d.parse::<Split>().ok()) {
+                        splits.insert(split);
+                    }
+                }
+            }
+        }
+    }
+    Ok(splits)
+}
+
 /// Resolves `paths` to the shard files of `split` (in global row order), with every
 /// check above; `verify` also checks every file's size, blake3 and rows against the
 /// manifest.
@@ -311,31 +360,28 @@ pub fn resolve(paths: &[String], split: &str, verify: bool) -> Result<Vec<PathBu
     if paths.is_empty() {
         return Err(Error::Input("no paths given".into()));
     }
+    split.parse::<Split>()?;
     let mut outputs: BTreeMap<PathBuf, Output> = BTreeMap::new();
     // (file, its manifest entry's output root, if any)
     let mut files: Vec<(PathBuf, Option<PathBuf>)> = Vec::new();
     for path in paths {
-        let p = Path::new(path);
-        let root = if p.is_dir() {
-            Some(p.to_path_buf())
-        } else if p.file_name().is_some_and(|n| n == MANIFEST_FILE) {
-            Some(
-                p.parent()
-                    .filter(|d| !d.as_os_str().is_empty())
-                    .unwrap_or(Path::new("."))
-                    .to_path_buf(),
-            )
-        } else {
-            None
-        };
-        if let Some(root) = root {
+        if let Some(root) = named_output(path) {
             if !outputs.contains_key(&root) {
                 outputs.insert(root.clone(), Output::open(&root)?);
             }
             let out = &outputs[&root];
             let entries = out.split(split);
             if entries.is_empty() {
-                return Err(output_err(&root, format!("no shards for split {split:?}")));
+                let has: BTreeSet<&str> = out.shards.iter().map(|s| s.split.as_str()).collect();
+                let hint = if split == Split::Val.as_str() {
+                    " (a job writes val shards when its [split] val_fraction is above 0)"
+                } else {
+                    ""
+                };
+                return Err(output_err(
+                    &root,
+                    format!("no shards for split {split:?}: it has {has:?}{hint}"),
+                ));
             }
             files.extend(
                 entries
@@ -350,7 +396,7 @@ pub fn resolve(paths: &[String], split: &str, verify: bool) -> Result<Vec<PathBu
                 .and_then(|d| d.file_name())
                 .and_then(|n| n.to_str())
                 .unwrap_or("");
-            if SPLITS.contains(&dir) && dir != split {
+            if dir.parse::<Split>().is_ok() && dir != split {
                 return Err(output_err(
                     &file,
                     format!("a {dir:?} shard, asked for split {split:?}: refusing to mix splits"),

@@ -27,6 +27,9 @@ import pyarrow.parquet as pq
 import pytest
 from array_record.python import array_record_module as ar
 
+import probeflow
+import probeflow.maxtext_input
+
 ROOT = Path(__file__).resolve().parents[2]
 TARGET = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
 COORDINATOR = Path(os.environ.get("PROBEFLOW_COORDINATOR", TARGET / "debug" / "coordinator"))
@@ -103,9 +106,15 @@ def partition_of(addr, shards=SHARDS) -> int:
     return u64_le(str(addr).encode()) % shards
 
 
-def split_of(addr, seed=SEED) -> str:
+def split_of(addr, seed=SEED, val=0.0) -> str:
+    """The published three-way rule: one bucket per probe; test below the test
+    fraction, val below test + val fraction, else train."""
     bucket = u64_le(seed.to_bytes(8, "little") + str(addr).encode()) % 1_000_000
-    return "test" if bucket < FRACTION * 1_000_000 else "train"
+    if bucket < FRACTION * 1_000_000:
+        return "test"
+    if bucket < (FRACTION + val) * 1_000_000:
+        return "val"
+    return "train"
 
 
 def expected_from_input(files) -> dict:
@@ -127,9 +136,9 @@ class Measurements(defaultdict):
     parts: dict
 
 
-def read_output(out: Path, seed=SEED, shards=SHARDS) -> dict:
+def read_output(out: Path, seed=SEED, shards=SHARDS, val=0.0) -> dict:
     """source text → measurements in row order, with every layout rule checked
-    (`seed`: the job's split seed)."""
+    (`seed`: the job's split seed, `val`: its val fraction)."""
     manifest = json.loads((out / "manifest.json").read_text())
     got = Measurements(list)
     parts = defaultdict(list)
@@ -148,7 +157,7 @@ def read_output(out: Path, seed=SEED, shards=SHARDS) -> dict:
             meta = {k.decode(): v.decode() for k, v in table.schema.metadata.items()}
             src = canonical(meta["probeflow.src_addr"])
             assert partition_of(src, shards) == shard["partition"], src
-            assert split_of(src, seed) == shard["split"], src
+            assert split_of(src, seed, val) == shard["split"], src
             part = int(meta["probeflow.part"])
             key = (src.packed, part)
             assert prev_key is None or key > prev_key, "rows ordered by (src bytes, part)"
@@ -217,6 +226,62 @@ def test_same_bytes_for_1_2_and_4_workers(workdir, clean_input, baseline):
         run(["run", str(job_file(workdir, f"w{workers}", f"{clean_input}/*.parquet", out, workers=workers))])
         shards = json.loads((out / "manifest.json").read_text())["shards"]
         assert [(s["path"], s["blake3"]) for s in shards] == [(s["path"], s["blake3"]) for s in reference]
+
+
+VAL = 0.2
+
+
+def test_a_val_split_takes_its_probes_from_train_and_leaves_test_untouched(workdir, clean_input, baseline):
+    out = workdir / "out-val"
+    spec = job_file(workdir, "val", f"{clean_input}/*.parquet", out)
+    spec.write_text(spec.read_text().replace(f"test_fraction = {FRACTION}", f"test_fraction = {FRACTION}\nval_fraction = {VAL}"))
+    run(["run", str(spec)])
+    # Every row in its split by the three-way rule, every measurement once.
+    expected = expected_from_input(sorted(clean_input.glob("*.parquet")))
+    got, manifest = read_output(out, val=VAL)
+    assert set(got) == set(expected)
+    for src, ms in expected.items():
+        assert got[src] == ms, src
+    assert manifest["val_fraction"] == VAL and "val" in manifest["split_function"]
+    by_split = defaultdict(list)
+    for s in manifest["shards"]:
+        by_split[s["split"]].append(s)
+    assert sorted(by_split) == ["test", "train", "val"]
+    assert all(len(v) == SHARDS for v in by_split.values())
+    sources = {k: sum(s["sources"] for s in v) for k, v in by_split.items()}
+    total = sum(sources.values())
+    assert abs(sources["val"] / total - VAL) < 0.05 and abs(sources["test"] / total - FRACTION) < 0.05, sources
+    # Test membership does not depend on the val fraction: the test shards are the
+    # two-way run's, byte for byte; val's probes all come from its train.
+    two_way = json.loads((baseline / "manifest.json").read_text())
+    assert "val_fraction" not in two_way
+    assert [(s["path"], s["blake3"]) for s in two_way["shards"] if s["split"] == "test"] == [
+        (s["path"], s["blake3"]) for s in by_split["test"]
+    ]
+    two_way_train, _ = read_output(baseline)
+    assert {src for src in got if split_of(src, val=VAL) != "test"} == {
+        src for src in two_way_train if split_of(src) == "train"
+    }
+    # The reader serves it; an output without val says so.
+    val_rows = probeflow.RowDataSource(out, split="val")
+    assert len(val_rows) == sum(s["rows"] for s in by_split["val"])
+    assert {split_of(val_rows[i]["src_addr"], val=VAL) for i in range(len(val_rows))} == {"val"}
+    with pytest.raises(probeflow.OutputError, match='no shards for split "val".*val_fraction'):
+        probeflow.RowDataSource(baseline, split="val")
+    with pytest.raises(probeflow.OutputError, match="refusing to mix splits"):
+        probeflow.RowDataSource(out / "val" / "*.array_record", split="train")
+    # MaxText's eval reads val where there is one (auto), or the split asked for.
+    NetworkOptions = probeflow.maxtext_input.NetworkOptions
+    assert probeflow.maxtext_input.eval_source(NetworkOptions(train_files=str(out))) == (str(out), "val")
+    assert probeflow.maxtext_input.eval_source(NetworkOptions(train_files=str(out), eval_split="test")) == (str(out), "test")
+    test_glob = str(out / "test" / "*.array_record")
+    assert probeflow.maxtext_input.eval_source(NetworkOptions(train_files=test_glob)) == (test_glob, "test")
+    assert probeflow.splits_of([str(out)]) == ["train", "val", "test"]
+    assert probeflow.splits_of([str(baseline)]) == ["train", "test"]
+    with pytest.raises(probeflow.InvalidInputError, match=r'unknown split "validation" \(train, val or test\)'):
+        probeflow.RowDataSource(out, split="validation")
+    verified = run(["verify", str(out)])
+    assert verified.returncode == 0
 
 
 def test_finished_job_does_nothing_and_other_job_is_refused(workdir, clean_input, baseline):
@@ -556,7 +621,9 @@ def test_a_large_row_group_is_read_by_several_maps_each_row_once(workdir):
 PRE_ENGINE_SHARDS_DIGEST = "4e33902e3c5da2b4bcfd7ffde65ba046"
 
 
-def test_probe_rows_shards_are_byte_identical_to_the_pre_engine_release(tmp_path):
+@pytest.mark.parametrize("val_fraction", ["", "val_fraction = 0.0"])
+def test_probe_rows_shards_are_byte_identical_to_the_pre_engine_release(tmp_path, val_fraction):
+    """Also with an explicit `val_fraction = 0`: no val shards, the same job."""
     out = tmp_path / "out"
     spec = tmp_path / "job.toml"
     spec.write_text(
@@ -569,6 +636,7 @@ shards = 8
 [split]
 test_fraction = 0.2
 seed = 5
+{val_fraction}
 [run]
 workers = 2
 memory_per_worker = "256MiB"
@@ -581,6 +649,7 @@ scratch = "{tmp_path / 'scratch'}"
     listing = "".join(f"{s['path']}:{s['blake3']}\n" for s in manifest["shards"])
     assert len(manifest["shards"]) == 16
     assert hashlib.blake2b(listing.encode()).hexdigest()[:32] == PRE_ENGINE_SHARDS_DIGEST, listing
+    assert "val_fraction" not in manifest and not (out / "val").exists()
     # And the bytes are what the manifest says.
     for s in manifest["shards"]:
         assert blake3.blake3((out / s["path"]).read_bytes()).hexdigest() == s["blake3"]

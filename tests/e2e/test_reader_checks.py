@@ -98,13 +98,17 @@ def test_a_glob_of_train_shards_is_not_the_test_split(output):
 
 
 def test_the_eval_stream_never_falls_back_to_train_shards(output):
-    """MaxText's eval reads the test split; with only a glob of train shards there is
-    nothing to read it from, which is an error, not the train rows."""
+    """MaxText's eval reads the val split, else the test split; with only a glob of
+    train shards there is nothing to read it from, which is an error, not the train
+    rows."""
     opts = maxtext_input.NetworkOptions(train_files=str(output / "train" / "shard-*.array_record"))
     with pytest.raises(probeflow.OutputError, match="refusing to mix splits"):
         maxtext_input.eval_source(opts)
     opts = maxtext_input.NetworkOptions(train_files=str(output))
-    assert maxtext_input.eval_source(opts) == str(output)
+    assert maxtext_input.eval_source(opts) == (str(output), "test")
+    # Asking for val where there is none is an error, not a fall-back to test.
+    with pytest.raises(probeflow.OutputError, match='no shards for split "val"'):
+        maxtext_input.eval_source(maxtext_input.NetworkOptions(train_files=str(output), eval_split="val"))
 
 
 def test_a_manifest_path_outside_the_output_is_refused(copy):

@@ -8,6 +8,7 @@ against the job's Parquet input with pyarrow. Runs in the Python 3.12 virtualenv
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -60,7 +61,7 @@ def run(args, **kw):
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
-    """A job output (4 shards, train and test) and the truth from the job's input:
+    """A job output (4 shards, train, val and test) and the truth from the job's input:
     {src: {"timed": {(time, dst, code)}, "untimed": {(dst, code)}}}."""
     d = tmp_path_factory.mktemp("network")
     run([str(COORDINATOR), "generate", "--rows", "60000", "--out", str(d / "input"), "--seed", "4"])
@@ -74,6 +75,7 @@ url = "{d / 'out'}"
 shards = 4
 [split]
 test_fraction = 0.2
+val_fraction = 0.2
 seed = 17
 [run]
 mode = "local"
@@ -128,7 +130,7 @@ def runs(data, tmp_path_factory):
     """An uninterrupted run to STEPS, and one stopped after STOP steps then resumed."""
     out, _ = data
     base = tmp_path_factory.mktemp("maxtext")
-    # The uninterrupted run also evaluates (the test split) every 4 steps.
+    # The uninterrupted run also evaluates (the val split) every 4 steps.
     full = train(out, base, "full", STEPS, base / "full.jsonl", ["eval_interval=4", "eval_steps=2"])
     first = train(out, base, "resumed", STOP, base / "first.jsonl", ["eval_interval=-1"])
     second = train(out, base, "resumed", STEPS, base / "second.jsonl", ["eval_interval=-1"])
@@ -162,10 +164,13 @@ def test_training_reads_probeflow_batches_and_checkpoints_the_stream(data, runs)
                         assert (m["dst_addr"], m["rtt_code"]) in rows["untimed"]
                     measurements += 1
     assert measurements > STEPS * 4 * 3
-    # MaxText evaluated after steps 0 and 4, each time the test split from its start.
+    # MaxText evaluated after steps 0 and 4, each time the val split from its start:
+    # the output has one, so eval reads it, never train or test rows.
     evaluation = batches(base / "full.jsonl", "eval")
     assert [b["position"] for b in evaluation] == [[0, 0, 0], [0, 0, 4]] * 2
     assert evaluation[0]["sha256"] == evaluation[2]["sha256"]
+    eval_sources = set().union(*(sources_of({k: np.array(b[k]) for k in ("inputs", "inputs_segmentation")}) for b in evaluation))
+    assert eval_sources and {probeflow.split_of(s, 17, 0.2, 0.2) for s in eval_sources} == {"val"}
     evals = re.findall(r"Completed eval after train step (\d+), loss=([\d.]+)", full)
     assert [int(step) for step, _ in evals] == [0, 4] and all(math.isfinite(float(x)) for _, x in evals)
     # Every checkpoint holds the reader's state after the batches of its steps.
@@ -230,9 +235,18 @@ def test_two_hosts_see_disjoint_rows(data, monkeypatch):
         training.close()
     assert seen_eval[0] and seen_eval[1] and not seen_eval[0] & seen_eval[1]
     assert not seen_train[0] & seen_train[1]
-    # Together the hosts cover the test split: every row (one per source here).
+    # Together the hosts cover the val split (eval's, as the output has one): every
+    # row (one per source here).
+    val_rows = probeflow.RowDataSource(str(out), split="val")
+    assert seen_eval[0] | seen_eval[1] == {val_rows[i]["src_addr"] for i in range(len(val_rows))}
+    # network_eval_split=test reads the test split instead.
+    test_options = dataclasses.replace(options, eval_split="test")
+    evaluation = maxtext_input.make_eval_iterator(test_options, config(8), mesh, [0, 1])
     test_rows = probeflow.RowDataSource(str(out), split="test")
-    assert seen_eval[0] | seen_eval[1] == {test_rows[i]["src_addr"] for i in range(len(test_rows))}
+    assert set().union(*(sources_of(b) for b in evaluation.local_iterator)) <= {
+        test_rows[i]["src_addr"] for i in range(len(test_rows))
+    }
+    evaluation.close()
 
 
 def test_state_is_bytes_and_restores_after_prefetch(data):
@@ -291,6 +305,7 @@ def test_arguments_are_split_and_checked():
         (["base.yml", "dataset_type=network"], "network_train_files is required"),
         (["base.yml", "dataset_type=network", "network_train_files=/d", "network_sed=3"], "unknown key 'network_sed'"),
         (["base.yml", "dataset_type=network", "network_train_files=/d", "network_seed=x"], "network_seed"),
+        (["base.yml", "dataset_type=network", "network_train_files=/d", "network_eval_split=train"], "auto, val, test"),
         (["base.yml", "network_train_files=/d"], "need dataset_type=network"),
         (["dataset_type=network"], "config file"),
         (["base.yml", "dataset_type=network", "network_train_files=/d", "grain_train_files=/e"], "cannot be combined"),

@@ -7,7 +7,11 @@
 //! * `src_id(text) = u64_le(blake3(text)[0..8])`
 //! * `partition(text, shards) = src_id(text) % shards`
 //! * `bucket = u64_le(blake3(seed_le_bytes(8) ‖ text)[0..8]) % 1_000_000`; the probe is
-//!   in `test` if `bucket < test_fraction × 1_000_000` (compared as f64), else `train`.
+//!   in `test` if `bucket < test_fraction × 1_000_000`, else in `val` if
+//!   `bucket < (test_fraction + val_fraction) × 1_000_000`, else in `train` (f64
+//!   arithmetic and comparisons). Test membership depends only on the seed and
+//!   `test_fraction`, so adding or resizing a val split moves probes between train and
+//!   val only; with `val_fraction = 0` the rule is the two-way train/test split.
 
 use std::net::IpAddr;
 
@@ -43,13 +47,18 @@ pub fn partition(addr: &IpAddr, shards: u32) -> Result<u32> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
 pub enum Split {
     Train,
+    Val,
     Test,
 }
 
 impl Split {
+    /// Every split, in the order a job writes them.
+    pub const ALL: [Split; 3] = [Split::Train, Split::Val, Split::Test];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Split::Train => "train",
+            Split::Val => "val",
             Split::Test => "test",
         }
     }
@@ -66,32 +75,57 @@ impl std::str::FromStr for Split {
     fn from_str(s: &str) -> Result<Self> {
         match s {
             "train" => Ok(Split::Train),
+            "val" => Ok(Split::Val),
             "test" => Ok(Split::Test),
             other => Err(Error::Input(format!(
-                "unknown split {other:?} (train or test)"
+                "unknown split {other:?} (train, val or test)"
             ))),
         }
     }
 }
 
-/// The train/test assignment of a job: a seed and the test fraction.
+/// The train/val/test assignment of a job: a seed and the test and val fractions.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct SplitRule {
     seed: u64,
     test_fraction: f64,
+    val_fraction: f64,
 }
 
 impl SplitRule {
-    pub fn new(seed: u64, test_fraction: f64) -> Result<Self> {
-        if !(0.0..=1.0).contains(&test_fraction) {
+    /// Refuses fractions outside `0..=1` (NaN included) and fractions that add up to
+    /// more than 1.
+    pub fn new(seed: u64, test_fraction: f64, val_fraction: f64) -> Result<Self> {
+        for (name, f) in [
+            ("test_fraction", test_fraction),
+            ("val_fraction", val_fraction),
+        ] {
+            if !(0.0..=1.0).contains(&f) {
+                return Err(Error::Input(format!(
+                    "{name} must be between 0 and 1, got {f}"
+                )));
+            }
+        }
+        if test_fraction + val_fraction > 1.0 {
             return Err(Error::Input(format!(
-                "test_fraction must be between 0 and 1, got {test_fraction}"
+                "test_fraction + val_fraction must be at most 1, got {test_fraction} + \
+                 {val_fraction}"
             )));
         }
         Ok(SplitRule {
             seed,
             test_fraction,
+            val_fraction,
         })
+    }
+
+    /// The splits a job with this rule writes: train and test always (possibly empty),
+    /// val only when `val_fraction > 0`.
+    pub fn splits(&self) -> Vec<Split> {
+        Split::ALL
+            .into_iter()
+            .filter(|&s| s != Split::Val || self.val_fraction > 0.0)
+            .collect()
     }
 
     /// The probe's bucket in `0..1_000_000`.
@@ -103,8 +137,11 @@ impl SplitRule {
     }
 
     pub fn split(&self, addr: &IpAddr) -> Split {
-        if (self.bucket(addr) as f64) < self.test_fraction * 1_000_000.0 {
+        let bucket = self.bucket(addr) as f64;
+        if bucket < self.test_fraction * 1_000_000.0 {
             Split::Test
+        } else if bucket < (self.test_fraction + self.val_fraction) * 1_000_000.0 {
+            Split::Val
         } else {
             Split::Train
         }
@@ -148,10 +185,10 @@ mod tests {
 
     #[test]
     fn split_follows_fraction_and_seed() {
-        let none = SplitRule::new(17, 0.0).unwrap();
-        let all = SplitRule::new(17, 1.0).unwrap();
-        let tenth = SplitRule::new(17, 0.1).unwrap();
-        let other_seed = SplitRule::new(18, 0.1).unwrap();
+        let none = SplitRule::new(17, 0.0, 0.0).unwrap();
+        let all = SplitRule::new(17, 1.0, 0.0).unwrap();
+        let tenth = SplitRule::new(17, 0.1, 0.0).unwrap();
+        let other_seed = SplitRule::new(18, 0.1, 0.0).unwrap();
         let mut test = 0;
         let mut differ = 0;
         for i in 0..10_000u32 {
@@ -174,9 +211,44 @@ mod tests {
         let bucket =
             u64::from_le_bytes(h.finalize().as_bytes()[..8].try_into().unwrap()) % 1_000_000;
         assert_eq!(tenth.bucket(&addr), bucket);
-        assert!(SplitRule::new(1, 1.5).is_err());
-        assert!(SplitRule::new(1, f64::NAN).is_err());
+        assert!(SplitRule::new(1, 1.5, 0.0).is_err());
+        assert!(SplitRule::new(1, f64::NAN, 0.0).is_err());
         assert_eq!("test".parse::<Split>().unwrap(), Split::Test);
-        assert!("val".parse::<Split>().is_err());
+        assert!("validation".parse::<Split>().is_err());
+    }
+
+    #[test]
+    fn val_takes_the_buckets_after_test_and_leaves_test_alone() {
+        let two_way = SplitRule::new(17, 0.1, 0.0).unwrap();
+        let three_way = SplitRule::new(17, 0.1, 0.2).unwrap();
+        let everything = SplitRule::new(17, 0.3, 0.7).unwrap();
+        assert_eq!(two_way.splits(), [Split::Train, Split::Test]);
+        assert_eq!(three_way.splits(), [Split::Train, Split::Val, Split::Test]);
+        let mut val = 0;
+        for i in 0..10_000u32 {
+            let addr = IpAddr::from(i.to_be_bytes());
+            let (two, three) = (two_way.split(&addr), three_way.split(&addr));
+            // Test membership is the same; val comes out of train only.
+            assert_eq!(two == Split::Test, three == Split::Test, "{addr}");
+            assert!(three != Split::Val || two == Split::Train, "{addr}");
+            // The documented comparison, by hand.
+            let b = three_way.bucket(&addr) as f64;
+            let expected = if b < 100_000.0 {
+                Split::Test
+            } else if b < (0.1 + 0.2) * 1_000_000.0 {
+                Split::Val
+            } else {
+                Split::Train
+            };
+            assert_eq!(three, expected, "{addr}");
+            assert_ne!(everything.split(&addr), Split::Train, "{addr}");
+            val += (three == Split::Val) as u32;
+        }
+        assert!((1800..2200).contains(&val), "{val}");
+        assert_eq!("val".parse::<Split>().unwrap(), Split::Val);
+        for (t, v) in [(0.5, 0.6), (0.1, -0.1), (0.1, f64::NAN), (0.0, 1.5)] {
+            let err = SplitRule::new(1, t, v).unwrap_err().to_string();
+            assert!(err.contains("fraction"), "{err}");
+        }
     }
 }

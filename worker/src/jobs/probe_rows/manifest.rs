@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 
 use serde::{Deserialize, Serialize};
 
-use super::protocol::{MapOutput, Plausible, ReduceOutput, Settings, ShardInfo};
+use super::protocol::{is_zero, MapOutput, Plausible, ReduceOutput, Settings, ShardInfo};
 use super::Plan;
 use crate::engine::store::StoreUrl;
 use crate::error::{Result, WorkerError};
@@ -50,6 +50,9 @@ pub struct Manifest {
     pub shards_per_split: u32,
     pub split_seed: u64,
     pub test_fraction: f64,
+    /// Absent when there is no val split (0): such manifests are the two-way ones.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub val_fraction: f64,
     pub max_row_bytes: usize,
     pub array_record_options: String,
     /// The unit of integer event times, the event-time window and the RTT ceiling the
@@ -63,8 +66,12 @@ pub struct Manifest {
 
 pub const PARTITION_FUNCTION: &str =
     "u64_le(blake3(canonical src_addr text)[0..8]) % shards_per_split";
+/// The split rule of a job without a val split (`val_fraction` 0)…
 pub const SPLIT_FUNCTION: &str =
     "test if u64_le(blake3(u64_le(split_seed) || canonical src_addr text)[0..8]) % 1000000 < test_fraction * 1000000, else train";
+/// …and with one: the same bucket, test unchanged, val the buckets after test.
+pub const SPLIT_FUNCTION_WITH_VAL: &str =
+    "bucket = u64_le(blake3(u64_le(split_seed) || canonical src_addr text)[0..8]) % 1000000; test if bucket < test_fraction * 1000000, else val if bucket < (test_fraction + val_fraction) * 1000000, else train";
 
 /// Writes the manifest and `_SUCCESS`, and removes the shuffle files.
 pub async fn finalize(
@@ -116,10 +123,16 @@ pub async fn finalize(
         row_format_version: probeflow_reader::row::codec::ROW_FORMAT_VERSION.to_string(),
         tokenizer_version: probeflow_reader::tokenizer::TOKENIZER_VERSION.to_string(),
         partition_function: PARTITION_FUNCTION.to_string(),
-        split_function: SPLIT_FUNCTION.to_string(),
+        split_function: if job.val_fraction > 0.0 {
+            SPLIT_FUNCTION_WITH_VAL
+        } else {
+            SPLIT_FUNCTION
+        }
+        .to_string(),
         shards_per_split: job.shards,
         split_seed: job.split_seed,
         test_fraction: job.test_fraction,
+        val_fraction: job.val_fraction,
         max_row_bytes: job.max_row_bytes,
         array_record_options: job.array_record_options.clone(),
         plausible: job.plausible,

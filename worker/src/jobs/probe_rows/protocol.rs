@@ -7,6 +7,7 @@
 
 use std::collections::BTreeMap;
 
+use probeflow_reader::row::SplitRule;
 use serde::{Deserialize, Serialize};
 
 use crate::engine::protocol::TaskId;
@@ -35,8 +36,24 @@ pub struct Settings {
     pub array_record_options: String,
     pub split_seed: u64,
     pub test_fraction: f64,
+    /// Absent in jobs planned before the val split (and whenever it is 0).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub val_fraction: f64,
     pub columns: InputColumns,
     pub plausible: Plausible,
+}
+
+impl Settings {
+    /// The job's train/val/test rule.
+    pub fn split_rule(&self) -> probeflow_reader::error::Result<SplitRule> {
+        SplitRule::new(self.split_seed, self.test_fraction, self.val_fraction)
+    }
+}
+
+/// For fields that are left out of serialized settings when 0, so that settings
+/// without them keep their old bytes (and fingerprints).
+pub(crate) fn is_zero(f: &f64) -> bool {
+    *f == 0.0
 }
 
 /// Column names in the input Parquet files.

@@ -34,7 +34,7 @@ use datafusion::prelude::{SessionConfig, SessionContext};
 use futures::{StreamExt, TryStreamExt};
 use object_store::{ObjectStoreExt, WriteMultipart};
 use probeflow_reader::array_record::{ArrayRecordWriter, WriterOptions};
-use probeflow_reader::row::{addr::addr_from_bytes, RowBuilder, Split, SplitRule};
+use probeflow_reader::row::{addr::addr_from_bytes, RowBuilder, Split};
 
 use super::key;
 use super::map::shuffle_path;
@@ -132,9 +132,9 @@ async fn reduce_into(
     output: &StoreUrl,
 ) -> Result<ReduceOutput> {
     let options: WriterOptions = job.array_record_options.parse()?;
-    let rule = SplitRule::new(job.split_seed, job.test_fraction)?;
+    let rule = job.split_rule()?;
     let mut shards = Vec::new();
-    for split in [Split::Train, Split::Test] {
+    for split in rule.splits() {
         let local = scratch.join(format!("{split}.array_record"));
         let writer = ArrayRecordWriter::create(&local, options.clone())?;
         shards.push(ShardFile {
@@ -213,7 +213,7 @@ async fn reduce_into(
                 }
                 let addr: IpAddr = addr_from_bytes(k.src).ok_or_else(bad_key)?;
                 let split = rule.split(&addr);
-                shards[split_index(split)].sources += 1;
+                shard_of(&mut shards, split)?.sources += 1;
                 group = Some(Group {
                     src: k.src_key.to_vec(),
                     builder: RowBuilder::new(addr, job.max_row_bytes)?,
@@ -222,7 +222,7 @@ async fn reduce_into(
             }
             if let Some(g) = group.as_mut() {
                 if let Some(row) = g.builder.push_parts(k.event_time, k.dst, k.rtt)? {
-                    let shard = &mut shards[split_index(g.split)];
+                    let shard = shard_of(&mut shards, g.split)?;
                     shard.writer.write(&row.bytes)?;
                     shard.rows += 1;
                     shard.measurements += row.meta.n_measurements;
@@ -264,15 +264,16 @@ async fn reduce_into(
     })
 }
 
-fn split_index(split: Split) -> usize {
-    match split {
-        Split::Train => 0,
-        Split::Test => 1,
-    }
+/// The shard file of `split` (the rule gives only splits it writes).
+fn shard_of(shards: &mut [ShardFile], split: Split) -> Result<&mut ShardFile> {
+    shards
+        .iter_mut()
+        .find(|s| s.split == split)
+        .ok_or_else(|| WorkerError::Job(format!("no {split} shard in this reduce")))
 }
 
 fn finish_group(g: Group, shards: &mut [ShardFile]) -> Result<()> {
-    let shard = &mut shards[split_index(g.split)];
+    let shard = shard_of(shards, g.split)?;
     if let Some(row) = g.builder.finish()? {
         shard.writer.write(&row.bytes)?;
         shard.rows += 1;

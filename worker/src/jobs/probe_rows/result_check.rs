@@ -6,6 +6,8 @@
 use std::collections::BTreeSet;
 
 use super::map::{rejects_path, shuffle_path};
+use probeflow_reader::row::Split;
+
 use super::protocol::{shard_path, MapOutput, MapTask, ReduceOutput, ReduceTask, Settings};
 
 /// Why a result was refused.
@@ -47,11 +49,21 @@ pub fn check_map(task: &MapTask, attempt: u32, m: &MapOutput) -> Result<(), Refu
 
 /// Checks reduce result `r` of `task`.
 pub fn check_reduce(task: &ReduceTask, job: &Settings, r: &ReduceOutput) -> Result<(), Refusal> {
+    let planned_splits: BTreeSet<&str> = job
+        .split_rule()
+        .map_err(|e| e.to_string())?
+        .splits()
+        .into_iter()
+        .map(Split::as_str)
+        .collect();
     let mut splits = BTreeSet::new();
     let mut measurements = 0u64;
     for s in &r.shards {
-        if s.split != "train" && s.split != "test" {
-            return Err(format!("unknown split {:?}", s.split));
+        if !planned_splits.contains(s.split.as_str()) {
+            return Err(format!(
+                "a shard of split {:?}, but this job writes {planned_splits:?}",
+                s.split
+            ));
         }
         if !splits.insert(s.split.as_str()) {
             return Err(format!("two {} shards", s.split));
@@ -75,6 +87,11 @@ pub fn check_reduce(task: &ReduceTask, job: &Settings, r: &ReduceOutput) -> Resu
         }
         measurements += s.measurements;
     }
+    if splits != planned_splits {
+        return Err(format!(
+            "shards of splits {splits:?}, but this job writes {planned_splits:?}"
+        ));
+    }
     if measurements != r.input_rows {
         return Err(format!(
             "{measurements} measurements written, but the partition's segments hold {}",
@@ -97,6 +114,7 @@ mod tests {
             array_record_options: String::new(),
             split_seed: 1,
             test_fraction: 0.1,
+            val_fraction: 0.0,
             columns: Default::default(),
             plausible: Plausible::default(),
         }
@@ -216,5 +234,42 @@ mod tests {
         let mut bad = shard("test", 3);
         bad.blake3 = "x".into();
         assert!(check_reduce_output(vec![shard("train", 9), bad]).is_err());
+    }
+
+    #[test]
+    fn a_reduce_writes_exactly_the_jobs_splits() {
+        // A missing split, even an empty one, leaves the manifest without its shard.
+        let mut empty = shard("test", 0);
+        (empty.rows, empty.sources) = (0, 0);
+        assert!(check_reduce_output(vec![shard("train", 12)])
+            .unwrap_err()
+            .contains("this job writes"));
+        check_reduce_output(vec![shard("train", 12), empty.clone()]).unwrap();
+        // No val shards in a job without a val split, and all three in one with it.
+        let with_val = |shards| {
+            let job = Settings {
+                val_fraction: 0.2,
+                ..job()
+            };
+            check_reduce(
+                &reduce_task(),
+                &job,
+                &ReduceOutput {
+                    shards,
+                    input_rows: 12,
+                },
+            )
+        };
+        let val = shard("val", 4);
+        assert!(
+            check_reduce_output(vec![shard("train", 5), val.clone(), shard("test", 3)])
+                .unwrap_err()
+                .contains("\"val\"")
+        );
+        with_val(vec![shard("train", 5), val.clone(), shard("test", 3)]).unwrap();
+        assert!(with_val(vec![shard("train", 9), shard("test", 3)]).is_err());
+        let mut unknown = shard("val", 4);
+        unknown.split = "validation".into();
+        assert!(with_val(vec![shard("train", 5), unknown, shard("test", 3)]).is_err());
     }
 }

@@ -4,10 +4,11 @@
 //! bytes).
 
 use probeflow_reader::array_record::WriterOptions;
+use probeflow_reader::row::SplitRule;
 use serde::{Deserialize, Serialize};
 
 use super::protocol::{
-    InputColumns, Plausible, Settings, TimeUnit, DEFAULT_EARLIEST_EVENT_TIME,
+    is_zero, InputColumns, Plausible, Settings, TimeUnit, DEFAULT_EARLIEST_EVENT_TIME,
     DEFAULT_LATEST_EVENT_TIME_MARGIN_SECONDS, DEFAULT_MAX_RTT_MS,
 };
 
@@ -109,6 +110,10 @@ fn default_options() -> String {
 pub struct SplitSpec {
     #[serde(default = "default_fraction")]
     pub test_fraction: f64,
+    /// 0 (the default): no val split, and the job (fingerprint, manifest, shards) is
+    /// exactly the two-way one.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub val_fraction: f64,
     #[serde(default = "default_split_seed")]
     pub seed: u64,
 }
@@ -124,8 +129,16 @@ impl Default for SplitSpec {
     fn default() -> Self {
         SplitSpec {
             test_fraction: default_fraction(),
+            val_fraction: 0.0,
             seed: default_split_seed(),
         }
+    }
+}
+
+impl SplitSpec {
+    /// The rule these settings describe (refused when the fractions cannot be one).
+    pub fn rule(&self) -> probeflow_reader::error::Result<SplitRule> {
+        SplitRule::new(self.seed, self.test_fraction, self.val_fraction)
     }
 }
 
@@ -179,12 +192,7 @@ impl ProbeRowsFile {
             .array_record_options
             .parse::<WriterOptions>()
             .map_err(|e| format!("[output] array_record_options: {e}"))?;
-        if !(0.0..=1.0).contains(&self.split.test_fraction) {
-            return Err(format!(
-                "[split] test_fraction must be between 0 and 1, got {}",
-                self.split.test_fraction
-            ));
-        }
+        self.split.rule().map_err(|e| format!("[split] {e}"))?;
         Ok(())
     }
 
@@ -230,6 +238,7 @@ impl ProbeRowsFile {
             array_record_options: self.output.array_record_options.clone(),
             split_seed: self.split.seed,
             test_fraction: self.split.test_fraction,
+            val_fraction: self.split.val_fraction,
             columns: self.input.columns.clone(),
             plausible,
         }
@@ -277,6 +286,27 @@ scratch = "/tmp/probeflow"
             "{err}"
         );
         assert!(super::super::ProbeRows.load("x.toml", FULL).is_ok());
+    }
+
+    #[test]
+    fn a_val_fraction_of_zero_is_the_two_way_job() {
+        let two_way = parse(FULL).unwrap();
+        let zero = parse(&FULL.replace("seed = 17", "seed = 17\nval_fraction = 0.0")).unwrap();
+        assert_eq!(zero.fingerprint(), two_way.fingerprint());
+        let with_val = parse(&FULL.replace("seed = 17", "seed = 17\nval_fraction = 0.1")).unwrap();
+        assert_ne!(with_val.fingerprint(), two_way.fingerprint());
+        assert_eq!(with_val.settings(with_val.plausible(0)).val_fraction, 0.1);
+        for bad in [
+            "val_fraction = -0.1",
+            "val_fraction = 0.95",
+            "val_fraction = nan",
+        ] {
+            let err = parse(&FULL.replace("seed = 17", &format!("seed = 17\n{bad}"))).unwrap_err();
+            assert!(
+                err.contains("[split]") && err.contains("val_fraction"),
+                "{err}"
+            );
+        }
     }
 
     #[test]
