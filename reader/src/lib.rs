@@ -13,12 +13,15 @@
 //!   the checks (`_SUCCESS`, versions, split, one output, checksums) before reading.
 //! * [`dataset`]: a split's shards, per-rank epoch order, blocks of rows, batches, the
 //!   resumable iterator state and the background producer.
+//! * [`epoch_layout`]: how an epoch's rows are dealt to ranks when the number of ranks
+//!   changes mid-epoch (elastic resume).
 //!
 //! The preprocessing job (`probeflow-worker`, `probeflow-coordinator`) writes shards with
 //! this crate; the training reader (and the Python package) reads them with it.
 
 pub mod array_record;
 pub mod dataset;
+pub mod epoch_layout;
 pub mod error;
 pub mod output;
 pub mod packing;
