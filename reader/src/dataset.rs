@@ -11,11 +11,17 @@
 //!
 //! The stream is a pure function of the options, so its position, [`Position`]
 //! `(epoch, block, sequence)` — the next sequence to hand out — is the whole iterator
-//! state: restoring it rebuilds that block and continues with identical batches. The
+//! state: restoring it rebuilds that block and continues with identical batches.
+//! [`Loader::set_states`] continues from the states of *all* ranks of a run with another
+//! number of ranks (elastic resume): the rest of each epoch they were in is dealt to the
+//! new ranks by [`crate::epoch_layout`], partly delivered blocks included, so no row of
+//! the epoch is read twice or skipped; the state then also holds those epochs' changes
+//! (version 2). The
 //! [`Loader`] produces batches on a background thread (with its own rayon pool) into a
 //! bounded channel; after `fork` the child starts a fresh producer from the last
 //! delivered position instead of touching the parent's threads.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender};
@@ -24,6 +30,7 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::array_record::{ArrayRecordReader, RecordBuf};
+use crate::epoch_layout::{continue_epoch, EpochChanges, EpochLayout, PendingBlock, Progress};
 use crate::error::{Error, Result};
 use crate::packing::{pack, Batch};
 use crate::rng::{key, CounterRng, Permutation};
@@ -188,17 +195,77 @@ pub struct IteratorState {
     pub batch_size: usize,
     pub packing: bool,
     pub block_rows: usize,
+    /// Epochs (from the current one) whose rows were re-dealt after a change of the
+    /// number of ranks, with this rank's share; absent in version 1 states.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub changes: BTreeMap<u64, EpochChanges>,
 }
 
+/// A state without epoch changes.
 const STATE_VERSION: u32 = 1;
+/// A state with epoch changes (after an elastic resume).
+const STATE_VERSION_CHANGES: u32 = 2;
+
+/// Epoch → this rank's share of the changes of that epoch.
+type Changes = BTreeMap<u64, EpochChanges>;
 
 /// The deterministic stream of batches of one rank.
 struct BatchStream {
     rows: Arc<RowSource>,
     opts: Arc<DatasetOptions>,
+    changes: Arc<Changes>,
     pos: Position,
     block: Option<BuiltBlock>,
+    plan: Option<EpochPlan>,
     pool: Option<rayon::ThreadPool>,
+}
+
+/// What this rank reads in one epoch: its pending blocks (after a change of the number
+/// of ranks), then the blocks of its list at the layout's top level.
+struct EpochPlan {
+    epoch: u64,
+    layout: EpochLayout,
+    pending: Vec<PendingBlock>,
+    list_blocks: u64,
+}
+
+/// One block of a rank's stream: block `block` of `rank`'s list at `level`, where
+/// `count` ranks share that level, handed out from sequence `start`.
+#[derive(Debug, Clone, Copy)]
+struct BlockRef {
+    level: u32,
+    rank: u64,
+    count: u64,
+    block: u64,
+    start: u64,
+}
+
+impl EpochPlan {
+    fn blocks(&self) -> u64 {
+        self.pending.len() as u64 + self.list_blocks
+    }
+
+    fn block(&self, index: u64, rank: u64) -> BlockRef {
+        match self.pending.get(index as usize) {
+            Some(p) => BlockRef {
+                level: p.level,
+                rank: p.rank,
+                count: self.layout.count(p.level),
+                block: p.block,
+                start: p.sequence,
+            },
+            None => {
+                let top = self.layout.top();
+                BlockRef {
+                    level: top,
+                    rank,
+                    count: self.layout.count(top),
+                    block: index - self.pending.len() as u64,
+                    start: 0,
+                }
+            }
+        }
+    }
 }
 
 /// A block's contexts: the runs of rows sampled together, and where each context is.
@@ -231,12 +298,19 @@ impl BlockContexts {
 struct BuiltBlock {
     epoch: u64,
     block: u64,
+    /// The first sequence handed out (a pending block's undelivered rest).
+    start: u64,
     contexts: BlockContexts,
     sequences: Vec<Vec<u32>>,
 }
 
 impl BatchStream {
-    fn new(rows: Arc<RowSource>, opts: Arc<DatasetOptions>, pos: Position) -> Result<Self> {
+    fn new(
+        rows: Arc<RowSource>,
+        opts: Arc<DatasetOptions>,
+        changes: Arc<Changes>,
+        pos: Position,
+    ) -> Result<Self> {
         let pool = if opts.num_threads > 1 {
             Some(
                 rayon::ThreadPoolBuilder::new()
@@ -251,13 +325,44 @@ impl BatchStream {
         Ok(BatchStream {
             rows,
             opts,
+            changes,
             pos,
             block: None,
+            plan: None,
             pool,
         })
     }
 
-    /// Rows of this rank per epoch.
+    /// This rank's plan of `epoch` (kept for the current epoch).
+    fn plan(&mut self, epoch: u64) -> Result<&EpochPlan> {
+        self.ensure_plan(epoch)?;
+        self.current_plan()
+    }
+
+    fn current_plan(&self) -> Result<&EpochPlan> {
+        self.plan
+            .as_ref()
+            .ok_or_else(|| Error::Input("no epoch plan".into()))
+    }
+
+    fn ensure_plan(&mut self, epoch: u64) -> Result<()> {
+        if self.plan.as_ref().is_none_or(|p| p.epoch != epoch) {
+            let o = &self.opts;
+            let none = EpochChanges::default();
+            let changes = self.changes.get(&epoch).unwrap_or(&none);
+            let layout = EpochLayout::new(self.rows.len(), &changes.reshards, o.shard_count)?;
+            let list = layout.list_len(layout.top(), o.shard_index);
+            self.plan = Some(EpochPlan {
+                epoch,
+                layout,
+                pending: changes.pending.clone(),
+                list_blocks: list.div_ceil(o.block_rows as u64),
+            });
+        }
+        Ok(())
+    }
+
+    /// Rows of this rank per epoch (an epoch without changes).
     fn rank_rows(&self) -> u64 {
         let (n, w, r) = (
             self.rows.len(),
@@ -271,23 +376,23 @@ impl BatchStream {
         }
     }
 
-    fn blocks_per_epoch(&self) -> u64 {
-        self.rank_rows().div_ceil(self.opts.block_rows as u64)
-    }
-
     fn finished(&self) -> bool {
         self.opts.num_epochs.is_some_and(|e| self.pos.epoch >= e)
     }
 
-    /// Samples, shuffles and packs one block. `reuse`: the previous block's context
-    /// buffers, cleared and filled again (no reallocation once they have grown).
-    fn build(&self, epoch: u64, block: u64, reuse: Vec<Contexts>) -> Result<BuiltBlock> {
+    /// Samples, shuffles and packs block `block` of this rank's stream in `epoch`.
+    /// `reuse`: the previous block's context buffers, cleared and filled again (no
+    /// reallocation once they have grown).
+    fn build(&mut self, epoch: u64, block: u64, reuse: Vec<Contexts>) -> Result<BuiltBlock> {
+        self.ensure_plan(epoch)?;
+        let plan = self.current_plan()?;
         let o = &self.opts;
+        let at = plan.block(block, o.shard_index);
         let perm = Permutation::new(self.rows.len(), key(&[o.seed, epoch, 0x7065_726d]));
-        let first = block * o.block_rows as u64;
-        let last = (first + o.block_rows as u64).min(self.rank_rows());
+        let first = at.block * o.block_rows as u64;
+        let last = (first + o.block_rows as u64).min(plan.layout.list_len(at.level, at.rank));
         let rows: Vec<u64> = (first..last)
-            .map(|p| perm.get(o.shard_index + p * o.shard_count))
+            .map(|k| perm.get(plan.layout.position(at.level, at.rank, k)))
             .collect();
         // Rows are sampled in runs, each into its own `Contexts`; context ids count
         // through the runs in row order, whatever the number of threads.
@@ -334,8 +439,21 @@ impl BatchStream {
             }
         }
         let contexts = BlockContexts::new(runs);
-        let mut rng =
-            CounterRng::from_parts(&[o.seed, epoch, o.shard_index, o.shard_count, block, 0x626c6b]);
+        // The block's own keys: the same whichever rank rebuilds it (level 0 keeps the
+        // keys of the streams before elastic resume existed).
+        let mut rng = if at.level == 0 {
+            CounterRng::from_parts(&[o.seed, epoch, at.rank, at.count, at.block, 0x626c6b])
+        } else {
+            CounterRng::from_parts(&[
+                o.seed,
+                epoch,
+                at.rank,
+                at.count,
+                at.block,
+                u64::from(at.level),
+                0x626c6b,
+            ])
+        };
         let mut order: Vec<u32> = (0..contexts.len() as u32).collect();
         rng.shuffle(&mut order);
         let lengths: Vec<usize> = (0..contexts.len())
@@ -347,6 +465,7 @@ impl BatchStream {
         Ok(BuiltBlock {
             epoch,
             block,
+            start: at.start,
             contexts,
             sequences,
         })
@@ -355,8 +474,7 @@ impl BatchStream {
     /// The next batch and the position after it; `None` at the end of a finite stream.
     fn next_batch(&mut self) -> Result<Option<(Batch, Position)>> {
         let o = self.opts.clone();
-        let blocks = self.blocks_per_epoch();
-        if blocks == 0 {
+        if self.rank_rows() == 0 {
             return Err(Error::Input(format!(
                 "rank {} of {} has no rows: the split has only {} rows",
                 o.shard_index,
@@ -367,15 +485,16 @@ impl BatchStream {
         let mut batch = Batch::new(o.batch_size, o.sampler.context_len);
         let mut filled = 0;
         while filled < o.batch_size {
-            if self.pos.block >= blocks {
+            if self.finished() {
+                break;
+            }
+            if self.pos.block >= self.plan(self.pos.epoch)?.blocks() {
                 self.pos = Position {
                     epoch: self.pos.epoch + 1,
                     block: 0,
                     sequence: 0,
                 };
-            }
-            if self.finished() {
-                break;
+                continue;
             }
             let current = self
                 .block
@@ -392,6 +511,7 @@ impl BatchStream {
             let Some(b) = self.block.as_ref() else {
                 continue;
             };
+            self.pos.sequence = self.pos.sequence.max(b.start);
             match b.sequences.get(self.pos.sequence as usize) {
                 Some(ids) => {
                     batch.push_sequence(ids.iter().map(|&c| b.contexts.get(c)));
@@ -409,6 +529,70 @@ impl BatchStream {
         }
         Ok(Some((batch, self.pos)))
     }
+}
+
+fn check_version(state: &IteratorState) -> Result<()> {
+    let expected = if state.changes.is_empty() {
+        STATE_VERSION
+    } else {
+        STATE_VERSION_CHANGES
+    };
+    if state.version != expected {
+        return Err(Error::Input(format!(
+            "iterator state is for state version = {}, this iterator has {expected}",
+            state.version
+        )));
+    }
+    Ok(())
+}
+
+/// This rank's (`index` of `count`) changes of every epoch the ranks of `states` (one
+/// per rank, in rank order) were in.
+fn reshard_states(states: &[&IteratorState], index: u64, count: u64) -> Result<Changes> {
+    let first = states.iter().map(|s| s.epoch).min().unwrap_or(0);
+    let last = states
+        .iter()
+        .flat_map(|s| std::iter::once(s.epoch).chain(s.changes.keys().copied()))
+        .max()
+        .unwrap_or(0);
+    let mut out = Changes::new();
+    for epoch in first..=last {
+        // Ranks past this epoch no longer carry its changes: take them from the others
+        // (all of which must agree); every rank past it is done with it.
+        let Some(known) = states
+            .iter()
+            .find(|s| s.epoch <= epoch)
+            .map(|s| s.changes.get(&epoch).cloned().unwrap_or_default())
+        else {
+            continue;
+        };
+        let mut old = Vec::with_capacity(states.len());
+        let mut progress = Vec::with_capacity(states.len());
+        for s in states {
+            if s.epoch > epoch {
+                old.push(EpochChanges {
+                    reshards: known.reshards.clone(),
+                    pending: Vec::new(),
+                });
+                progress.push(Progress::Done);
+            } else {
+                old.push(s.changes.get(&epoch).cloned().unwrap_or_default());
+                progress.push(if s.epoch < epoch {
+                    Progress::NotStarted
+                } else {
+                    Progress::At {
+                        block: s.block,
+                        sequence: s.sequence,
+                    }
+                });
+            }
+        }
+        let rows = states[0].rows;
+        let block_rows = states[0].block_rows as u64;
+        let mut mine = continue_epoch(rows, block_rows, &old, &progress, count)?;
+        out.insert(epoch, mine.swap_remove(index as usize));
+    }
+    Ok(out)
 }
 
 static FORK_GENERATION: AtomicU64 = AtomicU64::new(0);
@@ -433,6 +617,8 @@ pub struct Loader {
     opts: Arc<DatasetOptions>,
     /// Position after the last batch handed out.
     position: Position,
+    /// Epochs re-dealt by an elastic resume (this rank's share).
+    changes: Arc<Changes>,
     producer: Option<Producer>,
     inline: Option<BatchStream>,
     generation: u64,
@@ -453,6 +639,7 @@ impl Loader {
                 block: 0,
                 sequence: 0,
             },
+            changes: Arc::new(Changes::new()),
             producer: None,
             inline: None,
             generation: FORK_GENERATION.load(Ordering::SeqCst),
@@ -472,7 +659,12 @@ impl Loader {
         let (tx, rx): (SyncSender<Produced>, Receiver<Produced>) =
             std::sync::mpsc::sync_channel(self.opts.prefetch);
         let stop = Arc::new(AtomicBool::new(false));
-        let mut stream = BatchStream::new(self.rows.clone(), self.opts.clone(), self.position)?;
+        let mut stream = BatchStream::new(
+            self.rows.clone(),
+            self.opts.clone(),
+            self.changes.clone(),
+            self.position,
+        )?;
         let flag = stop.clone();
         let handle = std::thread::Builder::new()
             .name("probeflow-producer".into())
@@ -533,6 +725,7 @@ impl Loader {
                 self.inline = Some(BatchStream::new(
                     self.rows.clone(),
                     self.opts.clone(),
+                    self.changes.clone(),
                     self.position,
                 )?);
             }
@@ -571,8 +764,17 @@ impl Loader {
     /// The state after the last batch handed out.
     pub fn state(&self) -> IteratorState {
         let o = &self.opts;
+        let changes: Changes = self
+            .changes
+            .range(self.position.epoch..)
+            .map(|(e, c)| (*e, c.clone()))
+            .collect();
         IteratorState {
-            version: STATE_VERSION,
+            version: if changes.is_empty() {
+                STATE_VERSION
+            } else {
+                STATE_VERSION_CHANGES
+            },
             epoch: self.position.epoch,
             block: self.position.block,
             sequence: self.position.sequence,
@@ -584,6 +786,7 @@ impl Loader {
             batch_size: o.batch_size,
             packing: o.packing,
             block_rows: o.block_rows,
+            changes,
         }
     }
 
@@ -596,13 +799,7 @@ impl Loader {
                 "iterator state is for {what} = {a}, this iterator has {b}"
             )))
         };
-        if state.version != STATE_VERSION {
-            return differs(
-                "state version",
-                state.version.to_string(),
-                STATE_VERSION.to_string(),
-            );
-        }
+        check_version(state)?;
         let checks: [(&str, String, String); 8] = [
             ("seed", state.seed.to_string(), mine.seed.to_string()),
             (
@@ -642,14 +839,97 @@ impl Loader {
                 return differs(what, a, b);
             }
         }
+        // The changes must fit this dataset (checked now, not at the epoch).
+        for changes in state.changes.values() {
+            EpochLayout::new(mine.rows, &changes.reshards, mine.shard_count)?;
+        }
         self.stop_producer();
         self.position = Position {
             epoch: state.epoch,
             block: state.block,
             sequence: state.sequence,
         };
+        self.changes = Arc::new(state.changes.clone());
         self.exhausted = false;
         Ok(())
+    }
+
+    /// Continues from the states of **every** rank of a run (any number of ranks, one
+    /// state each, in any order) — the elastic resume. With as many ranks as this
+    /// iterator's `shard_count`, it is [`Loader::set_state`] of this rank's state. With
+    /// another number, the rest of each epoch those ranks were in (each may be in its
+    /// own epoch) is dealt to the new ranks: no row of those epochs is read twice or
+    /// skipped, and a block a rank had partly delivered is rebuilt from the same keys
+    /// for its undelivered sequences. Costs O(old ranks + new ranks). The seed, rows,
+    /// sequence length, packing and block rows must be the same; the batch size may
+    /// differ (positions count sequences, not batches).
+    pub fn set_states(&mut self, states: &[IteratorState]) -> Result<()> {
+        self.check_fork();
+        let mine = self.state();
+        let bad = |what: String| Err(Error::Input(format!("iterator states: {what}")));
+        let Some(first) = states.first() else {
+            return bad("none given".into());
+        };
+        let count = first.shard_count;
+        let mut by_rank: Vec<Option<&IteratorState>> = vec![None; states.len()];
+        for s in states {
+            check_version(s)?;
+            if s.shard_count != count || s.shard_count != states.len() as u64 {
+                return bad(format!(
+                    "{} states, for {} and {} ranks: give the state of every rank of one \
+                     checkpoint",
+                    states.len(),
+                    count,
+                    s.shard_count
+                ));
+            }
+            let slot = &mut by_rank[s.shard_index.min(count - 1) as usize];
+            if s.shard_index >= count || slot.is_some() {
+                return bad(format!(
+                    "rank {} given twice or out of range",
+                    s.shard_index
+                ));
+            }
+            *slot = Some(s);
+            let checks: [(&str, String, String); 5] = [
+                ("seed", s.seed.to_string(), mine.seed.to_string()),
+                ("rows", s.rows.to_string(), mine.rows.to_string()),
+                ("seq_len", s.seq_len.to_string(), mine.seq_len.to_string()),
+                ("packing", s.packing.to_string(), mine.packing.to_string()),
+                (
+                    "block_rows",
+                    s.block_rows.to_string(),
+                    mine.block_rows.to_string(),
+                ),
+            ];
+            for (what, a, b) in checks {
+                if a != b {
+                    return bad(format!(
+                        "a state is for {what} = {a}, this iterator has {b}"
+                    ));
+                }
+            }
+        }
+        let by_rank: Vec<&IteratorState> = by_rank.into_iter().flatten().collect();
+        if count == mine.shard_count {
+            let own = by_rank[mine.shard_index as usize];
+            let same = IteratorState {
+                batch_size: mine.batch_size,
+                ..own.clone()
+            };
+            return self.set_state(&same);
+        }
+        let changes = reshard_states(&by_rank, mine.shard_index, mine.shard_count)?;
+        let epoch = by_rank.iter().map(|s| s.epoch).min().unwrap_or(0);
+        let resumed = IteratorState {
+            version: STATE_VERSION_CHANGES,
+            epoch,
+            block: 0,
+            sequence: 0,
+            changes,
+            ..mine
+        };
+        self.set_state(&resumed)
     }
 
     /// Stops the background producer.
@@ -779,6 +1059,7 @@ mod tests {
                 let s = BatchStream::new(
                     Arc::new(RowSource::open(&files).unwrap()),
                     o.clone(),
+                    Arc::new(Changes::new()),
                     Position {
                         epoch: 0,
                         block: 0,
@@ -812,6 +1093,154 @@ mod tests {
         // A state for other options is refused.
         let mut other = loader(&files, |o| o.batch_size = 5);
         assert!(other.set_state(&state).is_err());
+    }
+
+    /// Every context in `batches` (its input tokens), in order.
+    fn contexts_of(batches: &[Batch]) -> Vec<Vec<i32>> {
+        let mut out = Vec::new();
+        for b in batches {
+            for s in 0..b.inputs.len() / b.seq_len {
+                let range = s * b.seq_len..(s + 1) * b.seq_len;
+                let (seg, tokens) = (&b.inputs_segmentation[range.clone()], &b.inputs[range]);
+                let mut i = 0;
+                while i < seg.len() {
+                    let j = i + seg[i..].iter().take_while(|&&x| x == seg[i]).count();
+                    if seg[i] != 0 {
+                        out.push(tokens[i..j].to_vec());
+                    }
+                    i = j;
+                }
+            }
+        }
+        out
+    }
+
+    fn sorted(mut v: Vec<Vec<i32>>) -> Vec<Vec<i32>> {
+        v.sort();
+        v
+    }
+
+    const EPOCHS: u64 = 2;
+
+    fn rank(files: &[PathBuf], index: u64, count: u64, batch_size: usize) -> Loader {
+        loader(files, |o| {
+            o.shard_index = index;
+            o.shard_count = count;
+            o.batch_size = batch_size;
+            o.block_rows = 5;
+            o.num_epochs = Some(EPOCHS);
+            o.prefetch = 2;
+        })
+    }
+
+    /// Runs `count` ranks for `steps[r]` batches each (`usize::MAX`: into the second
+    /// epoch), then continues on `next` ranks from their states; returns every context
+    /// delivered before and after, and the states after the first part.
+    fn elastic(files: &[PathBuf], count: u64, steps: &[usize], chain: &[u64]) -> Vec<Vec<i32>> {
+        let mut delivered = Vec::new();
+        let mut loaders: Vec<Loader> = (0..count).map(|r| rank(files, r, count, 3)).collect();
+        for (r, l) in loaders.iter_mut().enumerate() {
+            let n = steps[r % steps.len()];
+            if n == usize::MAX {
+                while l.state().epoch == 0 {
+                    delivered.extend(contexts_of(&take(l, 1)));
+                }
+                delivered.extend(contexts_of(&take(l, 2)));
+            } else {
+                delivered.extend(contexts_of(&take(l, n)));
+            }
+        }
+        for (step, &next) in chain.iter().enumerate() {
+            let states: Vec<IteratorState> = loaders.iter().rev().map(|l| l.state()).collect();
+            // States travel as JSON (checkpoints).
+            let states: Vec<IteratorState> = states
+                .iter()
+                .map(|s| serde_json::from_str(&serde_json::to_string(s).unwrap()).unwrap())
+                .collect();
+            loaders = (0..next)
+                .map(|r| rank(files, r, next, 2 + r as usize % 3))
+                .collect();
+            let last = step + 1 == chain.len();
+            for (r, l) in loaders.iter_mut().enumerate() {
+                l.set_states(&states).unwrap();
+                let n = if last { usize::MAX } else { 1 + (r * 7) % 11 };
+                delivered.extend(contexts_of(&take(l, n)));
+            }
+        }
+        delivered
+    }
+
+    #[test]
+    fn elastic_resume_reads_every_context_of_the_epochs_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = shards(dir.path());
+        let everything = sorted(contexts_of(&take(&mut rank(&files, 0, 1, 3), usize::MAX)));
+        assert!(everything.len() > 500, "{}", everything.len());
+        // (ranks before, batches each rank took, ranks after): mid-block stops, a rank
+        // into the second epoch (MAX), a rank that never started (0).
+        let cases: [(u64, &[usize], &[u64]); 6] = [
+            (1, &[17], &[3]),
+            (4, &[5, 9, 0, usize::MAX], &[2]),
+            (3, &[7, 13, 2], &[5]),
+            (8, &[1, 4, 6, 0, 3, usize::MAX, 2, 9], &[1]),
+            // Two and three changes within the same epochs.
+            (3, &[7, 13, 2], &[5, 2]),
+            (2, &[usize::MAX, 3], &[4, 3, 1]),
+        ];
+        for (count, steps, chain) in cases {
+            let got = sorted(elastic(&files, count, steps, chain));
+            assert!(
+                got == everything,
+                "{count} -> {chain:?}: {} contexts delivered, {} in the epochs",
+                got.len(),
+                everything.len()
+            );
+        }
+    }
+
+    #[test]
+    fn set_states_with_the_same_ranks_is_set_state() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = shards(dir.path());
+        let mut ranks: Vec<Loader> = (0..3).map(|r| rank(&files, r, 3, 3)).collect();
+        for (r, l) in ranks.iter_mut().enumerate() {
+            take(l, 2 + r);
+        }
+        let states: Vec<IteratorState> = ranks.iter().map(|l| l.state()).collect();
+        assert!(states
+            .iter()
+            .all(|s| s.version == 1 && s.changes.is_empty()));
+        let expected = take(&mut ranks[1], 5);
+        let mut again = rank(&files, 1, 3, 3);
+        again.set_states(&states).unwrap();
+        assert!(take(&mut again, 5) == expected);
+        // Missing, repeated or foreign states are refused.
+        let mut other = rank(&files, 0, 2, 3);
+        assert!(other.set_states(&states[..2]).is_err());
+        assert!(other
+            .set_states(&[states[0].clone(), states[0].clone(), states[2].clone()])
+            .is_err());
+        let mut seeded = states.clone();
+        seeded[2].seed = 9;
+        assert!(other
+            .set_states(&seeded)
+            .unwrap_err()
+            .to_string()
+            .contains("seed"));
+        assert!(other.set_states(&[]).is_err());
+        // After a change the state says so (version 2) and restores as it is.
+        other.set_states(&states).unwrap();
+        take(&mut other, 1);
+        let state = other.state();
+        assert_eq!(state.version, 2);
+        assert!(!state.changes.is_empty());
+        let expected = take(&mut other, 4);
+        let mut copy = rank(&files, 0, 2, 3);
+        copy.set_state(&state).unwrap();
+        assert!(take(&mut copy, 4) == expected);
+        let mut unversioned = state.clone();
+        unversioned.version = 1;
+        assert!(copy.set_state(&unversioned).is_err());
     }
 
     #[test]
