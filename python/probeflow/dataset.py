@@ -167,6 +167,28 @@ class Dataset:
         iterator (seed, ranks, rows, seq_len, batch_size, packing, block_rows)."""
         self._loader.set_state_json(json.dumps(state))
 
+    def set_states(self, states: Sequence[dict[str, Any]]) -> None:
+        """Continue from the states of **every** rank of a run, whatever its number of
+        ranks (``shard_count``): the elastic resume. Give one ``get_state()`` per old
+        rank, in any order.
+
+        With as many old ranks as this iterator's ``shard_count`` it is
+        :meth:`set_state` of this rank's state. Otherwise the rest of each epoch the old
+        ranks were in is dealt out to the new ranks: over all new ranks, no row of those
+        epochs is read twice and none is skipped, and a block of rows a rank had partly
+        delivered is rebuilt from the same random keys, so its remaining contexts are
+        delivered (by one new rank) and its delivered ones are not. Later epochs are
+        dealt normally. It costs O(old + new ranks), not a replay. The new ranks'
+        batches differ from the old ones' (other ranks, other packing of the rest);
+        they are deterministic: the same states and options give the same batches. The
+        seed, split rows, ``seq_len``, ``packing`` and ``block_rows`` must match; the
+        batch size may change. The resulting state records the re-dealt epochs
+        (``"version": 2``) and restores exactly with :meth:`set_state`.
+
+        Raises InvalidInputError when a rank's state is missing or repeated, or the
+        states belong to another dataset or configuration."""
+        self._loader.set_states_json(json.dumps(list(states)))
+
     def close(self) -> None:
         """Stop the background threads. Further use raises ValueError."""
         self._loader.close()

@@ -158,6 +158,19 @@ impl PyLoader {
         py.detach(|| loader.set_state(&parsed)).map_err(py_err)
     }
 
+    /// Continues from the states of every rank of a run, as a JSON array (elastic
+    /// resume: the run may have had another number of ranks).
+    fn set_states_json(&self, py: Python<'_>, states: &str) -> PyResult<()> {
+        let parsed: Vec<IteratorState> = serde_json::from_str(states).map_err(|e| {
+            py_err(probeflow_reader::Error::Input(format!(
+                "not a list of probeflow iterator states: {e}"
+            )))
+        })?;
+        let mut guard = borrow(&self.inner)?;
+        let loader = guard.as_mut().ok_or_else(closed)?;
+        py.detach(|| loader.set_states(&parsed)).map_err(py_err)
+    }
+
     /// Stops the background producer and releases the shards.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
         let mut guard = borrow(&self.inner)?;

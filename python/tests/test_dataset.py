@@ -161,6 +161,61 @@ def test_state_round_trip_after_hundreds_of_batches(shards):
         fresh.set_state({"epoch": 0})
 
 
+def contexts(batches):
+    """Every context (its input tokens) in `batches`."""
+    out = []
+    for b in batches:
+        for i in range(b["inputs"].shape[0]):
+            seg, tokens = b["inputs_segmentation"][i], b["inputs"][i]
+            for s in np.unique(seg[seg != 0]):
+                out.append(tuple(tokens[seg == s].tolist()))
+    return out
+
+
+@pytest.mark.parametrize("old, new", [(1, 3), (4, 2), (3, 5), (8, 1)])
+def test_elastic_resume_reads_every_context_once(shards, old, new):
+    """W ranks stop mid-epoch (mid-block, one in the next epoch, one never started);
+    W' ranks continue from all their states: every context of the two epochs exactly
+    once, with packing."""
+    path, _ = shards
+    opts = dict(num_epochs=2, block_rows=5, batch_size=3)
+    everything = sorted(contexts(dataset(path, **opts)))
+    seen = []
+    states = []
+    for r in range(old):
+        ds = dataset(path, shard_index=r, shard_count=old, **opts)
+        if r == old - 1 and old > 1:
+            while ds.get_state()["epoch"] == 0:
+                seen += contexts(take(ds, 1))
+        steps = [0, 7, 2, 11, 1, 4, 9, 3][r] if old > 1 else 17
+        seen += contexts(take(ds, steps))
+        states.append(json.loads(json.dumps(ds.get_state())))
+        ds.close()
+    for r in range(new):
+        ds = dataset(path, shard_index=r, shard_count=new, **dict(opts, batch_size=2 + r % 2))
+        ds.set_states(list(reversed(states)))
+        state = ds.get_state()
+        assert state["version"] == 2 and state["shard_count"] == new and state["changes"]
+        seen += contexts(ds)
+    assert sorted(seen) == everything
+
+
+def test_elastic_resume_refuses_incomplete_or_foreign_states(shards):
+    path, _ = shards
+    states = []
+    for r in range(3):
+        ds = dataset(path, shard_index=r, shard_count=3)
+        take(ds, 2)
+        states.append(ds.get_state())
+    target = dataset(path, shard_index=0, shard_count=2)
+    with pytest.raises(probeflow.InvalidInputError, match="every rank"):
+        target.set_states(states[:2])
+    with pytest.raises(probeflow.InvalidInputError, match="seed"):
+        dataset(path, shard_count=2, seed=4).set_states(states)
+    with pytest.raises(probeflow.InvalidInputError, match="not a list of probeflow iterator states"):
+        target.set_states([{"epoch": 0}])
+
+
 def test_finite_epochs_end_and_closed_datasets_refuse(shards):
     path, _ = shards
     ds = dataset(path, num_epochs=1)
