@@ -28,6 +28,7 @@ import dataclasses
 import hashlib
 import json
 import logging
+import re
 from typing import Any, Callable, Iterator
 
 import numpy as np
@@ -167,6 +168,13 @@ def batch_digest(batch: dict[str, np.ndarray]) -> str:
     return h.hexdigest()
 
 
+def _decode_state(state: bytes) -> dict[str, Any]:
+    try:
+        return json.loads(bytes(state).decode())
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ValueError(f"not a probeflow iterator state: {e}") from None
+
+
 class NetworkBatchIterator:
     """One host's batches, as MaxText's ``MultiHostDataLoadIterator.local_iterator``.
 
@@ -207,11 +215,12 @@ class NetworkBatchIterator:
         return json.dumps(self._dataset.get_state(), sort_keys=True).encode()
 
     def set_state(self, state: bytes) -> None:
-        try:
-            decoded = json.loads(bytes(state).decode())
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise ValueError(f"not a probeflow iterator state: {e}") from None
-        self._dataset.set_state(decoded)
+        self._dataset.set_state(_decode_state(state))
+
+    def set_states(self, states: list[bytes]) -> None:
+        """Continues from the states of every host of a checkpoint, whatever their number
+        (see :meth:`probeflow.Dataset.set_states`)."""
+        self._dataset.set_states([_decode_state(s) for s in states])
 
     def close(self) -> None:
         self._dataset.close()
@@ -316,8 +325,53 @@ def make_eval_iterator(options: NetworkOptions, config: Any, mesh: Any, process_
     return _make_iterator(options, config, mesh, process_indices, "eval")
 
 
+_STATE_FILE = re.compile(r"process_(\d+)-of-(\d+)\.json")
+
+
+def read_host_states(directory: Any) -> list[bytes]:
+    """The iterator states of every host in a checkpoint's ``iter`` directory (MaxText
+    writes one ``process_<i>-of-<n>.json`` per host), in host order. Raises
+    ``ValueError`` unless there is exactly one file for each of ``0..n-1`` of one ``n``."""
+    found: dict[int, Any] = {}
+    counts = set()
+    for path in directory.glob("process_*-of-*.json"):
+        m = _STATE_FILE.fullmatch(path.name)
+        if m:
+            found[int(m.group(1))] = path
+            counts.add(int(m.group(2)))
+    if len(counts) != 1:
+        raise ValueError(f"{directory}: iterator states of {sorted(counts) or 'no'} hosts; expected one host count")
+    (count,) = counts
+    if sorted(found) != list(range(count)):
+        missing = sorted(set(range(count)) - set(found))
+        raise ValueError(f"{directory}: the iterator states of hosts {missing} of {count} are missing")
+    return [found[i].read_text().encode() for i in range(count)]
+
+
+def _elastic_checkpointable(local: NetworkBatchIterator) -> Any:
+    """MaxText's grain checkpointable for restoring ``local`` from the states of all the
+    checkpoint's hosts, however many there were."""
+    import asyncio  # noqa: PLC0415
+
+    from maxtext.common.grain_utility import GrainCheckpointable  # noqa: PLC0415
+
+    class ElasticRestore(GrainCheckpointable):
+        async def load(self, directory: Any) -> Any:
+            async def restore() -> None:
+                states = await asyncio.to_thread(read_host_states, directory)
+                log.info("probeflow: restoring the data stream from the states of %d hosts", len(states))
+                local.set_states(states)
+
+            return restore()
+
+    return ElasticRestore(local)
+
+
 def install(options: NetworkOptions) -> None:
-    """Makes MaxText's grain factories build probeflow iterators with ``options``."""
+    """Makes MaxText's grain factories build probeflow iterators with ``options``, and
+    its checkpoint restore continue the data stream on any number of hosts (each host
+    reads every host's state: :meth:`probeflow.Dataset.set_states`)."""
+    from maxtext.common import grain_utility  # noqa: PLC0415
     from maxtext.input_pipeline import input_pipeline_interface as interface  # noqa: PLC0415
 
     def train(config: Any, mesh: Any, process_indices: list[int]):
@@ -332,3 +386,16 @@ def install(options: NetworkOptions) -> None:
                 f"this MaxText has no input_pipeline_interface.{name}; probeflow supports maxtext 0.2.5"
             )
         setattr(interface, name, factory)
+
+    original_for_restore = grain_utility.for_restore
+    if getattr(original_for_restore, "_probeflow", False):
+        return
+
+    def for_restore(checkpoint_manager: Any, step: int, data_iterator: Any, expansion_factor_real_data: int) -> Any:
+        local = getattr(data_iterator, "local_iterator", None)
+        if isinstance(local, NetworkBatchIterator):
+            return _elastic_checkpointable(local)
+        return original_for_restore(checkpoint_manager, step, data_iterator, expansion_factor_real_data)
+
+    for_restore._probeflow = True  # type: ignore[attr-defined]
+    grain_utility.for_restore = for_restore

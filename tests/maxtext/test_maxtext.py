@@ -292,6 +292,104 @@ def test_eval_stream_is_finite_and_restarts(data):
     assert again == first
 
 
+def contexts_of(batch: dict) -> set[tuple[int, ...]]:
+    """The contexts (input tokens) of a batch (numpy arrays or the batch log's lists)."""
+    inputs, seg = np.array(batch["inputs"]), np.array(batch["inputs_segmentation"])
+    found = set()
+    for i in range(inputs.shape[0]):
+        for s in np.unique(seg[i][seg[i] != 0]):
+            found.add(tuple(inputs[i][seg[i] == s].tolist()))
+    return found
+
+
+def simulated_host(out: Path, monkeypatch, host: int, hosts: int, global_batch: int):
+    """MaxText's train iterator as host `host` of `hosts` builds it (the trainer's
+    reader options: network_seed=5, sequences of 128)."""
+    import jax
+    from jax.sharding import Mesh
+
+    monkeypatch.setattr(jax, "process_index", lambda: host)
+    mesh = Mesh(np.array(jax.devices()), ("data",))
+    return maxtext_input.make_train_iterator(
+        NetworkOptions(train_files=str(out), seed=5), config(global_batch), mesh, list(range(hosts))
+    )
+
+
+def predicted(out: Path, states: list[bytes], host: int, hosts: int, batch: int, n: int) -> list[str]:
+    """The batches the elastic-resume guarantee predicts: host `host` of `hosts`
+    continuing from every old host's state (probeflow.Dataset.set_states)."""
+    ds = probeflow.Dataset(
+        str(out), split="train", seq_len=128, batch_size=batch, shard_index=host, shard_count=hosts,
+        packing=True, **NetworkOptions(train_files=str(out), seed=5).reader_options(),
+    )
+    ds.set_states([json.loads(s) for s in states])
+    digests = [maxtext_input.batch_digest(next(ds)) for _ in range(n)]
+    ds.close()
+    return digests
+
+
+def test_a_two_host_checkpoint_continues_in_one_process(data, tmp_path, monkeypatch):
+    """A checkpoint whose data stream two hosts wrote (simulated: their iterator files)
+    restores into one `python -m probeflow.maxtext_train` process, which goes on with
+    exactly the predicted batches and repeats nothing the hosts had delivered."""
+    out, _ = data
+    train(out, tmp_path, "elastic", STOP, tmp_path / "first.jsonl", ["eval_interval=-1"])
+    iter_dir = tmp_path / "elastic" / "checkpoints" / str(STOP - 1) / "iter"
+    assert [p.name for p in iter_dir.glob("process_*")] == ["process_0-of-1.json"]
+    states, delivered = [], set()
+    for host in (0, 1):
+        wrapper = simulated_host(out, monkeypatch, host, 2, 4)
+        for _ in range(STOP):
+            delivered |= contexts_of(next(wrapper.local_iterator))
+        states.append(wrapper.local_iterator.get_state())
+        wrapper.close()
+    (iter_dir / "process_0-of-1.json").unlink()
+    for host, state in enumerate(states):
+        (iter_dir / f"process_{host}-of-2.json").write_bytes(state)
+    output = train(out, tmp_path, "elastic", STEPS, tmp_path / "second.jsonl", ["eval_interval=-1"])
+    assert sorted(losses(output)) == list(range(STOP, STEPS)), output[-3000:]
+    after = batches(tmp_path / "second.jsonl")
+    assert [b["sha256"] for b in after] == predicted(out, states, 0, 1, 4, STEPS - STOP)
+    assert all(b["shard_count"] == 1 for b in after)
+    assert not delivered & set().union(*(contexts_of(b) for b in after))
+
+
+def test_a_one_process_checkpoint_continues_on_two_hosts(data, runs, monkeypatch, tmp_path):
+    """The real one-process checkpoint of the resumed run, restored by two simulated
+    hosts through MaxText's restore hook: the predicted batches, disjoint between the
+    hosts and from the steps before the checkpoint."""
+    import asyncio
+
+    from etils import epath
+    from maxtext.common import grain_utility
+
+    out, _ = data
+    base, _, _, _ = runs
+    iter_dir = epath.Path(base / "resumed" / "checkpoints" / str(STOP - 1) / "iter")
+    saved = maxtext_input.read_host_states(iter_dir)
+    assert len(saved) == 1
+    maxtext_input.install(NetworkOptions(train_files=str(out), seed=5))
+
+    async def restore(checkpointable):
+        await (await checkpointable.load(iter_dir))
+
+    got = []
+    for host in (0, 1):
+        wrapper = simulated_host(out, monkeypatch, host, 2, 4)
+        asyncio.run(restore(grain_utility.for_restore(None, STOP - 1, wrapper, 1)))
+        got.append([next(wrapper.local_iterator) for _ in range(3)])
+        wrapper.close()
+        assert [maxtext_input.batch_digest(b) for b in got[host]] == predicted(out, saved, host, 2, 2, 3)
+    hosts = [set().union(*(contexts_of(b) for b in g)) for g in got]
+    before = set().union(*(contexts_of(b) for b in batches(base / "first.jsonl")))
+    assert hosts[0] and hosts[1] and not hosts[0] & hosts[1]
+    assert not (hosts[0] | hosts[1]) & before
+    # A checkpoint missing a host's file is an error, not a silent restart.
+    (tmp_path / "process_0-of-2.json").write_bytes(saved[0])
+    with pytest.raises(ValueError, match=r"hosts \[1\] of 2 are missing"):
+        maxtext_input.read_host_states(epath.Path(tmp_path))
+
+
 def test_arguments_are_split_and_checked():
     config_file, options, rest = split_arguments(
         ["base.yml", "dataset_type=network", "network_train_files=/d", "network_seed=3",
