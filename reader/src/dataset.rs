@@ -589,8 +589,8 @@ fn reshard_states(states: &[&IteratorState], index: u64, count: u64) -> Result<C
         }
         let rows = states[0].rows;
         let block_rows = states[0].block_rows as u64;
-        let mut mine = continue_epoch(rows, block_rows, &old, &progress, count)?;
-        out.insert(epoch, mine.swap_remove(index as usize));
+        let continued = continue_epoch(rows, block_rows, &old, &progress, count)?;
+        out.insert(epoch, continued.for_rank(index));
     }
     Ok(out)
 }

@@ -179,16 +179,42 @@ pub enum Progress {
     At { block: u64, sequence: u64 },
 }
 
+/// An epoch's changes after one more change of the number of ranks, for every new rank.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ContinuedEpoch {
+    pub reshards: Vec<Reshard>,
+    /// Every pending block, in the order they are dealt: block `i` goes to new rank
+    /// `i mod new_count`.
+    pub pending: Vec<PendingBlock>,
+    pub new_count: u64,
+}
+
+impl ContinuedEpoch {
+    /// New rank `rank`'s changes (O(old ranks + pending blocks)).
+    pub fn for_rank(&self, rank: u64) -> EpochChanges {
+        EpochChanges {
+            reshards: self.reshards.clone(),
+            pending: self
+                .pending
+                .iter()
+                .enumerate()
+                .filter(|(i, _)| *i as u64 % self.new_count == rank)
+                .map(|(_, p)| *p)
+                .collect(),
+        }
+    }
+}
+
 /// The changes of an epoch for `new_count` ranks going on where `old` ranks stopped:
 /// `old[q]` is old rank `q`'s changes of this epoch (every rank's reshards must be the
-/// same) and `progress[q]` where it stood. Returns the changes of each new rank.
+/// same) and `progress[q]` where it stood.
 pub fn continue_epoch(
     rows: u64,
     block_rows: u64,
     old: &[EpochChanges],
     progress: &[Progress],
     new_count: u64,
-) -> Result<Vec<EpochChanges>> {
+) -> Result<ContinuedEpoch> {
     let count = old.len() as u64;
     if count == 0 || progress.len() != old.len() || new_count == 0 || block_rows == 0 {
         return Err(Error::Input(
@@ -249,16 +275,11 @@ pub fn continue_epoch(
     });
     // Checks the new level (consumed within each list).
     EpochLayout::new(rows, &next_reshards, new_count)?;
-    let mut out: Vec<EpochChanges> = (0..new_count)
-        .map(|_| EpochChanges {
-            reshards: next_reshards.clone(),
-            pending: Vec::new(),
-        })
-        .collect();
-    for (i, p) in pending.into_iter().enumerate() {
-        out[i % new_count as usize].pending.push(p);
-    }
-    Ok(out)
+    Ok(ContinuedEpoch {
+        reshards: next_reshards,
+        pending,
+        new_count,
+    })
 }
 
 #[cfg(test)]
@@ -352,7 +373,8 @@ mod tests {
                 sequence: 0,
             },
         ];
-        let new = continue_epoch(10, 2, &old, &at, 3).unwrap();
+        let continued = continue_epoch(10, 2, &old, &at, 3).unwrap();
+        let new: Vec<EpochChanges> = (0..3).map(|r| continued.for_rank(r)).collect();
         assert_eq!(
             new[0].reshards,
             [Reshard {
@@ -416,7 +438,9 @@ mod tests {
                     read.extend(delivered(rows, block_rows, &changes, r as u64, at));
                 }
                 let new_count = 1 + rng.below(8);
-                changes = continue_epoch(rows, block_rows, &changes, &progress, new_count).unwrap();
+                let continued =
+                    continue_epoch(rows, block_rows, &changes, &progress, new_count).unwrap();
+                changes = (0..new_count).map(|r| continued.for_rank(r)).collect();
                 count = new_count;
                 // Pending blocks are delivered whole here (their sequences are checked
                 // in the dataset's tests): count their rows as unread.
