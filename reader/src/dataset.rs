@@ -546,6 +546,9 @@ fn check_version(state: &IteratorState) -> Result<()> {
     Ok(())
 }
 
+/// The widest spread of epochs among the states of one checkpoint.
+const MAX_EPOCH_SPREAD: u64 = 1024;
+
 /// This rank's (`index` of `count`) changes of every epoch the ranks of `states` (one
 /// per rank, in rank order) were in.
 fn reshard_states(states: &[&IteratorState], index: u64, count: u64) -> Result<Changes> {
@@ -555,6 +558,14 @@ fn reshard_states(states: &[&IteratorState], index: u64, count: u64) -> Result<C
         .flat_map(|s| std::iter::once(s.epoch).chain(s.changes.keys().copied()))
         .max()
         .unwrap_or(0);
+    // Ranks of one run are at most an epoch or two apart; a wider span is not a
+    // checkpoint of one run (and would take long to walk).
+    if last - first > MAX_EPOCH_SPREAD {
+        return Err(Error::Input(format!(
+            "iterator states: the ranks are in epochs {first} to {last}; states of one \
+             checkpoint are at most {MAX_EPOCH_SPREAD} epochs apart"
+        )));
+    }
     let mut out = Changes::new();
     for epoch in first..=last {
         // Ranks past this epoch no longer carry its changes: take them from the others
@@ -841,7 +852,10 @@ impl Loader {
         }
         // The changes must fit this dataset (checked now, not at the epoch).
         for changes in state.changes.values() {
-            EpochLayout::new(mine.rows, &changes.reshards, mine.shard_count)?;
+            let layout = EpochLayout::new(mine.rows, &changes.reshards, mine.shard_count)?;
+            for p in &changes.pending {
+                layout.check_pending(p, mine.block_rows as u64)?;
+            }
         }
         self.stop_producer();
         self.position = Position {
@@ -1241,6 +1255,24 @@ mod tests {
         let mut unversioned = state.clone();
         unversioned.version = 1;
         assert!(copy.set_state(&unversioned).is_err());
+        // A damaged state is an error, not a panic when its epoch comes.
+        let mut damaged = state.clone();
+        if let Some(c) = damaged.changes.values_mut().next() {
+            c.pending.push(PendingBlock {
+                level: 7,
+                rank: 0,
+                block: 0,
+                sequence: 0,
+            });
+        }
+        assert!(copy.set_state(&damaged).is_err());
+        let mut far = states.clone();
+        far[1].epoch = u64::MAX;
+        assert!(other
+            .set_states(&far)
+            .unwrap_err()
+            .to_string()
+            .contains("epochs"));
     }
 
     #[test]

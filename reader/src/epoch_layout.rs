@@ -148,8 +148,24 @@ impl EpochLayout {
         list_len(l.total, l.count, rank)
     }
 
+    /// Refuses a pending block that is not a block of this layout (a damaged state):
+    /// its level, rank and block must exist.
+    pub fn check_pending(&self, p: &PendingBlock, block_rows: u64) -> Result<()> {
+        let fits = p.level <= self.top()
+            && p.rank < self.count(p.level)
+            && p.block.saturating_mul(block_rows) < self.list_len(p.level, p.rank);
+        if fits {
+            Ok(())
+        } else {
+            Err(Error::Input(format!(
+                "iterator state: pending block {} of rank {} at level {} is not in this epoch",
+                p.block, p.rank, p.level
+            )))
+        }
+    }
+
     /// The permutation position of element `k` of `rank`'s list at `level` (O(levels ×
-    /// log ranks)).
+    /// log ranks)); `k` must be below [`EpochLayout::list_len`].
     pub fn position(&self, level: u32, rank: u64, k: u64) -> u64 {
         let (mut level, mut rank, mut k) = (level as usize, rank, k);
         loop {
@@ -474,5 +490,32 @@ mod tests {
             consumed: vec![0, 0],
         }];
         assert!(EpochLayout::new(10, &wrong_count, 1).is_err());
+        let layout = EpochLayout::new(
+            10,
+            &[Reshard {
+                shard_count: 2,
+                consumed: vec![2, 0],
+            }],
+            3,
+        )
+        .unwrap();
+        let ok = PendingBlock {
+            level: 0,
+            rank: 0,
+            block: 0,
+            sequence: 1,
+        };
+        layout.check_pending(&ok, 2).unwrap();
+        for bad in [
+            PendingBlock { level: 2, ..ok },
+            PendingBlock { rank: 2, ..ok },
+            PendingBlock { block: 3, ..ok },
+            PendingBlock {
+                block: u64::MAX,
+                ..ok
+            },
+        ] {
+            assert!(layout.check_pending(&bad, 2).is_err(), "{bad:?}");
+        }
     }
 }
