@@ -148,11 +148,7 @@ impl PyLoader {
 
     /// Continues from a state produced by `state_json` (prefetched batches are dropped).
     fn set_state_json(&self, py: Python<'_>, state: &str) -> PyResult<()> {
-        let parsed: IteratorState = serde_json::from_str(state).map_err(|e| {
-            py_err(probeflow_reader::Error::Input(format!(
-                "not a probeflow iterator state: {e}"
-            )))
-        })?;
+        let parsed: IteratorState = parse_state(state, "a probeflow iterator state")?;
         let mut guard = borrow(&self.inner)?;
         let loader = guard.as_mut().ok_or_else(closed)?;
         py.detach(|| loader.set_state(&parsed)).map_err(py_err)
@@ -161,11 +157,8 @@ impl PyLoader {
     /// Continues from the states of every rank of a run, as a JSON array (elastic
     /// resume: the run may have had another number of ranks).
     fn set_states_json(&self, py: Python<'_>, states: &str) -> PyResult<()> {
-        let parsed: Vec<IteratorState> = serde_json::from_str(states).map_err(|e| {
-            py_err(probeflow_reader::Error::Input(format!(
-                "not a list of probeflow iterator states: {e}"
-            )))
-        })?;
+        let parsed: Vec<IteratorState> =
+            parse_state(states, "a list of probeflow iterator states")?;
         let mut guard = borrow(&self.inner)?;
         let loader = guard.as_mut().ok_or_else(closed)?;
         py.detach(|| loader.set_states(&parsed)).map_err(py_err)
@@ -307,6 +300,12 @@ pub fn pretty(tokens: PyReadonlyArray1<'_, i32>) -> PyResult<String> {
 #[pyfunction]
 pub fn token_name(id: i32) -> String {
     tokenizer::token_name(id)
+}
+
+/// Iterator state(s) from JSON; an `InvalidInputError` saying it is not `what`.
+fn parse_state<T: serde::de::DeserializeOwned>(text: &str, what: &str) -> PyResult<T> {
+    serde_json::from_str(text)
+        .map_err(|e| py_err(probeflow_reader::Error::Input(format!("not {what}: {e}"))))
 }
 
 /// The splits `paths` hold (`"train"`, `"val"`, `"test"`, in that order): an

@@ -531,6 +531,47 @@ impl BatchStream {
     }
 }
 
+/// The first option `state` was taken with that differs from `mine`'s: (name, the
+/// state's value, this iterator's). `same_ranks`: also the rank, the number of ranks and
+/// the batch size (a restore on the same ranks).
+fn first_difference(
+    state: &IteratorState,
+    mine: &IteratorState,
+    same_ranks: bool,
+) -> Option<(&'static str, String, String)> {
+    let pair = |a: &dyn ToString, b: &dyn ToString| (a.to_string(), b.to_string());
+    [
+        ("seed", pair(&state.seed, &mine.seed), false),
+        (
+            "shard_index",
+            pair(&state.shard_index, &mine.shard_index),
+            true,
+        ),
+        (
+            "shard_count",
+            pair(&state.shard_count, &mine.shard_count),
+            true,
+        ),
+        ("rows", pair(&state.rows, &mine.rows), false),
+        ("seq_len", pair(&state.seq_len, &mine.seq_len), false),
+        (
+            "batch_size",
+            pair(&state.batch_size, &mine.batch_size),
+            true,
+        ),
+        ("packing", pair(&state.packing, &mine.packing), false),
+        (
+            "block_rows",
+            pair(&state.block_rows, &mine.block_rows),
+            false,
+        ),
+    ]
+    .into_iter()
+    .filter(|(_, _, placement)| same_ranks || !placement)
+    .map(|(what, (a, b), _)| (what, a, b))
+    .find(|(_, a, b)| a != b)
+}
+
 fn check_version(state: &IteratorState) -> Result<()> {
     let expected = if state.changes.is_empty() {
         STATE_VERSION
@@ -805,50 +846,11 @@ impl Loader {
     pub fn set_state(&mut self, state: &IteratorState) -> Result<()> {
         self.check_fork();
         let mine = self.state();
-        let differs = |what: &str, a: String, b: String| {
-            Err(Error::Input(format!(
-                "iterator state is for {what} = {a}, this iterator has {b}"
-            )))
-        };
         check_version(state)?;
-        let checks: [(&str, String, String); 8] = [
-            ("seed", state.seed.to_string(), mine.seed.to_string()),
-            (
-                "shard_index",
-                state.shard_index.to_string(),
-                mine.shard_index.to_string(),
-            ),
-            (
-                "shard_count",
-                state.shard_count.to_string(),
-                mine.shard_count.to_string(),
-            ),
-            ("rows", state.rows.to_string(), mine.rows.to_string()),
-            (
-                "seq_len",
-                state.seq_len.to_string(),
-                mine.seq_len.to_string(),
-            ),
-            (
-                "batch_size",
-                state.batch_size.to_string(),
-                mine.batch_size.to_string(),
-            ),
-            (
-                "packing",
-                state.packing.to_string(),
-                mine.packing.to_string(),
-            ),
-            (
-                "block_rows",
-                state.block_rows.to_string(),
-                mine.block_rows.to_string(),
-            ),
-        ];
-        for (what, a, b) in checks {
-            if a != b {
-                return differs(what, a, b);
-            }
+        if let Some((what, a, b)) = first_difference(state, &mine, true) {
+            return Err(Error::Input(format!(
+                "iterator state is for {what} = {a}, this iterator has {b}"
+            )));
         }
         // The changes must fit this dataset (checked now, not at the epoch).
         for changes in state.changes.values() {
@@ -905,23 +907,10 @@ impl Loader {
                 ));
             }
             *slot = Some(s);
-            let checks: [(&str, String, String); 5] = [
-                ("seed", s.seed.to_string(), mine.seed.to_string()),
-                ("rows", s.rows.to_string(), mine.rows.to_string()),
-                ("seq_len", s.seq_len.to_string(), mine.seq_len.to_string()),
-                ("packing", s.packing.to_string(), mine.packing.to_string()),
-                (
-                    "block_rows",
-                    s.block_rows.to_string(),
-                    mine.block_rows.to_string(),
-                ),
-            ];
-            for (what, a, b) in checks {
-                if a != b {
-                    return bad(format!(
-                        "a state is for {what} = {a}, this iterator has {b}"
-                    ));
-                }
+            if let Some((what, a, b)) = first_difference(s, &mine, false) {
+                return bad(format!(
+                    "a state is for {what} = {a}, this iterator has {b}"
+                ));
             }
         }
         let by_rank: Vec<&IteratorState> = by_rank.into_iter().flatten().collect();
