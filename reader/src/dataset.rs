@@ -32,6 +32,9 @@ use serde::{Deserialize, Serialize};
 use crate::array_record::{ArrayRecordReader, RecordBuf};
 use crate::epoch_layout::{continue_epoch, EpochChanges, EpochLayout, PendingBlock, Progress};
 use crate::error::{Error, Result};
+use crate::mixture::{
+    source_seed, LoaderState, MixtureSourceState, MixtureState, Weights, MIXTURE_STATE_VERSION,
+};
 use crate::packing::{pack, Batch};
 use crate::rng::{key, CounterRng, Permutation};
 use crate::row::decode_row;
@@ -209,15 +212,49 @@ const STATE_VERSION_CHANGES: u32 = 2;
 /// Epoch → this rank's share of the changes of that epoch.
 type Changes = BTreeMap<u64, EpochChanges>;
 
-/// The deterministic stream of batches of one rank.
-struct BatchStream {
-    rows: Arc<RowSource>,
+/// The deterministic stream of sequences of one rank over one source (one output's
+/// split): its epochs, blocks and packing.
+struct SourceStream {
+    source: Source,
     opts: Arc<DatasetOptions>,
     changes: Arc<Changes>,
     pos: Position,
     block: Option<BuiltBlock>,
     plan: Option<EpochPlan>,
+}
+
+/// The deterministic stream of batches of one rank: the sequences of one source, or of
+/// several mixed by weight ([`crate::mixture`]).
+struct BatchStream {
+    sources: Vec<SourceStream>,
+    mix: Option<Mix>,
+    /// Sequences taken so far (the next pick's index).
+    picks: u64,
+    opts: Arc<DatasetOptions>,
     pool: Option<rayon::ThreadPool>,
+}
+
+/// How a mixture picks the source of each sequence.
+#[derive(Clone)]
+struct Mix {
+    seed: u64,
+    weights: Arc<Weights>,
+}
+
+/// One source of a loader: an output's split, opened, and the seed of its stream.
+#[derive(Clone)]
+struct Source {
+    /// As given (path or paths); empty for a loader of one output.
+    name: String,
+    rows: Arc<RowSource>,
+    seed: u64,
+}
+
+/// Where every source's stream stands, and the next pick.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct StreamPosition {
+    sources: Vec<Position>,
+    picks: u64,
 }
 
 /// What this rank reads in one epoch: its pending blocks (after a change of the number
@@ -304,33 +341,25 @@ struct BuiltBlock {
     sequences: Vec<Vec<u32>>,
 }
 
-impl BatchStream {
+impl SourceStream {
     fn new(
-        rows: Arc<RowSource>,
+        source: Source,
         opts: Arc<DatasetOptions>,
         changes: Arc<Changes>,
         pos: Position,
-    ) -> Result<Self> {
-        let pool = if opts.num_threads > 1 {
-            Some(
-                rayon::ThreadPoolBuilder::new()
-                    .num_threads(opts.num_threads)
-                    .thread_name(|i| format!("probeflow-sampler-{i}"))
-                    .build()
-                    .map_err(|e| Error::Input(format!("cannot start sampler threads: {e}")))?,
-            )
-        } else {
-            None
-        };
-        Ok(BatchStream {
-            rows,
+    ) -> Self {
+        SourceStream {
+            source,
             opts,
             changes,
             pos,
             block: None,
             plan: None,
-            pool,
-        })
+        }
+    }
+
+    fn rows(&self) -> &RowSource {
+        &self.source.rows
     }
 
     /// This rank's plan of `epoch` (kept for the current epoch).
@@ -350,7 +379,7 @@ impl BatchStream {
             let o = &self.opts;
             let none = EpochChanges::default();
             let changes = self.changes.get(&epoch).unwrap_or(&none);
-            let layout = EpochLayout::new(self.rows.len(), &changes.reshards, o.shard_count)?;
+            let layout = EpochLayout::new(self.rows().len(), &changes.reshards, o.shard_count)?;
             let list = layout.list_len(layout.top(), o.shard_index);
             self.plan = Some(EpochPlan {
                 epoch,
@@ -365,7 +394,7 @@ impl BatchStream {
     /// Rows of this rank per epoch (an epoch without changes).
     fn rank_rows(&self) -> u64 {
         let (n, w, r) = (
-            self.rows.len(),
+            self.rows().len(),
             self.opts.shard_count,
             self.opts.shard_index,
         );
@@ -376,6 +405,25 @@ impl BatchStream {
         }
     }
 
+    /// An error unless this rank has rows of this source in every epoch.
+    fn check_rank_rows(&self) -> Result<()> {
+        if self.rank_rows() > 0 {
+            return Ok(());
+        }
+        let o = &self.opts;
+        let of = if self.source.name.is_empty() {
+            String::new()
+        } else {
+            format!(" of source {}", self.source.name)
+        };
+        Err(Error::Input(format!(
+            "rank {} of {} has no rows: the split{of} has only {} rows",
+            o.shard_index,
+            o.shard_count,
+            self.rows().len()
+        )))
+    }
+
     fn finished(&self) -> bool {
         self.opts.num_epochs.is_some_and(|e| self.pos.epoch >= e)
     }
@@ -383,12 +431,20 @@ impl BatchStream {
     /// Samples, shuffles and packs block `block` of this rank's stream in `epoch`.
     /// `reuse`: the previous block's context buffers, cleared and filled again (no
     /// reallocation once they have grown).
-    fn build(&mut self, epoch: u64, block: u64, reuse: Vec<Contexts>) -> Result<BuiltBlock> {
+    fn build(
+        &mut self,
+        pool: Option<&rayon::ThreadPool>,
+        epoch: u64,
+        block: u64,
+        reuse: Vec<Contexts>,
+    ) -> Result<BuiltBlock> {
         self.ensure_plan(epoch)?;
         let plan = self.current_plan()?;
         let o = &self.opts;
+        let seed = self.source.seed;
+        let source = &self.source.rows;
         let at = plan.block(block, o.shard_index);
-        let perm = Permutation::new(self.rows.len(), key(&[o.seed, epoch, 0x7065_726d]));
+        let perm = Permutation::new(source.len(), key(&[seed, epoch, 0x7065_726d]));
         let first = at.block * o.block_rows as u64;
         let last = (first + o.block_rows as u64).min(plan.layout.list_len(at.level, at.rank));
         let rows: Vec<u64> = (first..last)
@@ -403,15 +459,15 @@ impl BatchStream {
          -> Result<()> {
             out.clear();
             for &row in run {
-                let bytes = self.rows.read(row, buf)?;
+                let bytes = source.read(row, buf)?;
                 let view = decode_row(bytes).map_err(|e| {
-                    Error::Input(format!("{}: row {row}: {e}", self.rows.file_of(row)))
+                    Error::Input(format!("{}: row {row}: {e}", source.file_of(row)))
                 })?;
-                sample_row_with(&view, [o.seed, epoch, row], &o.sampler, scratch, out);
+                sample_row_with(&view, [seed, epoch, row], &o.sampler, scratch, out);
             }
             Ok(())
         };
-        let threads = self.pool.as_ref().map_or(1, |p| p.current_num_threads());
+        let threads = pool.map_or(1, |p| p.current_num_threads());
         let run_len = if threads > 1 {
             rows.len().div_ceil(4 * threads).max(1)
         } else {
@@ -419,7 +475,7 @@ impl BatchStream {
         };
         let mut runs = reuse;
         runs.resize_with(rows.len().div_ceil(run_len), Contexts::default);
-        match &self.pool {
+        match pool {
             Some(pool) => {
                 use rayon::prelude::*;
                 pool.install(|| {
@@ -442,10 +498,10 @@ impl BatchStream {
         // The block's own keys: the same whichever rank rebuilds it (level 0 keeps the
         // keys of the streams before elastic resume existed).
         let mut rng = if at.level == 0 {
-            CounterRng::from_parts(&[o.seed, epoch, at.rank, at.count, at.block, 0x626c6b])
+            CounterRng::from_parts(&[seed, epoch, at.rank, at.count, at.block, 0x626c6b])
         } else {
             CounterRng::from_parts(&[
-                o.seed,
+                seed,
                 epoch,
                 at.rank,
                 at.count,
@@ -471,22 +527,16 @@ impl BatchStream {
         })
     }
 
-    /// The next batch and the position after it; `None` at the end of a finite stream.
-    fn next_batch(&mut self) -> Result<Option<(Batch, Position)>> {
-        let o = self.opts.clone();
-        if self.rank_rows() == 0 {
-            return Err(Error::Input(format!(
-                "rank {} of {} has no rows: the split has only {} rows",
-                o.shard_index,
-                o.shard_count,
-                self.rows.len()
-            )));
-        }
-        let mut batch = Batch::new(o.batch_size, o.sampler.context_len);
-        let mut filled = 0;
-        while filled < o.batch_size {
+    /// Appends this source's next sequence to `batch`; `false` (nothing appended) at
+    /// the end of a finite stream.
+    fn next_sequence(
+        &mut self,
+        pool: Option<&rayon::ThreadPool>,
+        batch: &mut Batch,
+    ) -> Result<bool> {
+        loop {
             if self.finished() {
-                break;
+                return Ok(false);
             }
             if self.pos.block >= self.plan(self.pos.epoch)?.blocks() {
                 self.pos = Position {
@@ -506,7 +556,7 @@ impl BatchStream {
                     .take()
                     .map(|b| b.contexts.runs)
                     .unwrap_or_default();
-                self.block = Some(self.build(self.pos.epoch, self.pos.block, reuse)?);
+                self.block = Some(self.build(pool, self.pos.epoch, self.pos.block, reuse)?);
             }
             let Some(b) = self.block.as_ref() else {
                 continue;
@@ -515,8 +565,8 @@ impl BatchStream {
             match b.sequences.get(self.pos.sequence as usize) {
                 Some(ids) => {
                     batch.push_sequence(ids.iter().map(|&c| b.contexts.get(c)));
-                    filled += 1;
                     self.pos.sequence += 1;
+                    return Ok(true);
                 }
                 None => {
                     self.pos.block += 1;
@@ -524,10 +574,69 @@ impl BatchStream {
                 }
             }
         }
+    }
+}
+
+impl BatchStream {
+    fn new(
+        sources: Vec<SourceStream>,
+        mix: Option<Mix>,
+        picks: u64,
+        opts: Arc<DatasetOptions>,
+    ) -> Result<Self> {
+        let pool = if opts.num_threads > 1 {
+            Some(
+                rayon::ThreadPoolBuilder::new()
+                    .num_threads(opts.num_threads)
+                    .thread_name(|i| format!("probeflow-sampler-{i}"))
+                    .build()
+                    .map_err(|e| Error::Input(format!("cannot start sampler threads: {e}")))?,
+            )
+        } else {
+            None
+        };
+        Ok(BatchStream {
+            sources,
+            mix,
+            picks,
+            opts,
+            pool,
+        })
+    }
+
+    fn position(&self) -> StreamPosition {
+        StreamPosition {
+            sources: self.sources.iter().map(|s| s.pos).collect(),
+            picks: self.picks,
+        }
+    }
+
+    /// The next batch and the position after it; `None` at the end of a finite stream
+    /// (of a mixture: when a picked source has ended).
+    fn next_batch(&mut self) -> Result<Option<(Batch, StreamPosition)>> {
+        for s in &self.sources {
+            s.check_rank_rows()?;
+        }
+        let o = self.opts.clone();
+        let mut batch = Batch::new(o.batch_size, o.sampler.context_len);
+        let mut filled = 0;
+        while filled < o.batch_size {
+            let source = match &self.mix {
+                None => 0,
+                Some(m) => m
+                    .weights
+                    .pick(m.seed, o.shard_index, o.shard_count, self.picks),
+            };
+            if !self.sources[source].next_sequence(self.pool.as_ref(), &mut batch)? {
+                break;
+            }
+            self.picks += 1;
+            filled += 1;
+        }
         if filled == 0 || (filled < o.batch_size && o.drop_remainder) {
             return Ok(None);
         }
-        Ok(Some((batch, self.pos)))
+        Ok(Some((batch, self.position())))
     }
 }
 
@@ -655,7 +764,7 @@ pub fn note_fork_in_child() {
     FORK_GENERATION.fetch_add(1, Ordering::SeqCst);
 }
 
-type Produced = Result<Option<(Batch, Position)>>;
+type Produced = Result<Option<(Batch, StreamPosition)>>;
 
 struct Producer {
     rx: Receiver<Produced>,
@@ -663,35 +772,99 @@ struct Producer {
     handle: Option<std::thread::JoinHandle<()>>,
 }
 
-/// A rank's batches, produced in the background, resumable from [`IteratorState`].
+/// A rank's batches, produced in the background, resumable from its state: of one
+/// output ([`Loader::new`], an [`IteratorState`]) or of a weighted mixture of several
+/// ([`Loader::mixture`], a [`MixtureState`]).
 pub struct Loader {
-    rows: Arc<RowSource>,
+    sources: Vec<Source>,
     opts: Arc<DatasetOptions>,
+    /// A mixture's weights (`None`: one output).
+    weights: Option<Arc<Weights>>,
     /// Position after the last batch handed out.
-    position: Position,
-    /// Epochs re-dealt by an elastic resume (this rank's share).
-    changes: Arc<Changes>,
+    position: StreamPosition,
+    /// Per source, the epochs re-dealt by an elastic resume (this rank's share).
+    changes: Vec<Arc<Changes>>,
     producer: Option<Producer>,
     inline: Option<BatchStream>,
     generation: u64,
     exhausted: bool,
 }
 
+/// `e` with its message prefixed by `what` (for errors about one source of a mixture).
+fn about(what: &str, e: Error) -> Error {
+    match e {
+        Error::Input(m) => Error::Input(format!("{what}: {m}")),
+        other => other,
+    }
+}
+
 impl Loader {
+    /// The batches of one output's split.
     pub fn new(rows: RowSource, opts: DatasetOptions) -> Result<Self> {
-        opts.check()?;
-        if rows.is_empty() {
-            return Err(Error::Input("the split has no rows".into()));
-        }
-        Ok(Loader {
+        let source = Source {
+            name: String::new(),
             rows: Arc::new(rows),
-            opts: Arc::new(opts),
-            position: Position {
-                epoch: 0,
-                block: 0,
-                sequence: 0,
+            seed: opts.seed,
+        };
+        Self::with_sources(vec![source], None, opts)
+    }
+
+    /// The batches of a weighted mixture of several outputs' splits (`(name, rows)`,
+    /// the name for people): each sequence comes from source `s` with probability
+    /// `weights[s] / sum(weights)` (see [`crate::mixture`]). Each source has its own
+    /// epochs (a small source with a large weight is repeated more often), its ranks
+    /// are disjoint as for one output, and a finite stream (`num_epochs`) ends when a
+    /// picked source has ended.
+    pub fn mixture(
+        sources: Vec<(String, RowSource)>,
+        weights: Vec<f64>,
+        opts: DatasetOptions,
+    ) -> Result<Self> {
+        if sources.is_empty() {
+            return Err(Error::Input("a mixture needs at least one source".into()));
+        }
+        let weights = Weights::new(weights, sources.len())?;
+        let sources = sources
+            .into_iter()
+            .enumerate()
+            .map(|(i, (name, rows))| Source {
+                name,
+                rows: Arc::new(rows),
+                seed: source_seed(opts.seed, i),
+            })
+            .collect();
+        Self::with_sources(sources, Some(Arc::new(weights)), opts)
+    }
+
+    fn with_sources(
+        sources: Vec<Source>,
+        weights: Option<Arc<Weights>>,
+        opts: DatasetOptions,
+    ) -> Result<Self> {
+        opts.check()?;
+        for (i, s) in sources.iter().enumerate() {
+            if s.rows.is_empty() {
+                let e = Error::Input("the split has no rows".into());
+                return Err(match weights {
+                    None => e,
+                    Some(_) => about(&format!("source {i} ({})", s.name), e),
+                });
+            }
+        }
+        let start = Position {
+            epoch: 0,
+            block: 0,
+            sequence: 0,
+        };
+        Ok(Loader {
+            position: StreamPosition {
+                sources: vec![start; sources.len()],
+                picks: 0,
             },
-            changes: Arc::new(Changes::new()),
+            changes: vec![Arc::new(Changes::new()); sources.len()],
+            sources,
+            opts: Arc::new(opts),
+            weights,
             producer: None,
             inline: None,
             generation: FORK_GENERATION.load(Ordering::SeqCst),
@@ -703,20 +876,49 @@ impl Loader {
         &self.opts
     }
 
+    /// The rows of the (first) source; see [`Loader::source_rows`] for a mixture.
     pub fn rows(&self) -> &RowSource {
-        &self.rows
+        &self.sources[0].rows
+    }
+
+    /// Rows of every source, in order.
+    pub fn source_rows(&self) -> Vec<u64> {
+        self.sources.iter().map(|s| s.rows.len()).collect()
+    }
+
+    /// Rows of all sources together.
+    pub fn num_rows(&self) -> u64 {
+        self.source_rows().iter().sum()
+    }
+
+    /// A mixture's current weights; `None` for one output.
+    pub fn weights(&self) -> Option<&[f64]> {
+        self.weights.as_deref().map(Weights::as_slice)
+    }
+
+    /// The stream from the last delivered position.
+    fn stream(&self) -> Result<BatchStream> {
+        let sources = self
+            .sources
+            .iter()
+            .zip(&self.changes)
+            .zip(&self.position.sources)
+            .map(|((source, changes), pos)| {
+                SourceStream::new(source.clone(), self.opts.clone(), changes.clone(), *pos)
+            })
+            .collect();
+        let mix = self.weights.as_ref().map(|w| Mix {
+            seed: self.opts.seed,
+            weights: w.clone(),
+        });
+        BatchStream::new(sources, mix, self.position.picks, self.opts.clone())
     }
 
     fn start_producer(&mut self) -> Result<()> {
         let (tx, rx): (SyncSender<Produced>, Receiver<Produced>) =
             std::sync::mpsc::sync_channel(self.opts.prefetch);
         let stop = Arc::new(AtomicBool::new(false));
-        let mut stream = BatchStream::new(
-            self.rows.clone(),
-            self.opts.clone(),
-            self.changes.clone(),
-            self.position,
-        )?;
+        let mut stream = self.stream()?;
         let flag = stop.clone();
         let handle = std::thread::Builder::new()
             .name("probeflow-producer".into())
@@ -774,12 +976,7 @@ impl Loader {
         }
         let item = if self.opts.prefetch == 0 {
             if self.inline.is_none() {
-                self.inline = Some(BatchStream::new(
-                    self.rows.clone(),
-                    self.opts.clone(),
-                    self.changes.clone(),
-                    self.position,
-                )?);
+                self.inline = Some(self.stream()?);
             }
             match self.inline.as_mut() {
                 Some(s) => s.next_batch(),
@@ -813,12 +1010,12 @@ impl Loader {
         }
     }
 
-    /// The state after the last batch handed out.
-    pub fn state(&self) -> IteratorState {
+    /// Source `i`'s state after the last batch handed out.
+    fn source_state(&self, i: usize) -> IteratorState {
         let o = &self.opts;
-        let changes: Changes = self
-            .changes
-            .range(self.position.epoch..)
+        let pos = self.position.sources[i];
+        let changes: Changes = self.changes[i]
+            .range(pos.epoch..)
             .map(|(e, c)| (*e, c.clone()))
             .collect();
         IteratorState {
@@ -827,13 +1024,13 @@ impl Loader {
             } else {
                 STATE_VERSION_CHANGES
             },
-            epoch: self.position.epoch,
-            block: self.position.block,
-            sequence: self.position.sequence,
-            seed: o.seed,
+            epoch: pos.epoch,
+            block: pos.block,
+            sequence: pos.sequence,
+            seed: self.sources[i].seed,
             shard_index: o.shard_index,
             shard_count: o.shard_count,
-            rows: self.rows.len(),
+            rows: self.sources[i].rows.len(),
             seq_len: o.sampler.context_len,
             batch_size: o.batch_size,
             packing: o.packing,
@@ -842,10 +1039,37 @@ impl Loader {
         }
     }
 
-    /// Continues from `state` (prefetched batches are discarded).
-    pub fn set_state(&mut self, state: &IteratorState) -> Result<()> {
-        self.check_fork();
-        let mine = self.state();
+    /// The state after the last batch handed out: an [`IteratorState`] for one
+    /// output, a [`MixtureState`] for a mixture.
+    pub fn state(&self) -> LoaderState {
+        let Some(weights) = &self.weights else {
+            return self.source_state(0).into();
+        };
+        let o = &self.opts;
+        MixtureState {
+            version: MIXTURE_STATE_VERSION,
+            seed: o.seed,
+            shard_index: o.shard_index,
+            shard_count: o.shard_count,
+            batch_size: o.batch_size,
+            picks: self.position.picks,
+            sources: self
+                .sources
+                .iter()
+                .enumerate()
+                .map(|(i, s)| MixtureSourceState {
+                    name: s.name.clone(),
+                    weight: weights.as_slice()[i],
+                    state: self.source_state(i),
+                })
+                .collect(),
+        }
+        .into()
+    }
+
+    /// Source `i`'s position and changes from `state`, checked against this loader.
+    fn checked_source_state(&self, i: usize, state: &IteratorState) -> Result<(Position, Changes)> {
+        let mine = self.source_state(i);
         check_version(state)?;
         if let Some((what, a, b)) = first_difference(state, &mine, true) {
             return Err(Error::Input(format!(
@@ -859,13 +1083,112 @@ impl Loader {
                 layout.check_pending(p, mine.block_rows as u64)?;
             }
         }
-        self.stop_producer();
-        self.position = Position {
+        let pos = Position {
             epoch: state.epoch,
             block: state.block,
             sequence: state.sequence,
         };
-        self.changes = Arc::new(state.changes.clone());
+        Ok((pos, state.changes.clone()))
+    }
+
+    /// What this loader is, for errors about a state of the other kind.
+    fn kind(&self) -> String {
+        match &self.weights {
+            None => "this iterator reads one output".into(),
+            Some(_) => format!("this iterator is a mixture of {} sources", self.sources.len()),
+        }
+    }
+
+    /// Continues from `state` (prefetched batches are discarded). A mixture's state
+    /// restores into a mixture of the same sources (same rows, in the same order)
+    /// whatever its weights: every source continues where it was, and only the picks
+    /// from now on follow the new weights.
+    pub fn set_state(&mut self, state: &LoaderState) -> Result<()> {
+        self.check_fork();
+        let (sources, picks) = match (state, &self.weights) {
+            (LoaderState::Single(s), None) => (vec![self.checked_source_state(0, s)?], 0),
+            (LoaderState::Mixture(m), Some(_)) => (self.checked_mixture_state(m)?, m.picks),
+            (LoaderState::Single(_), Some(_)) => {
+                return Err(Error::Input(format!(
+                    "iterator state is of one output; {}",
+                    self.kind()
+                )))
+            }
+            (LoaderState::Mixture(m), None) => {
+                return Err(Error::Input(format!(
+                    "iterator state is of a mixture of {} sources; {}",
+                    m.sources.len(),
+                    self.kind()
+                )))
+            }
+        };
+        self.stop_producer();
+        let (positions, changes): (Vec<Position>, Vec<Changes>) = sources.into_iter().unzip();
+        self.position = StreamPosition {
+            sources: positions,
+            picks,
+        };
+        self.changes = changes.into_iter().map(Arc::new).collect();
+        self.exhausted = false;
+        Ok(())
+    }
+
+    fn checked_mixture_state(&self, m: &MixtureState) -> Result<Vec<(Position, Changes)>> {
+        let o = &self.opts;
+        if m.version != MIXTURE_STATE_VERSION {
+            return Err(Error::Input(format!(
+                "mixture state is for state version = {}, this iterator has \
+                 {MIXTURE_STATE_VERSION}",
+                m.version
+            )));
+        }
+        if m.sources.len() != self.sources.len() {
+            return Err(Error::Input(format!(
+                "mixture state is of {} sources; {}",
+                m.sources.len(),
+                self.kind()
+            )));
+        }
+        let pair = |a: &dyn ToString, b: &dyn ToString| (a.to_string(), b.to_string());
+        for (what, (a, b)) in [
+            ("seed", pair(&m.seed, &o.seed)),
+            ("shard_index", pair(&m.shard_index, &o.shard_index)),
+            ("shard_count", pair(&m.shard_count, &o.shard_count)),
+            ("batch_size", pair(&m.batch_size, &o.batch_size)),
+        ] {
+            if a != b {
+                return Err(Error::Input(format!(
+                    "mixture state is for {what} = {a}, this iterator has {b}"
+                )));
+            }
+        }
+        m.sources
+            .iter()
+            .enumerate()
+            .map(|(i, s)| {
+                self.checked_source_state(i, &s.state).map_err(|e| {
+                    about(
+                        &format!("source {i} ({}, state taken on {})", self.sources[i].name, s.name),
+                        e,
+                    )
+                })
+            })
+            .collect()
+    }
+
+    /// Changes a mixture's weights from the position after the last batch handed out
+    /// (prefetched batches are discarded): every source continues where it was.
+    pub fn set_weights(&mut self, weights: Vec<f64>) -> Result<()> {
+        self.check_fork();
+        if self.weights.is_none() {
+            return Err(Error::Input(format!(
+                "set_weights: {}, not a mixture",
+                self.kind()
+            )));
+        }
+        let weights = Weights::new(weights, self.sources.len())?;
+        self.stop_producer();
+        self.weights = Some(Arc::new(weights));
         self.exhausted = false;
         Ok(())
     }
@@ -878,10 +1201,87 @@ impl Loader {
     /// skipped, and a block a rank had partly delivered is rebuilt from the same keys
     /// for its undelivered sequences. Costs O(old ranks + new ranks). The seed, rows,
     /// sequence length, packing and block rows must be the same; the batch size may
-    /// differ (positions count sequences, not batches).
-    pub fn set_states(&mut self, states: &[IteratorState]) -> Result<()> {
+    /// differ (positions count sequences, not batches). A mixture does this source by
+    /// source; its picks start again from 0 after a change of the number of ranks.
+    pub fn set_states(&mut self, states: &[LoaderState]) -> Result<()> {
         self.check_fork();
-        let mine = self.state();
+        let bad = |what: String| Err(Error::Input(format!("iterator states: {what}")));
+        if self.weights.is_none() {
+            let mut singles = Vec::with_capacity(states.len());
+            for s in states {
+                match s {
+                    LoaderState::Single(s) => singles.push(s),
+                    LoaderState::Mixture(m) => {
+                        return bad(format!(
+                            "a state is of a mixture of {} sources; {}",
+                            m.sources.len(),
+                            self.kind()
+                        ))
+                    }
+                }
+            }
+            let resumed = self.resumed_source_state(0, &singles)?;
+            return self.set_state(&resumed.into());
+        }
+        let mut mixtures = Vec::with_capacity(states.len());
+        for s in states {
+            match s {
+                LoaderState::Mixture(m) if m.sources.len() == self.sources.len() => {
+                    mixtures.push(m)
+                }
+                LoaderState::Mixture(m) => {
+                    return bad(format!(
+                        "a state is of a mixture of {} sources; {}",
+                        m.sources.len(),
+                        self.kind()
+                    ))
+                }
+                LoaderState::Single(_) => {
+                    return bad(format!("a state is of one output; {}", self.kind()))
+                }
+            }
+        }
+        let Some(first) = mixtures.first() else {
+            return bad("none given".into());
+        };
+        let o = self.opts.clone();
+        let mut sources = Vec::with_capacity(self.sources.len());
+        for i in 0..self.sources.len() {
+            let states: Vec<&IteratorState> = mixtures.iter().map(|m| &m.sources[i].state).collect();
+            let resumed = self
+                .resumed_source_state(i, &states)
+                .map_err(|e| about(&format!("source {i} ({})", self.sources[i].name), e))?;
+            sources.push(MixtureSourceState {
+                name: first.sources[i].name.clone(),
+                weight: first.sources[i].weight,
+                state: resumed,
+            });
+        }
+        // The picks go on where they were on the same ranks, and start afresh on others.
+        let picks = if first.shard_count == o.shard_count {
+            mixtures
+                .iter()
+                .find(|m| m.shard_index == o.shard_index)
+                .map_or(0, |m| m.picks)
+        } else {
+            0
+        };
+        let resumed = MixtureState {
+            version: MIXTURE_STATE_VERSION,
+            seed: first.seed,
+            shard_index: o.shard_index,
+            shard_count: o.shard_count,
+            batch_size: o.batch_size,
+            picks,
+            sources,
+        };
+        self.set_state(&resumed.into())
+    }
+
+    /// The state source `i` continues from after the elastic resume from `states` (one
+    /// per old rank, in any order).
+    fn resumed_source_state(&self, i: usize, states: &[&IteratorState]) -> Result<IteratorState> {
+        let mine = self.source_state(i);
         let bad = |what: String| Err(Error::Input(format!("iterator states: {what}")));
         let Some(first) = states.first() else {
             return bad("none given".into());
@@ -916,23 +1316,21 @@ impl Loader {
         let by_rank: Vec<&IteratorState> = by_rank.into_iter().flatten().collect();
         if count == mine.shard_count {
             let own = by_rank[mine.shard_index as usize];
-            let same = IteratorState {
+            return Ok(IteratorState {
                 batch_size: mine.batch_size,
                 ..own.clone()
-            };
-            return self.set_state(&same);
+            });
         }
         let changes = reshard_states(&by_rank, mine.shard_index, mine.shard_count)?;
         let epoch = by_rank.iter().map(|s| s.epoch).min().unwrap_or(0);
-        let resumed = IteratorState {
+        Ok(IteratorState {
             version: STATE_VERSION_CHANGES,
             epoch,
             block: 0,
             sequence: 0,
             changes,
             ..mine
-        };
-        self.set_state(&resumed)
+        })
     }
 
     /// Stops the background producer.
@@ -1016,6 +1414,18 @@ mod tests {
         Loader::new(RowSource::open(files).unwrap(), o).unwrap()
     }
 
+    /// The state of a loader of one output.
+    fn one(l: &Loader) -> IteratorState {
+        match l.state() {
+            LoaderState::Single(s) => s,
+            LoaderState::Mixture(_) => panic!("a loader of one output has a mixture state"),
+        }
+    }
+
+    fn ls(states: &[IteratorState]) -> Vec<LoaderState> {
+        states.iter().cloned().map(LoaderState::from).collect()
+    }
+
     fn take(l: &mut Loader, n: usize) -> Vec<Batch> {
         (0..n).map_while(|_| l.next_batch().unwrap()).collect()
     }
@@ -1059,8 +1469,13 @@ mod tests {
                     block_rows: 7,
                     ..Default::default()
                 });
-                let s = BatchStream::new(
-                    Arc::new(RowSource::open(&files).unwrap()),
+                let source = Source {
+                    name: String::new(),
+                    rows: Arc::new(RowSource::open(&files).unwrap()),
+                    seed: o.seed,
+                };
+                let s = SourceStream::new(
+                    source,
                     o.clone(),
                     Arc::new(Changes::new()),
                     Position {
@@ -1068,8 +1483,7 @@ mod tests {
                         block: 0,
                         sequence: 0,
                     },
-                )
-                .unwrap();
+                );
                 let perm = Permutation::new(n, key(&[o.seed, 0, 0x7065_726d]));
                 for p in 0..s.rank_rows() {
                     seen[perm.get(r + p * w) as usize] += 1;
@@ -1145,7 +1559,7 @@ mod tests {
         for (r, l) in loaders.iter_mut().enumerate() {
             let n = steps[r % steps.len()];
             if n == usize::MAX {
-                while l.state().epoch == 0 {
+                while one(l).epoch == 0 {
                     delivered.extend(contexts_of(&take(l, 1)));
                 }
                 delivered.extend(contexts_of(&take(l, 2)));
@@ -1154,9 +1568,9 @@ mod tests {
             }
         }
         for (step, &next) in chain.iter().enumerate() {
-            let states: Vec<IteratorState> = loaders.iter().rev().map(|l| l.state()).collect();
+            let states: Vec<LoaderState> = loaders.iter().rev().map(|l| l.state()).collect();
             // States travel as JSON (checkpoints).
-            let states: Vec<IteratorState> = states
+            let states: Vec<LoaderState> = states
                 .iter()
                 .map(|s| serde_json::from_str(&serde_json::to_string(s).unwrap()).unwrap())
                 .collect();
@@ -1209,41 +1623,41 @@ mod tests {
         for (r, l) in ranks.iter_mut().enumerate() {
             take(l, 2 + r);
         }
-        let states: Vec<IteratorState> = ranks.iter().map(|l| l.state()).collect();
+        let states: Vec<IteratorState> = ranks.iter().map(one).collect();
         assert!(states
             .iter()
             .all(|s| s.version == 1 && s.changes.is_empty()));
         let expected = take(&mut ranks[1], 5);
         let mut again = rank(&files, 1, 3, 3);
-        again.set_states(&states).unwrap();
+        again.set_states(&ls(&states)).unwrap();
         assert!(take(&mut again, 5) == expected);
         // Missing, repeated or foreign states are refused.
         let mut other = rank(&files, 0, 2, 3);
-        assert!(other.set_states(&states[..2]).is_err());
+        assert!(other.set_states(&ls(&states[..2])).is_err());
         assert!(other
-            .set_states(&[states[0].clone(), states[0].clone(), states[2].clone()])
+            .set_states(&ls(&[states[0].clone(), states[0].clone(), states[2].clone()]))
             .is_err());
         let mut seeded = states.clone();
         seeded[2].seed = 9;
         assert!(other
-            .set_states(&seeded)
+            .set_states(&ls(&seeded))
             .unwrap_err()
             .to_string()
             .contains("seed"));
         assert!(other.set_states(&[]).is_err());
         // After a change the state says so (version 2) and restores as it is.
-        other.set_states(&states).unwrap();
+        other.set_states(&ls(&states)).unwrap();
         take(&mut other, 1);
-        let state = other.state();
+        let state = one(&other);
         assert_eq!(state.version, 2);
         assert!(!state.changes.is_empty());
         let expected = take(&mut other, 4);
         let mut copy = rank(&files, 0, 2, 3);
-        copy.set_state(&state).unwrap();
+        copy.set_state(&state.clone().into()).unwrap();
         assert!(take(&mut copy, 4) == expected);
         let mut unversioned = state.clone();
         unversioned.version = 1;
-        assert!(copy.set_state(&unversioned).is_err());
+        assert!(copy.set_state(&unversioned.clone().into()).is_err());
         // A damaged state is an error, not a panic when its epoch comes.
         let mut damaged = state.clone();
         if let Some(c) = damaged.changes.values_mut().next() {
@@ -1254,11 +1668,11 @@ mod tests {
                 sequence: 0,
             });
         }
-        assert!(copy.set_state(&damaged).is_err());
+        assert!(copy.set_state(&damaged.clone().into()).is_err());
         let mut far = states.clone();
         far[1].epoch = u64::MAX;
         assert!(other
-            .set_states(&far)
+            .set_states(&ls(&far))
             .unwrap_err()
             .to_string()
             .contains("epochs"));

@@ -22,6 +22,7 @@
 pub mod array_record;
 pub mod dataset;
 pub mod epoch_layout;
+pub mod mixture;
 pub mod error;
 pub mod output;
 pub mod packing;
