@@ -861,7 +861,7 @@ impl Loader {
                 sources: vec![start; sources.len()],
                 picks: 0,
             },
-            changes: vec![Arc::new(Changes::new()); sources.len()],
+            changes: (0..sources.len()).map(|_| Arc::new(Changes::new())).collect(),
             sources,
             opts: Arc::new(opts),
             weights,
@@ -1095,7 +1095,10 @@ impl Loader {
     fn kind(&self) -> String {
         match &self.weights {
             None => "this iterator reads one output".into(),
-            Some(_) => format!("this iterator is a mixture of {} sources", self.sources.len()),
+            Some(_) => format!(
+                "this iterator is a mixture of {} sources",
+                self.sources.len()
+            ),
         }
     }
 
@@ -1168,7 +1171,10 @@ impl Loader {
             .map(|(i, s)| {
                 self.checked_source_state(i, &s.state).map_err(|e| {
                     about(
-                        &format!("source {i} ({}, state taken on {})", self.sources[i].name, s.name),
+                        &format!(
+                            "source {i} ({}, state taken on {})",
+                            self.sources[i].name, s.name
+                        ),
                         e,
                     )
                 })
@@ -1247,7 +1253,8 @@ impl Loader {
         let o = self.opts.clone();
         let mut sources = Vec::with_capacity(self.sources.len());
         for i in 0..self.sources.len() {
-            let states: Vec<&IteratorState> = mixtures.iter().map(|m| &m.sources[i].state).collect();
+            let states: Vec<&IteratorState> =
+                mixtures.iter().map(|m| &m.sources[i].state).collect();
             let resumed = self
                 .resumed_source_state(i, &states)
                 .map_err(|e| about(&format!("source {i} ({})", self.sources[i].name), e))?;
@@ -1347,17 +1354,27 @@ impl Drop for Loader {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::array_record::{ArrayRecordWriter, WriterOptions};
     use crate::row::{encode_row, Measurement, RttCode};
 
     /// Two shards of rows with sizes from 1 to 2000 measurements.
-    fn shards(dir: &std::path::Path) -> Vec<PathBuf> {
-        let mut rng = CounterRng::new(11);
+    pub(crate) fn shards(dir: &std::path::Path) -> Vec<PathBuf> {
+        shards_of(dir, 0)
+    }
+
+    /// Two shards of rows with sizes from 1 to 2000 measurements; another `salt`, other
+    /// rows (other probes and measurements).
+    pub(crate) fn shards_of(dir: &std::path::Path, salt: u32) -> Vec<PathBuf> {
+        let mut rng = CounterRng::new(11 + u64::from(salt));
         let mut files = Vec::new();
         for s in 0..2 {
-            let path = dir.join(format!("shard-{s}.array_record"));
+            let path = if salt == 0 {
+                dir.join(format!("shard-{s}.array_record"))
+            } else {
+                dir.join(format!("shard-{salt}-{s}.array_record"))
+            };
             let mut w = ArrayRecordWriter::create(
                 &path,
                 "group_size:1,uncompressed"
@@ -1369,9 +1386,9 @@ mod tests {
                 let n = [1usize, 7, 40, 300, 2000][(r % 5) as usize];
                 let v6 = r % 3 == 0;
                 let src: std::net::IpAddr = if v6 {
-                    format!("2001:db8::{:x}", s * 100 + r + 1)
+                    format!("2001:db8:{salt:x}::{:x}", s * 100 + r + 1)
                 } else {
-                    format!("10.{s}.0.{r}")
+                    format!("10.{s}.{salt}.{r}")
                 }
                 .parse()
                 .unwrap();
@@ -1400,7 +1417,8 @@ mod tests {
         files
     }
 
-    fn loader(files: &[PathBuf], f: impl FnOnce(&mut DatasetOptions)) -> Loader {
+    /// Test options: batches of 4, blocks of 16 rows, contexts of 256 tokens.
+    pub(crate) fn test_options(f: impl FnOnce(&mut DatasetOptions)) -> DatasetOptions {
         let mut o = DatasetOptions {
             batch_size: 4,
             block_rows: 16,
@@ -1411,11 +1429,15 @@ mod tests {
             ..Default::default()
         };
         f(&mut o);
-        Loader::new(RowSource::open(files).unwrap(), o).unwrap()
+        o
+    }
+
+    fn loader(files: &[PathBuf], f: impl FnOnce(&mut DatasetOptions)) -> Loader {
+        Loader::new(RowSource::open(files).unwrap(), test_options(f)).unwrap()
     }
 
     /// The state of a loader of one output.
-    fn one(l: &Loader) -> IteratorState {
+    pub(crate) fn one(l: &Loader) -> IteratorState {
         match l.state() {
             LoaderState::Single(s) => s,
             LoaderState::Mixture(_) => panic!("a loader of one output has a mixture state"),
@@ -1426,7 +1448,7 @@ mod tests {
         states.iter().cloned().map(LoaderState::from).collect()
     }
 
-    fn take(l: &mut Loader, n: usize) -> Vec<Batch> {
+    pub(crate) fn take(l: &mut Loader, n: usize) -> Vec<Batch> {
         (0..n).map_while(|_| l.next_batch().unwrap()).collect()
     }
 
@@ -1513,7 +1535,7 @@ mod tests {
     }
 
     /// Every context in `batches` (its input tokens), in order.
-    fn contexts_of(batches: &[Batch]) -> Vec<Vec<i32>> {
+    pub(crate) fn contexts_of(batches: &[Batch]) -> Vec<Vec<i32>> {
         let mut out = Vec::new();
         for b in batches {
             for s in 0..b.inputs.len() / b.seq_len {
@@ -1635,7 +1657,11 @@ mod tests {
         let mut other = rank(&files, 0, 2, 3);
         assert!(other.set_states(&ls(&states[..2])).is_err());
         assert!(other
-            .set_states(&ls(&[states[0].clone(), states[0].clone(), states[2].clone()]))
+            .set_states(&ls(&[
+                states[0].clone(),
+                states[0].clone(),
+                states[2].clone()
+            ]))
             .is_err());
         let mut seeded = states.clone();
         seeded[2].seed = 9;

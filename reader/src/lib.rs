@@ -22,8 +22,8 @@
 pub mod array_record;
 pub mod dataset;
 pub mod epoch_layout;
-pub mod mixture;
 pub mod error;
+pub mod mixture;
 pub mod output;
 pub mod packing;
 pub mod rng;
