@@ -15,13 +15,20 @@ from __future__ import annotations
 
 import json
 import os
-from typing import Any, Iterator, Sequence, Union
+from typing import Any, Iterator, Mapping, Sequence, Union
 
 import numpy as np
 
 from . import _native
 
 PathLike = Union[str, os.PathLike, Sequence[Union[str, os.PathLike]]]
+MixtureSources = Union[Mapping[str, float], Sequence[tuple[PathLike, float]]]
+
+
+def _paths(path: PathLike) -> str | list[str]:
+    if isinstance(path, (str, os.PathLike)):
+        return os.fspath(path)
+    return [os.fspath(p) for p in path]
 
 def _after_fork_in_child() -> None:
     _native._after_fork_in_child()
@@ -68,6 +75,9 @@ class Dataset:
         timestamp_modes, partial_drop, strategy: the sampler's numbers (see
             ARCHITECTURE.md, "The sampler"); ``strategy`` is ``"window"`` or
             ``"geometric_stride"``.
+        weights: makes this a weighted mixture: ``path`` is then a list of sources
+            (each an output, a glob, a file or a list of files), one weight each; see
+            :meth:`mixture`.
     """
 
     def __init__(
@@ -93,6 +103,7 @@ class Dataset:
         partial_drop: tuple[float, float] = (0.1, 0.9),
         strategy: str = "window",
         verify: bool = False,
+        weights: Sequence[float] | None = None,
     ) -> None:
         if (shard_index is None) != (shard_count is None):
             raise ValueError("give both shard_index and shard_count, or neither")
@@ -101,10 +112,13 @@ class Dataset:
         if num_threads is None:
             cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
             num_threads = max(1, min(4, cpus))
-        if isinstance(path, (str, os.PathLike)):
-            paths: str | list[str] = os.fspath(path)
+        if weights is None:
+            paths: Any = _paths(path)
         else:
-            paths = [os.fspath(p) for p in path]
+            if isinstance(path, (str, os.PathLike)):
+                raise ValueError("a mixture's sources must be a list (one per weight)")
+            paths = [_paths(p) for p in path]
+            weights = [float(w) for w in weights]
         self._options = dict(
             split=split,
             seq_len=seq_len,
@@ -126,7 +140,69 @@ class Dataset:
             strategy=strategy,
         )
         self._path = paths
-        self._loader = _native._Loader(paths, **self._options, verify=verify)
+        self._loader = _native._Loader(paths, **self._options, verify=verify, weights=weights)
+
+    @classmethod
+    def mixture(cls, sources: MixtureSources, split: str = "train", **options: Any) -> "Dataset":
+        """A weighted mixture of several outputs (e.g. two collection periods, or an
+        oversampled rare region), as one stream of batches.
+
+        ``sources`` maps each source to its weight: ``{"out/2024": 1.0, "out/2025":
+        3.0}``, or a list of ``(source, weight)`` pairs where a source may also be a list
+        of shard files. Only the ratios of the weights matter; a weight may be 0.
+
+        Each sequence of a batch comes from source ``s`` with probability
+        ``weights[s] / sum(weights)``, drawn deterministically from (seed, rank, ranks,
+        sequence number). Every source is read as a :class:`Dataset` of its own would
+        read it (with a seed derived from ``seed`` and its place in the list): its own
+        epochs (a small source with a large weight is repeated more often), its rows
+        disjoint between ranks, its blocks packed on their own. A finite stream
+        (``num_epochs``) ends when a picked source has ended.
+
+        The state (``get_state()``) holds every source's position and its weight.
+        :meth:`set_state` restores it into a mixture of the same sources (same rows,
+        same order) with the same or **other** weights, and :meth:`set_weights` changes
+        them on the fly: every source continues where it was, so no row of its current
+        block is lost or repeated; only the picks from then on follow the new weights.
+        ``set_states`` (elastic resume) works source by source.
+
+        Takes :class:`Dataset`'s other arguments (``seq_len``, ``batch_size``, ``seed``,
+        ``shard_index`` …), the same for every source.
+        """
+        if isinstance(sources, Mapping):
+            pairs = list(sources.items())
+        else:
+            pairs = [tuple(p) for p in sources]
+        if not pairs:
+            raise ValueError("a mixture needs at least one source")
+        for pair in pairs:
+            if len(pair) != 2:
+                raise ValueError(f"a mixture source must be a (path, weight) pair, not {pair!r}")
+        return cls([p for p, _ in pairs], split, weights=[w for _, w in pairs], **options)
+
+    @property
+    def weights(self) -> list[float] | None:
+        """A mixture's current weights; None for one output."""
+        return self._loader.weights
+
+    @property
+    def sources(self) -> list[dict[str, Any]]:
+        """Each source: its ``name`` (as given), ``rows``, ``weight`` (None for one
+        output) and shard ``files``."""
+        weights = self._loader.weights or [None] * len(self._loader.source_names)
+        return [
+            dict(name=n, rows=r, weight=w, files=f)
+            for n, r, w, f in zip(
+                self._loader.source_names, self._loader.source_rows, weights, self._loader.source_files
+            )
+        ]
+
+    def set_weights(self, weights: Sequence[float]) -> None:
+        """Change a mixture's weights from the last batch returned (prefetched batches
+        are dropped): every source continues where it was. Raises InvalidInputError for
+        one output, or weights that are not one finite number ≥ 0 per source with at
+        least one > 0."""
+        self._loader.set_weights([float(w) for w in weights])
 
     @property
     def options(self) -> dict[str, Any]:
@@ -135,7 +211,7 @@ class Dataset:
 
     @property
     def num_rows(self) -> int:
-        """Rows in the split (all ranks together)."""
+        """Rows in the split (all ranks together; of a mixture, all sources together)."""
         return self._loader.num_rows
 
     @property
@@ -164,7 +240,9 @@ class Dataset:
         """Continue from ``state`` (from ``get_state``); prefetched batches are dropped.
 
         Raises InvalidInputError if the state belongs to differently configured
-        iterator (seed, ranks, rows, seq_len, batch_size, packing, block_rows)."""
+        iterator (seed, ranks, rows, seq_len, batch_size, packing, block_rows), or a
+        mixture's state to other sources (a mixture's weights may differ: see
+        :meth:`mixture`)."""
         self._loader.set_state_json(json.dumps(state))
 
     def set_states(self, states: Sequence[dict[str, Any]]) -> None:
@@ -201,8 +279,12 @@ class Dataset:
 
     def __repr__(self) -> str:
         o = self._options
+        if not self.closed and self.weights is not None:
+            what = f"probeflow.Dataset.mixture({dict(zip(self._loader.source_names, self.weights))!r}, "
+        else:
+            what = f"probeflow.Dataset({self._path!r}, "
         return (
-            f"probeflow.Dataset({self._path!r}, split={o['split']!r}, seq_len={o['seq_len']}, "
+            f"{what}split={o['split']!r}, seq_len={o['seq_len']}, "
             f"batch_size={o['batch_size']}, seed={o['seed']}, shard_index={o['shard_index']}, "
             f"shard_count={o['shard_count']}, packing={o['packing']})"
         )

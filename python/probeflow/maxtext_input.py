@@ -70,6 +70,10 @@ def _floats(n: int) -> Callable[[str], tuple[float, ...]]:
     return parse
 
 
+def _weights(text: str) -> tuple[float, ...]:
+    return tuple(float(p) for p in text.split(",") if p.strip())
+
+
 @dataclasses.dataclass(frozen=True)
 class NetworkOptions:
     """The ``network_*`` keys of a MaxText run (``network_`` prefix stripped).
@@ -79,6 +83,10 @@ class NetworkOptions:
     has no held-out split and is refused for eval). ``eval_split``: the split eval
     reads, ``auto`` (default: ``val`` when the eval files hold a val split, else
     ``test``), ``val`` or ``test``; eval never reads train rows.
+    ``train_weights``: comma-separated weights that make the train stream a weighted
+    mixture (:meth:`probeflow.Dataset.mixture`); ``train_files`` is then as many
+    comma-separated sources, and ``eval_files`` must be given. A run may resume with
+    other weights: every source continues where the checkpoint left it.
     ``seed``: the reader's seed. ``packing``: default MaxText's ``packing``. The other
     keys are ``probeflow.Dataset``'s options. ``batch_log``: a file that gets one JSON
     line per batch handed to MaxText (sha256 of the arrays and the token arrays), for
@@ -88,6 +96,7 @@ class NetworkOptions:
     train_files: str = ""
     eval_files: str = ""
     eval_split: str = "auto"
+    train_weights: tuple[float, ...] = ()
     seed: int = 0
     packing: bool | None = None
     prefetch: int = 4
@@ -107,6 +116,7 @@ class NetworkOptions:
             "train_files": str,
             "eval_files": str,
             "eval_split": _eval_split,
+            "train_weights": _weights,
             "seed": int,
             "packing": _bool,
             "prefetch": int,
@@ -138,7 +148,26 @@ class NetworkOptions:
         opts = cls(**values)
         if not opts.train_files:
             raise NetworkConfigError("network_train_files is required with dataset_type=network")
+        if opts.train_weights:
+            sources = opts.train_sources()
+            if len(sources) != len(opts.train_weights):
+                raise NetworkConfigError(
+                    f"network_train_weights has {len(opts.train_weights)} weights for "
+                    f"{len(sources)} sources in network_train_files: give one weight per source"
+                )
+            if not opts.eval_files:
+                raise NetworkConfigError(
+                    "network_eval_files is required when network_train_files is a mixture "
+                    "(network_train_weights): say which output eval reads"
+                )
         return opts
+
+    def train_sources(self) -> list[str]:
+        """A mixture's sources (``train_files`` split at commas); ``[train_files]``
+        without ``train_weights``."""
+        if not self.train_weights:
+            return [self.train_files]
+        return [p.strip() for p in self.train_files.split(",") if p.strip()]
 
     def reader_options(self) -> dict[str, Any]:
         """The ``probeflow.Dataset`` keyword arguments these options set."""
@@ -298,8 +327,7 @@ def _make_iterator(options: NetworkOptions, config: Any, mesh: Any, process_indi
     path, split = (options.train_files, "train") if train else eval_source(options)
 
     def make() -> Dataset:
-        return Dataset(
-            path,
+        kw = dict(
             split=split,
             seq_len=config.max_target_length,
             batch_size=batch,
@@ -309,6 +337,9 @@ def _make_iterator(options: NetworkOptions, config: Any, mesh: Any, process_indi
             num_epochs=None if train else 1,
             **options.reader_options(),
         )
+        if train and options.train_weights:
+            return Dataset.mixture(list(zip(options.train_sources(), options.train_weights)), **kw)
+        return Dataset(path, **kw)
 
     padding = getattr(config, f"generate_padding_batch_{stream}", False)
     return multihost_dataloading.MultiHostDataLoadIterator(NetworkData(make, options.batch_log, stream), mesh, padding)

@@ -10,9 +10,8 @@ use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
-use probeflow_reader::dataset::{
-    note_fork_in_child, DatasetOptions, IteratorState, Loader, RowSource,
-};
+use probeflow_reader::dataset::{note_fork_in_child, DatasetOptions, Loader, RowSource};
+use probeflow_reader::mixture::LoaderState;
 use probeflow_reader::packing::BATCH_KEYS;
 use probeflow_reader::sampler::{SamplerOptions, Strategy};
 use probeflow_reader::tokenizer;
@@ -23,7 +22,20 @@ use crate::py_err;
 #[pyclass(name = "_Loader", module = "probeflow._native")]
 pub struct PyLoader {
     inner: Mutex<Option<Loader>>,
-    files: Vec<String>,
+    /// Each source's shard files (one source unless a mixture).
+    files: Vec<Vec<String>>,
+    /// Each source's name (how it was given).
+    names: Vec<String>,
+}
+
+/// One source as given from Python: a path, or a list of shard paths.
+fn source_paths(source: &Bound<'_, PyAny>) -> PyResult<Vec<String>> {
+    match source.extract::<String>() {
+        Ok(p) => Ok(vec![p]),
+        Err(_) => source
+            .extract::<Vec<String>>()
+            .map_err(|_| PyValueError::new_err("a path must be a string or a list of shard paths")),
+    }
 }
 
 /// A locked loader, or a clear error if another thread is using it or it is closed.
@@ -51,7 +63,7 @@ impl PyLoader {
     #[pyo3(signature = (path, split, seq_len, batch_size, seed, shard_index, shard_count,
         packing, prefetch, num_threads, num_epochs, drop_remainder, block_rows,
         contexts_per_row, measurements_per_context, tokens_per_measurement,
-        timestamp_modes, partial_drop, strategy, verify=false))]
+        timestamp_modes, partial_drop, strategy, verify=false, weights=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -75,13 +87,25 @@ impl PyLoader {
         partial_drop: (f64, f64),
         strategy: &str,
         verify: bool,
+        weights: Option<Vec<f64>>,
     ) -> PyResult<Self> {
-        let paths: Vec<String> = match path.extract::<String>() {
-            Ok(p) => vec![p],
-            Err(_) => path.extract::<Vec<String>>().map_err(|_| {
-                PyValueError::new_err("path must be a string or a list of shard paths")
-            })?,
+        // One output, or (with weights) a list of sources, each a path or paths.
+        let sources: Vec<Vec<String>> = match &weights {
+            None => vec![source_paths(path)?],
+            Some(_) => path
+                .extract::<Vec<Bound<'_, PyAny>>>()
+                .map_err(|_| PyValueError::new_err("a mixture's sources must be a list"))?
+                .iter()
+                .map(source_paths)
+                .collect::<PyResult<_>>()?,
         };
+        let names: Vec<String> = sources
+            .iter()
+            .map(|p| match p.as_slice() {
+                [one] => one.clone(),
+                many => format!("[{}]", many.join(", ")),
+            })
+            .collect();
         let options = DatasetOptions {
             batch_size,
             seed,
@@ -104,17 +128,33 @@ impl PyLoader {
             },
         };
         let split = split.to_string();
+        let source_names = names.clone();
         let (loader, files) = py
-            .detach(move || -> probeflow_reader::Result<(Loader, Vec<String>)> {
-                let files = probeflow_reader::output::resolve(&paths, &split, verify)?;
-                let rows = RowSource::open(&files)?;
-                let names = files.iter().map(|f| f.display().to_string()).collect();
-                Ok((Loader::new(rows, options)?, names))
-            })
+            .detach(
+                move || -> probeflow_reader::Result<(Loader, Vec<Vec<String>>)> {
+                    let mut opened = Vec::with_capacity(sources.len());
+                    let mut files = Vec::with_capacity(sources.len());
+                    for (paths, name) in sources.iter().zip(&source_names) {
+                        // Errors name the path (and keep their kind).
+                        let resolved = probeflow_reader::output::resolve(paths, &split, verify)?;
+                        opened.push((name.clone(), RowSource::open(&resolved)?));
+                        files.push(resolved.iter().map(|f| f.display().to_string()).collect());
+                    }
+                    let loader = match weights {
+                        None => match opened.pop() {
+                            Some((_, rows)) => Loader::new(rows, options)?,
+                            None => return Err(probeflow_reader::Error::Input("no path".into())),
+                        },
+                        Some(w) => Loader::mixture(opened, w, options)?,
+                    };
+                    Ok((loader, files))
+                },
+            )
             .map_err(py_err)?;
         Ok(PyLoader {
             inner: Mutex::new(Some(loader)),
             files,
+            names,
         })
     }
 
@@ -148,7 +188,7 @@ impl PyLoader {
 
     /// Continues from a state produced by `state_json` (prefetched batches are dropped).
     fn set_state_json(&self, py: Python<'_>, state: &str) -> PyResult<()> {
-        let parsed: IteratorState = parse_state(state, "a probeflow iterator state")?;
+        let parsed: LoaderState = parse_state(state, "a probeflow iterator state")?;
         let mut guard = borrow(&self.inner)?;
         let loader = guard.as_mut().ok_or_else(closed)?;
         py.detach(|| loader.set_state(&parsed)).map_err(py_err)
@@ -157,8 +197,7 @@ impl PyLoader {
     /// Continues from the states of every rank of a run, as a JSON array (elastic
     /// resume: the run may have had another number of ranks).
     fn set_states_json(&self, py: Python<'_>, states: &str) -> PyResult<()> {
-        let parsed: Vec<IteratorState> =
-            parse_state(states, "a list of probeflow iterator states")?;
+        let parsed: Vec<LoaderState> = parse_state(states, "a list of probeflow iterator states")?;
         let mut guard = borrow(&self.inner)?;
         let loader = guard.as_mut().ok_or_else(closed)?;
         py.detach(|| loader.set_states(&parsed)).map_err(py_err)
@@ -178,15 +217,53 @@ impl PyLoader {
         Ok(borrow(&self.inner)?.is_none())
     }
 
-    #[getter]
-    fn num_rows(&self) -> PyResult<u64> {
-        let guard = borrow(&self.inner)?;
-        Ok(guard.as_ref().ok_or_else(closed)?.rows().len())
+    /// Changes a mixture's weights from the last batch handed out.
+    fn set_weights(&self, py: Python<'_>, weights: Vec<f64>) -> PyResult<()> {
+        let mut guard = borrow(&self.inner)?;
+        let loader = guard.as_mut().ok_or_else(closed)?;
+        py.detach(|| loader.set_weights(weights)).map_err(py_err)
     }
 
     #[getter]
-    fn files(&self) -> Vec<String> {
+    fn num_rows(&self) -> PyResult<u64> {
+        let guard = borrow(&self.inner)?;
+        Ok(guard.as_ref().ok_or_else(closed)?.num_rows())
+    }
+
+    /// Rows of each source.
+    #[getter]
+    fn source_rows(&self) -> PyResult<Vec<u64>> {
+        let guard = borrow(&self.inner)?;
+        Ok(guard.as_ref().ok_or_else(closed)?.source_rows())
+    }
+
+    /// A mixture's weights, None for one output.
+    #[getter]
+    fn weights(&self) -> PyResult<Option<Vec<f64>>> {
+        let guard = borrow(&self.inner)?;
+        Ok(guard
+            .as_ref()
+            .ok_or_else(closed)?
+            .weights()
+            .map(<[f64]>::to_vec))
+    }
+
+    /// Each source's shard files.
+    #[getter]
+    fn source_files(&self) -> Vec<Vec<String>> {
         self.files.clone()
+    }
+
+    /// Each source's name (as given).
+    #[getter]
+    fn source_names(&self) -> Vec<String> {
+        self.names.clone()
+    }
+
+    /// Every source's shard files, in order.
+    #[getter]
+    fn files(&self) -> Vec<String> {
+        self.files.concat()
     }
 }
 

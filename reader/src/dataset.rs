@@ -16,7 +16,9 @@
 //! number of ranks (elastic resume): the rest of each epoch they were in is dealt to the
 //! new ranks by [`crate::epoch_layout`], partly delivered blocks included, so no row of
 //! the epoch is read twice or skipped; the state then also holds those epochs' changes
-//! (version 2). The
+//! (version 2). [`Loader::mixture`] reads several outputs ("sources") at once: one such
+//! stream per source (`SourceStream`), and [`crate::mixture`] picks the source of each
+//! sequence. The
 //! [`Loader`] produces batches on a background thread (with its own rayon pool) into a
 //! bounded channel; after `fork` the child starts a fresh producer from the last
 //! delivered position instead of touching the parent's threads.
@@ -861,7 +863,9 @@ impl Loader {
                 sources: vec![start; sources.len()],
                 picks: 0,
             },
-            changes: (0..sources.len()).map(|_| Arc::new(Changes::new())).collect(),
+            changes: (0..sources.len())
+                .map(|_| Arc::new(Changes::new()))
+                .collect(),
             sources,
             opts: Arc::new(opts),
             weights,

@@ -15,6 +15,8 @@
 //!   resumable iterator state and the background producer.
 //! * [`epoch_layout`]: how an epoch's rows are dealt to ranks when the number of ranks
 //!   changes mid-epoch (elastic resume).
+//! * [`mixture`]: weighted mixtures of several outputs (which source each sequence comes
+//!   from) and a mixture's iterator state.
 //!
 //! The preprocessing job (`probeflow-worker`, `probeflow-coordinator`) writes shards with
 //! this crate; the training reader (and the Python package) reads them with it.

@@ -292,6 +292,54 @@ def test_eval_stream_is_finite_and_restarts(data):
     assert again == first
 
 
+def test_a_mixture_of_two_sources_and_a_resume_with_other_weights(data, monkeypatch):
+    """network_train_weights mixes the sources of network_train_files (here two shard
+    files of the output, whose probes are disjoint): proportions follow the weights;
+    a checkpoint restored with other weights continues every source where it was."""
+    import jax
+    from jax.sharding import Mesh
+
+    out, _ = data
+    mesh = Mesh(np.array(jax.devices()), ("data",))
+    files = sorted(str(f) for f in (out / "train").glob("shard-*.array_record"))[:2]
+    rows_a = probeflow.RowDataSource(files[0])
+    probes_a = {rows_a[i]["src_addr"] for i in range(len(rows_a))}
+    _, options, _ = split_arguments(
+        ["base.yml", "dataset_type=network", f"network_train_files={files[0]},{files[1]}",
+         "network_train_weights=1,3", f"network_eval_files={out}", "network_packing=false"]
+    )
+    assert options is not None and options.train_weights == (1.0, 3.0)
+    wrapper = maxtext_input.make_train_iterator(options, config(8), mesh, [0])
+    it = wrapper.local_iterator
+    picked = [src in probes_a for _ in range(40) for src in probes_of(next(it))]
+    assert abs(sum(picked) - len(picked) / 4) <= 5 * (len(picked) * 3 / 16) ** 0.5, sum(picked)
+    state = it.get_state()
+    assert [s["weight"] for s in json.loads(state)["sources"]] == [1.0, 3.0]
+    only_a = dataclasses.replace(options, train_weights=(1.0, 0.0))
+    resumed = maxtext_input.make_train_iterator(only_a, config(8), mesh, [0])
+    resumed.local_iterator.set_state(state)
+    after = [src for _ in range(10) for src in probes_of(next(resumed.local_iterator))]
+    assert after and all(src in probes_a for src in after)
+    wrapper.close()
+    resumed.close()
+    bad = [
+        (["network_train_files=/a,/b", "network_train_weights=1", "network_eval_files=/e"], "one weight per source"),
+        (["network_train_files=/a,/b", "network_train_weights=1,2"], "network_eval_files is required"),
+    ]
+    for args, message in bad:
+        with pytest.raises(NetworkConfigError, match=message):
+            split_arguments(["base.yml", "dataset_type=network", *args])
+
+
+def probes_of(batch: dict) -> list[str]:
+    """The probe of every context of a batch, in order."""
+    return [
+        tokenizer.detokenize(ctx)[0]["src_addr"]
+        for i in range(batch["inputs"].shape[0])
+        for ctx in tokenizer.segments(batch["inputs"][i], batch["inputs_segmentation"][i])
+    ]
+
+
 def contexts_of(batch: dict) -> set[tuple[int, ...]]:
     """The contexts (input tokens) of a batch (numpy arrays or the batch log's lists)."""
     inputs, seg = np.array(batch["inputs"]), np.array(batch["inputs_segmentation"])
