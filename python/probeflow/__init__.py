@@ -12,10 +12,13 @@ This package wraps probeflow's Rust ``reader`` crate:
   which splits (train, val, test) an output holds.
 
 * :class:`Dataset` — the training reader: deterministic per-rank batches of packed,
-  tokenized contexts (MaxText's six arrays), resumable via ``get_state``/``set_state``;
+  tokenized contexts (MaxText's six arrays), resumable via ``get_state``/``set_state``,
+  over one output or a weighted mixture of several (``Dataset.mixture``);
   :class:`RowDataSource` — random access to decoded rows.
 * :mod:`probeflow.tokenizer` — the 267-token vocabulary, detokenizer, pretty printer;
   :mod:`probeflow.grain` — Grain ``IterDataset`` adapter (imports ``grain``).
+* ``python -m probeflow.report OUTPUT --html report.html`` — a one-page report on an
+  output and on what the model sees (:mod:`probeflow.report`).
 * ``python -m probeflow.maxtext_train`` — train with MaxText on probeflow shards;
   :mod:`probeflow.maxtext_input` — the MaxText input factories it installs (imports
   ``maxtext`` when used). See docs/maxtext.md.

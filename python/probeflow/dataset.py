@@ -309,12 +309,16 @@ class RowDataSource:
         return int(self._starts[-1])
 
     def __getitem__(self, index: int) -> dict[str, Any]:
+        return _native.decode_row(self.record(index))
+
+    def record(self, index: int) -> bytes:
+        """Global row ``index``'s encoded bytes (the ArrayRecord record)."""
         if index < 0:
             index += len(self)
         if not 0 <= index < len(self):
             raise IndexError(f"row {index} out of range ({len(self)} rows)")
         shard = int(np.searchsorted(self._starts, index, side="right")) - 1
-        return _native.decode_row(self._readers[shard][index - int(self._starts[shard])])
+        return self._readers[shard][index - int(self._starts[shard])]
 
     def __repr__(self) -> str:
         return f"probeflow.RowDataSource({self._path!r}, split={self._split!r})"
