@@ -1,7 +1,8 @@
 //! The training reader alone, in Rust, on one thread: non-padding tokens/s of `Loader`
 //! over shard files (for profiling without Python in the way).
 //!
-//! `cargo run --release -p probeflow-reader --example tokens -- <shard glob or dir> [seconds]`
+//! `cargo run --release -p probeflow-reader --example tokens -- <shard glob or dir> [seconds]
+//! [<second glob or dir>]`: with a second path, a 1:1 mixture of the two.
 
 use std::time::Instant;
 
@@ -14,13 +15,24 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         .ok_or("usage: tokens <shard glob or dir> [seconds]")?;
     let seconds: f64 = args.next().map(|s| s.parse()).transpose()?.unwrap_or(5.0);
     let files = RowSource::resolve(&path, "train")?;
+    let second = args.next();
     let opts = DatasetOptions {
         batch_size: 16,
         prefetch: 0,
         num_threads: 1,
         ..DatasetOptions::default()
     };
-    let mut loader = Loader::new(RowSource::open(&files)?, opts)?;
+    let mut loader = match second {
+        None => Loader::new(RowSource::open(&files)?, opts)?,
+        Some(other) => {
+            let other_files = RowSource::resolve(&other, "train")?;
+            let sources = vec![
+                (path.clone(), RowSource::open(&files)?),
+                (other, RowSource::open(&other_files)?),
+            ];
+            Loader::mixture(sources, vec![1.0, 1.0], opts)?
+        }
+    };
     let (mut real, mut total) = (0usize, 0usize);
     let start = Instant::now();
     while start.elapsed().as_secs_f64() < seconds {
