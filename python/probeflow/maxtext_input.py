@@ -204,6 +204,27 @@ def _decode_state(state: bytes) -> dict[str, Any]:
         raise ValueError(f"not a probeflow iterator state: {e}") from None
 
 
+#: (stream, exception) of every data iterator failure in this process.
+_DATA_FAILURES: list[tuple[str, BaseException]] = []
+
+
+def data_failures() -> list[tuple[str, BaseException]]:
+    """The failures of this process's data iterators, as (stream, exception): MaxText
+    catches them and stops training as if it had finished, so callers must look."""
+    return list(_DATA_FAILURES)
+
+
+def _position(state: dict[str, Any]) -> Any:
+    """A state's position for the batch log: ``[epoch, block, sequence]``, or for a
+    mixture ``{"picks": n, "sources": [[epoch, block, sequence], …]}``."""
+    if "sources" in state:
+        return {
+            "picks": state["picks"],
+            "sources": [[s["state"]["epoch"], s["state"]["block"], s["state"]["sequence"]] for s in state["sources"]],
+        }
+    return [state["epoch"], state["block"], state["sequence"]]
+
+
 class NetworkBatchIterator:
     """One host's batches, as MaxText's ``MultiHostDataLoadIterator.local_iterator``.
 
@@ -221,7 +242,15 @@ class NetworkBatchIterator:
 
     def __next__(self) -> dict[str, np.ndarray]:
         state = self._dataset.get_state() if self._batch_log else None
-        batch = next(self._dataset)
+        try:
+            batch = next(self._dataset)
+        except StopIteration:
+            raise
+        except Exception as e:
+            # MaxText turns this into "Training stopped" and a normal exit: keep it for
+            # probeflow.maxtext_train to report and fail with.
+            _DATA_FAILURES.append((self._stream, e))
+            raise
         if self._batch_log:
             self._log(batch, state)
         return batch
@@ -232,7 +261,7 @@ class NetworkBatchIterator:
             "stream": self._stream,
             "shard_index": o["shard_index"],
             "shard_count": o["shard_count"],
-            "position": [state["epoch"], state["block"], state["sequence"]] if state else None,
+            "position": _position(state) if state else None,
             "sha256": batch_digest(batch),
             "inputs": batch["inputs"].tolist(),
             "inputs_segmentation": batch["inputs_segmentation"].tolist(),

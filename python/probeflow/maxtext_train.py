@@ -19,7 +19,7 @@ import os
 import sys
 from typing import Sequence
 
-from .maxtext_input import NetworkConfigError, NetworkOptions, install
+from .maxtext_input import NetworkConfigError, NetworkOptions, data_failures, install
 
 USAGE = __doc__ or ""
 
@@ -101,11 +101,21 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     if options is not None:
         install(options)
+    code = 0
     try:
         app.run(train.main, argv=["probeflow.maxtext_train", config, *passthrough])
     except SystemExit as e:  # absl exits when main returns
-        return int(e.code or 0) if not isinstance(e.code, str) else 1
-    return 0
+        code = int(e.code or 0) if not isinstance(e.code, str) else 1
+    # MaxText ends training quietly (exit 0, "Training stopped") when the data iterator
+    # raises: a corrupt shard must not pass for a finished run.
+    failures = data_failures()
+    for stream, error in failures:
+        print(
+            f"probeflow.maxtext_train: the data stream failed ({stream}): {type(error).__name__}: {error}\n"
+            "MaxText stopped training at that step; the run is not complete.",
+            file=sys.stderr,
+        )
+    return 1 if failures and code == 0 else code
 
 
 if __name__ == "__main__":

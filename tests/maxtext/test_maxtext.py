@@ -13,6 +13,7 @@ import json
 import math
 import os
 import re
+import shutil
 import subprocess
 import sys
 import types
@@ -98,12 +99,17 @@ scratch = "{d / 'scratch'}"
 
 
 def train(out: Path, base: Path, run_name: str, steps: int, log: Path, extra=()) -> str:
-    """One MaxText training run through probeflow.maxtext_train; returns its output."""
+    """One MaxText training run through probeflow.maxtext_train; returns its output.
+    ``extra`` keys come last (a ``network_train_files`` there replaces ``out``)."""
     env = dict(os.environ, JAX_PLATFORMS="cpu")
+    if any(e.startswith("network_train_files=") for e in extra):
+        files = []
+    else:
+        files = [f"network_train_files={out}"]
     proc = run(
         [
             sys.executable, "-m", "probeflow.maxtext_train", "network_small.yml",
-            "dataset_type=network", f"network_train_files={out}", f"network_batch_log={log}",
+            "dataset_type=network", *files, f"network_batch_log={log}",
             "network_seed=5", f"run_name={run_name}", f"base_output_directory={base}",
             f"steps={steps}", *TINY, *extra,
         ],
@@ -329,6 +335,44 @@ def test_a_mixture_of_two_sources_and_a_resume_with_other_weights(data, monkeypa
     for args, message in bad:
         with pytest.raises(NetworkConfigError, match=message):
             split_arguments(["base.yml", "dataset_type=network", *args])
+
+
+def test_a_mixture_trains_through_maxtext_train(data, tmp_path):
+    """A real run on a two-source mixture, with the batch log on: every step trains."""
+    out, _ = data
+    files = sorted((out / "train").glob("shard-*.array_record"))[:2]
+    output = train(
+        out, tmp_path, "mix", 3, tmp_path / "mix.jsonl",
+        ["eval_interval=-1", f"network_train_files={files[0]},{files[1]}", "network_train_weights=1,3",
+         f"network_eval_files={out}"],
+    )
+    assert sorted(losses(output)) == [0, 1, 2], output[-3000:]
+    logged = batches(tmp_path / "mix.jsonl")
+    assert len(logged) >= 3 and logged[1]["position"]["picks"] == 4
+
+
+def test_a_data_error_fails_the_run_instead_of_stopping_it_quietly(data, tmp_path):
+    """MaxText turns an exception of the data iterator into "Training stopped" and exit
+    code 0; probeflow.maxtext_train must exit non-zero and name the error."""
+    out, _ = data
+    broken = tmp_path / "out"
+    shutil.copytree(out, broken)
+    for shard in (broken / "train").glob("shard-*.array_record"):
+        data_bytes = bytearray(shard.read_bytes())
+        # Data chunks only: the footer and the 64 KiB postscript at the end stay intact,
+        # so the shard opens and fails when its rows are read, during training.
+        for i in range(200, (len(data_bytes) - 65536) // 2):
+            data_bytes[i] ^= 0x5A
+        shard.write_bytes(bytes(data_bytes))
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    proc = subprocess.run(
+        [sys.executable, "-m", "probeflow.maxtext_train", "network_small.yml", "dataset_type=network",
+         f"network_train_files={broken}", "run_name=broken", f"base_output_directory={tmp_path}", "steps=4",
+         "eval_interval=-1", *TINY],
+        capture_output=True, text=True, env=env, cwd=tmp_path,
+    )
+    assert proc.returncode != 0, proc.stderr[-3000:]
+    assert "the data stream failed" in proc.stderr and "shard-" in proc.stderr, proc.stderr[-3000:]
 
 
 def probes_of(batch: dict) -> list[str]:
