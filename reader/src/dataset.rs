@@ -343,6 +343,13 @@ struct BuiltBlock {
     sequences: Vec<Vec<u32>>,
 }
 
+/// A position counter of a restored state at its limit (a damaged state).
+fn counter_limit(what: &str) -> Error {
+    Error::Input(format!(
+        "iterator state: {what} is at its limit (a damaged state)"
+    ))
+}
+
 impl SourceStream {
     fn new(
         source: Source,
@@ -520,6 +527,17 @@ impl SourceStream {
         let mut sequences = pack(&lengths, &order, o.sampler.context_len, o.packing);
         // Packing groups by length; the batches should not.
         rng.shuffle(&mut sequences);
+        if at.start > sequences.len() as u64 {
+            return Err(Error::Input(format!(
+                "iterator state: pending block {} of rank {} at level {} has {} sequences, \
+                 not {} delivered",
+                at.block,
+                at.rank,
+                at.level,
+                sequences.len(),
+                at.start
+            )));
+        }
         Ok(BuiltBlock {
             epoch,
             block,
@@ -542,7 +560,11 @@ impl SourceStream {
             }
             if self.pos.block >= self.plan(self.pos.epoch)?.blocks() {
                 self.pos = Position {
-                    epoch: self.pos.epoch + 1,
+                    epoch: self
+                        .pos
+                        .epoch
+                        .checked_add(1)
+                        .ok_or_else(|| counter_limit("epoch"))?,
                     block: 0,
                     sequence: 0,
                 };
@@ -632,7 +654,10 @@ impl BatchStream {
             if !self.sources[source].next_sequence(self.pool.as_ref(), &mut batch)? {
                 break;
             }
-            self.picks += 1;
+            self.picks = self
+                .picks
+                .checked_add(1)
+                .ok_or_else(|| counter_limit("picks"))?;
             filled += 1;
         }
         if filled == 0 || (filled < o.batch_size && o.drop_remainder) {
@@ -1082,10 +1107,8 @@ impl Loader {
         }
         // The changes must fit this dataset (checked now, not at the epoch).
         for changes in state.changes.values() {
-            let layout = EpochLayout::new(mine.rows, &changes.reshards, mine.shard_count)?;
-            for p in &changes.pending {
-                layout.check_pending(p, mine.block_rows as u64)?;
-            }
+            EpochLayout::new(mine.rows, &changes.reshards, mine.shard_count)?
+                .check_pending(&changes.pending, mine.block_rows as u64)?;
         }
         let pos = Position {
             epoch: state.epoch,
@@ -1140,7 +1163,10 @@ impl Loader {
         Ok(())
     }
 
-    fn checked_mixture_state(&self, m: &MixtureState) -> Result<Vec<(Position, Changes)>> {
+    /// Refuses a mixture state of another version, other sources or another seed;
+    /// `same_ranks`: also of another rank, number of ranks or batch size (a restore on
+    /// the same ranks).
+    fn check_mixture_header(&self, m: &MixtureState, same_ranks: bool) -> Result<()> {
         let o = &self.opts;
         if m.version != MIXTURE_STATE_VERSION {
             return Err(Error::Input(format!(
@@ -1156,19 +1182,37 @@ impl Loader {
                 self.kind()
             )));
         }
-        let pair = |a: &dyn ToString, b: &dyn ToString| (a.to_string(), b.to_string());
-        for (what, (a, b)) in [
-            ("seed", pair(&m.seed, &o.seed)),
-            ("shard_index", pair(&m.shard_index, &o.shard_index)),
-            ("shard_count", pair(&m.shard_count, &o.shard_count)),
-            ("batch_size", pair(&m.batch_size, &o.batch_size)),
-        ] {
-            if a != b {
-                return Err(Error::Input(format!(
-                    "mixture state is for {what} = {a}, this iterator has {b}"
-                )));
-            }
+        if m.sources
+            .iter()
+            .any(|s| (s.state.shard_index, s.state.shard_count) != (m.shard_index, m.shard_count))
+        {
+            return Err(Error::Input(
+                "mixture state: its sources' states are of other ranks than the mixture's \
+                 (a damaged state)"
+                    .into(),
+            ));
         }
+        let pair = |a: &dyn ToString, b: &dyn ToString| (a.to_string(), b.to_string());
+        let fields = [
+            ("seed", pair(&m.seed, &o.seed), false),
+            ("shard_index", pair(&m.shard_index, &o.shard_index), true),
+            ("shard_count", pair(&m.shard_count, &o.shard_count), true),
+            ("batch_size", pair(&m.batch_size, &o.batch_size), true),
+        ];
+        match fields
+            .into_iter()
+            .filter(|(_, _, placement)| same_ranks || !placement)
+            .find(|(_, (a, b), _)| a != b)
+        {
+            Some((what, (a, b), _)) => Err(Error::Input(format!(
+                "mixture state is for {what} = {a}, this iterator has {b}"
+            ))),
+            None => Ok(()),
+        }
+    }
+
+    fn checked_mixture_state(&self, m: &MixtureState) -> Result<Vec<(Position, Changes)>> {
+        self.check_mixture_header(m, true)?;
         m.sources
             .iter()
             .enumerate()
@@ -1236,15 +1280,10 @@ impl Loader {
         let mut mixtures = Vec::with_capacity(states.len());
         for s in states {
             match s {
-                LoaderState::Mixture(m) if m.sources.len() == self.sources.len() => {
-                    mixtures.push(m)
-                }
                 LoaderState::Mixture(m) => {
-                    return bad(format!(
-                        "a state is of a mixture of {} sources; {}",
-                        m.sources.len(),
-                        self.kind()
-                    ))
+                    self.check_mixture_header(m, false)
+                        .map_err(|e| about("iterator states", e))?;
+                    mixtures.push(m)
                 }
                 LoaderState::Single(_) => {
                     return bad(format!("a state is of one output; {}", self.kind()))
@@ -1639,6 +1678,49 @@ pub(crate) mod tests {
                 everything.len()
             );
         }
+    }
+
+    #[test]
+    fn a_damaged_pending_block_is_refused_not_read_twice_or_skipped() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = shards(dir.path());
+        let mut old: Vec<Loader> = (0..3).map(|r| rank(&files, r, 3, 3)).collect();
+        for (r, l) in old.iter_mut().enumerate() {
+            take(l, 2 + 3 * r);
+        }
+        let states: Vec<LoaderState> = old.iter().map(Loader::state).collect();
+        let mut new = rank(&files, 0, 2, 3);
+        new.set_states(&states).unwrap();
+        let good = one(&new);
+        let pending = &good.changes[&0].pending;
+        assert!(!pending.is_empty(), "rank 0 of 2 delivers pending blocks");
+        let damaged = |f: &dyn Fn(&mut EpochChanges)| {
+            let mut s = good.clone();
+            f(s.changes.get_mut(&0).unwrap());
+            LoaderState::from(s)
+        };
+        let mut copy = rank(&files, 0, 2, 3);
+        // Read twice: the same block twice, a block at the top level (one of a list).
+        for bad in [
+            damaged(&|c| c.pending.push(c.pending[0])),
+            damaged(&|c| {
+                c.pending[0].level = c.reshards.len() as u32;
+                c.pending[0].block = 0;
+            }),
+            // Another block of the same list than the one left partly delivered.
+            damaged(&|c| c.pending[0].block += 1),
+            damaged(&|c| c.pending[0].block -= 1),
+        ] {
+            assert!(copy.set_state(&bad).is_err(), "{bad:?}");
+        }
+        // Skipped: a pending block past its last sequence is an error when it is built.
+        let mut past = rank(&files, 0, 2, 3);
+        past.set_state(&damaged(&|c| c.pending[0].sequence = 1_000_000))
+            .unwrap();
+        let e = past.next_batch().unwrap_err().to_string();
+        assert!(e.contains("sequences"), "{e}");
+        copy.set_state(&good.into()).unwrap();
+        assert!(copy.next_batch().unwrap().is_some());
     }
 
     #[test]

@@ -148,20 +148,29 @@ impl EpochLayout {
         list_len(l.total, l.count, rank)
     }
 
-    /// Refuses a pending block that is not a block of this layout (a damaged state):
-    /// its level, rank and block must exist.
-    pub fn check_pending(&self, p: &PendingBlock, block_rows: u64) -> Result<()> {
-        let fits = p.level <= self.top()
-            && p.rank < self.count(p.level)
-            && p.block.saturating_mul(block_rows) < self.list_len(p.level, p.rank);
-        if fits {
-            Ok(())
-        } else {
-            Err(Error::Input(format!(
-                "iterator state: pending block {} of rank {} at level {} is not in this epoch",
-                p.block, p.rank, p.level
-            )))
+    /// Refuses pending blocks that are not blocks [`continue_epoch`] leaves pending in
+    /// this layout (a damaged state, which would read rows twice or skip them): each
+    /// must be, below the top level, the last block a rank had consumed when the ranks
+    /// changed, and none may be listed twice.
+    pub fn check_pending(&self, pending: &[PendingBlock], block_rows: u64) -> Result<()> {
+        for (i, p) in pending.iter().enumerate() {
+            let partly_consumed = p.level < self.top()
+                && p.rank < self.count(p.level)
+                && self.levels[p.level as usize + 1]
+                    .consumed
+                    .get(p.rank as usize)
+                    .is_some_and(|&c| {
+                        c > 0 && Some(c.div_ceil(block_rows.max(1))) == p.block.checked_add(1)
+                    });
+            if !partly_consumed || pending[..i].contains(p) {
+                return Err(Error::Input(format!(
+                    "iterator state: pending block {} of rank {} at level {} is not a \
+                     block left partly delivered in this epoch (or is listed twice)",
+                    p.block, p.rank, p.level
+                )));
+            }
         }
+        Ok(())
     }
 
     /// The permutation position of element `k` of `rank`'s list at `level` (O(levels ×
@@ -505,8 +514,12 @@ mod tests {
             block: 0,
             sequence: 1,
         };
-        layout.check_pending(&ok, 2).unwrap();
+        layout.check_pending(&[ok], 2).unwrap();
+        assert!(layout.check_pending(&[ok, ok], 2).is_err(), "listed twice");
         for bad in [
+            PendingBlock { level: 1, ..ok },
+            PendingBlock { rank: 1, ..ok },
+            PendingBlock { block: 1, ..ok },
             PendingBlock { level: 2, ..ok },
             PendingBlock { rank: 2, ..ok },
             PendingBlock { block: 3, ..ok },
@@ -515,7 +528,7 @@ mod tests {
                 ..ok
             },
         ] {
-            assert!(layout.check_pending(&bad, 2).is_err(), "{bad:?}");
+            assert!(layout.check_pending(&[bad], 2).is_err(), "{bad:?}");
         }
     }
 }

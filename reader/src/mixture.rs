@@ -379,7 +379,29 @@ mod tests {
             ];
             assert!(Loader::mixture(named, w, o.clone()).is_err());
         }
-        assert!(Loader::mixture(vec![], vec![], o).is_err());
+        assert!(Loader::mixture(vec![], vec![], o.clone()).is_err());
+        // Counters at their limit are an error, not an overflow.
+        let LoaderState::Mixture(mut m) = state.clone() else {
+            panic!("a mixture's state is a MixtureState");
+        };
+        m.picks = u64::MAX;
+        let mut full = mixture(
+            &s,
+            &[1.0, 2.0],
+            &test_options(|o| {
+                o.seed = 3;
+                o.prefetch = 0;
+            }),
+        );
+        full.set_state(&m.clone().into()).unwrap();
+        assert!(full.next_batch().is_err());
+        m.picks = 0;
+        for source in &mut m.sources {
+            source.state.epoch = u64::MAX;
+            source.state.block = u64::MAX;
+        }
+        full.set_state(&m.into()).unwrap();
+        assert!(full.next_batch().is_err());
     }
 
     #[test]
@@ -427,6 +449,16 @@ mod tests {
             assert_eq!(counts.iter().sum::<usize>(), 160);
             assert!(within_bounds(counts[0], 160, 1.0 / 3.0), "{counts:?}");
         }
+        // States of another version or seed are refused.
+        let mut versioned = states.clone();
+        if let LoaderState::Mixture(m) = &mut versioned[1] {
+            m.version = 9;
+        }
+        let e = mixture(&s, &[1.0, 2.0], &opts(0, 3))
+            .set_states(&versioned)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("version"), "{e}");
         // Mixture states into one output, and the reverse, are refused.
         let mut single = Loader::new(open(&s.files[0]), opts(0, 3)).unwrap();
         assert!(single.set_states(&states).is_err());
