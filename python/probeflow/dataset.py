@@ -20,6 +20,7 @@ from typing import Any, Iterator, Mapping, Sequence, Union
 import numpy as np
 
 from . import _native
+from .errors import InvalidInputError
 
 PathLike = Union[str, os.PathLike, Sequence[Union[str, os.PathLike]]]
 MixtureSources = Union[Mapping[str, float], Sequence[tuple[PathLike, float]]]
@@ -116,7 +117,7 @@ class Dataset:
             paths: Any = _paths(path)
         else:
             if isinstance(path, (str, os.PathLike)):
-                raise ValueError("a mixture's sources must be a list (one per weight)")
+                raise InvalidInputError("a mixture's sources must be a list (one per weight)")
             paths = [_paths(p) for p in path]
             weights = [float(w) for w in weights]
         self._options = dict(
@@ -174,10 +175,10 @@ class Dataset:
         else:
             pairs = [tuple(p) for p in sources]
         if not pairs:
-            raise ValueError("a mixture needs at least one source")
+            raise InvalidInputError("a mixture needs at least one source")
         for pair in pairs:
             if len(pair) != 2:
-                raise ValueError(f"a mixture source must be a (path, weight) pair, not {pair!r}")
+                raise InvalidInputError(f"a mixture source must be a (path, weight) pair, not {pair!r}")
         return cls([p for p, _ in pairs], split, weights=[w for _, w in pairs], **options)
 
     @property
@@ -251,7 +252,7 @@ class Dataset:
         rank, in any order.
 
         With as many old ranks as this iterator's ``shard_count`` it is
-        :meth:`set_state` of this rank's state. Otherwise the rest of each epoch the old
+        :meth:`set_state` of this rank's state (the batch size may differ). Otherwise the rest of each epoch the old
         ranks were in is dealt out to the new ranks: over all new ranks, no row of those
         epochs is read twice and none is skipped, and a block of rows a rank had partly
         delivered is rebuilt from the same random keys, so its remaining contexts are
@@ -280,7 +281,7 @@ class Dataset:
     def __repr__(self) -> str:
         o = self._options
         if not self.closed and self.weights is not None:
-            what = f"probeflow.Dataset.mixture({dict(zip(self._loader.source_names, self.weights))!r}, "
+            what = f"probeflow.Dataset.mixture({list(zip(self._loader.source_names, self.weights))!r}, "
         else:
             what = f"probeflow.Dataset({self._path!r}, "
         return (
@@ -298,8 +299,8 @@ class RowDataSource:
     """
 
     def __init__(self, path: PathLike, split: str = "train", *, verify: bool = False) -> None:
-        paths = [path] if isinstance(path, (str, os.PathLike)) else list(path)
-        self._files = _native.resolve_shards([os.fspath(p) for p in paths], split, verify)
+        paths = _paths(path)
+        self._files = _native.resolve_shards([paths] if isinstance(paths, str) else paths, split, verify)
         self._path = path
         self._split = split
         self._readers = [_native.ArrayRecordReader(f) for f in self._files]

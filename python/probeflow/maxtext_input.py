@@ -28,6 +28,7 @@ import dataclasses
 import hashlib
 import json
 import logging
+import math
 import re
 from typing import Any, Callable, Iterator
 
@@ -60,7 +61,10 @@ def _eval_split(text: str) -> str:
     return text
 
 
-def _floats(n: int) -> Callable[[str], tuple[float, ...]]:
+def parse_floats(n: int) -> Callable[[str], tuple[float, ...]]:
+    """A parser of exactly ``n`` comma-separated numbers (brackets allowed), for
+    command-line options such as ``timestamp_modes``."""
+
     def parse(text: str) -> tuple[float, ...]:
         parts = [p for p in text.replace("(", "").replace(")", "").replace("[", "").replace("]", "").split(",") if p.strip()]
         if len(parts) != n:
@@ -71,7 +75,15 @@ def _floats(n: int) -> Callable[[str], tuple[float, ...]]:
 
 
 def _weights(text: str) -> tuple[float, ...]:
-    return tuple(float(p) for p in text.split(",") if p.strip())
+    """Mixture weights: comma-separated finite numbers ≥ 0, at least one > 0, no empty
+    item (``1,,3`` is a mistake, not ``1,3``)."""
+    try:
+        weights = tuple(float(p) for p in text.split(","))
+    except ValueError:
+        raise ValueError(f"expected comma-separated numbers, got {text!r}") from None
+    if not all(math.isfinite(w) and w >= 0 for w in weights) or not any(w > 0 for w in weights):
+        raise ValueError(f"weights must be finite numbers ≥ 0, at least one > 0; got {text!r}")
+    return weights
 
 
 @dataclasses.dataclass(frozen=True)
@@ -125,8 +137,8 @@ class NetworkOptions:
             "contexts_per_row": int,
             "measurements_per_context": int,
             "tokens_per_measurement": int,
-            "timestamp_modes": _floats(3),
-            "partial_drop": _floats(2),
+            "timestamp_modes": parse_floats(3),
+            "partial_drop": parse_floats(2),
             "strategy": str,
             "batch_log": str,
         }
@@ -150,6 +162,8 @@ class NetworkOptions:
             raise NetworkConfigError("network_train_files is required with dataset_type=network")
         if opts.train_weights:
             sources = opts.train_sources()
+            if not all(sources):
+                raise NetworkConfigError(f"network_train_files={opts.train_files!r}: an empty source between commas")
             if len(sources) != len(opts.train_weights):
                 raise NetworkConfigError(
                     f"network_train_weights has {len(opts.train_weights)} weights for "
@@ -163,11 +177,8 @@ class NetworkOptions:
         return opts
 
     def train_sources(self) -> list[str]:
-        """A mixture's sources (``train_files`` split at commas); ``[train_files]``
-        without ``train_weights``."""
-        if not self.train_weights:
-            return [self.train_files]
-        return [p.strip() for p in self.train_files.split(",") if p.strip()]
+        """A mixture's sources: ``train_files`` split at commas."""
+        return [p.strip() for p in self.train_files.split(",")]
 
     def reader_options(self) -> dict[str, Any]:
         """The ``probeflow.Dataset`` keyword arguments these options set."""

@@ -36,10 +36,10 @@ import numpy as np
 from . import tokenizer
 from ._native import TOKENIZER_VERSION, decode_row, splits_of
 from .dataset import Dataset, RowDataSource
-from .errors import OutputError
+from .errors import OutputError, ProbeflowError
+from .maxtext_input import parse_floats
 
-#: Field names of a measurement, in the order the detokenizer names them.
-FIELDS = ("source", "destination", "result", "timestamp")
+#: One letter per field of a measurement, for field orders.
 FIELD_LETTERS = {"source": "S", "destination": "D", "result": "R", "timestamp": "T"}
 
 
@@ -140,7 +140,7 @@ def _dataset_figures(output: str, split: str, max_rows: int, seed: int) -> dict[
         failed += int(n - ok.sum())
         rtts.append(row["rtt_ms"][ok])
         times.append(row["event_time"])
-    per_probe = np.array(list(by_probe.values()) or [0])
+    per_probe = np.array(list(by_probe.values()), dtype=np.int64)
     rtt = np.concatenate(rtts) if rtts else np.zeros(0)
     t = np.concatenate(times) if times else np.zeros(0, dtype=np.int64)
     t0, t1 = (int(t.min()), int(t.max())) if len(t) else (0, 0)
@@ -154,8 +154,10 @@ def _dataset_figures(output: str, split: str, max_rows: int, seed: int) -> dict[
         sampled=sampled,
         probes=len(by_probe),
         measurements=measurements,
-        measurements_per_probe=Histogram.of(per_probe, log_edges(1, float(per_probe.max()) + 1, 4)),
-        row_bytes=Histogram.of(np.array(row_bytes or [1]), log_edges(min(row_bytes or [1]), max(row_bytes or [1]) + 1, 4)),
+        measurements_per_probe=Histogram.of(per_probe, log_edges(1, max(by_probe.values(), default=1) + 1, 4)),
+        row_bytes=Histogram.of(
+            np.array(row_bytes, dtype=np.int64), log_edges(min(row_bytes, default=1), max(row_bytes, default=1) + 1, 4)
+        ),
         rtt_ms=Histogram.of(rtt, log_edges(0.01, max(float(rtt.max()) if len(rtt) else 1.0, 1.0) * 1.01, 5)),
         failed_fraction=failed / measurements if measurements else 0.0,
         time_coverage=Histogram.of(t.astype(np.float64), time_edges),
@@ -202,9 +204,9 @@ def _model_figures(output: str, split: str, batches: int, options: dict[str, Any
     return dict(
         sequences=sequences,
         padding_fraction=padding / total if total else 0.0,
-        context_tokens=Histogram.of(np.array(lengths or [0]), np.linspace(0, seq_len, 17)),
+        context_tokens=Histogram.of(np.array(lengths, dtype=np.int64), np.linspace(0, seq_len, 17)),
         measurements_per_context=Histogram.of(
-            np.array(per_context or [0]), _integer_edges(max(per_context or [1]) + 1, 20)
+            np.array(per_context, dtype=np.int64), _integer_edges(max(per_context, default=1) + 1, 20)
         ),
         timestamp_modes={k: modes[k] for k in ("full", "partial", "none")},
         field_orders=dict(orders.most_common()),
@@ -247,8 +249,9 @@ def build(
     ``manifest.json``). ``reader_options``: :class:`probeflow.Dataset` options for the
     model's view (``seq_len``, ``batch_size``, ``packing``, sampler options…)."""
     manifest = _manifest(output)
-    if split not in splits_of([output]):
-        raise OutputError(f"{output}: no {split} split (it has {', '.join(splits_of([output]))})")
+    splits_held = splits_of([output])
+    if split not in splits_held:
+        raise OutputError(f"{output}: no {split} split (it has {', '.join(splits_held)})")
     options = dict(seq_len=1024, batch_size=8, seed=seed)
     options.update(reader_options)
     splits: dict[str, dict[str, int]] = {}
@@ -517,8 +520,17 @@ def render_text(f: Figures) -> str:
     return "\n".join(lines)
 
 
-def _floats(text: str) -> tuple[float, ...]:
-    return tuple(float(x) for x in text.split(","))
+def _numbers(n: int):
+    """An argparse type of ``n`` comma-separated numbers, saying what is wrong."""
+    parse = parse_floats(n)
+
+    def numbers(text: str) -> tuple[float, ...]:
+        try:
+            return parse(text)
+        except ValueError as e:
+            raise argparse.ArgumentTypeError(str(e)) from None
+
+    return numbers
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -542,8 +554,8 @@ def main(argv: list[str] | None = None) -> int:
     g.add_argument("--contexts-per-row", type=int)
     g.add_argument("--measurements-per-context", type=int)
     g.add_argument("--tokens-per-measurement", type=int)
-    g.add_argument("--timestamp-modes", type=_floats, help="e.g. 0.4,0.3,0.3 (full, partial, none)")
-    g.add_argument("--partial-drop", type=_floats, help="e.g. 0.1,0.9")
+    g.add_argument("--timestamp-modes", type=_numbers(3), help="e.g. 0.4,0.3,0.3 (full, partial, none)")
+    g.add_argument("--partial-drop", type=_numbers(2), help="e.g. 0.1,0.9")
     g.add_argument("--strategy", choices=["window", "geometric_stride"])
     a = p.parse_args(argv)
     if a.max_rows < 1 or a.batches < 1:
@@ -553,8 +565,6 @@ def main(argv: list[str] | None = None) -> int:
               "timestamp_modes", "partial_drop", "strategy"):
         if getattr(a, k) is not None:
             reader[k] = getattr(a, k)
-    from .errors import ProbeflowError  # noqa: PLC0415
-
     try:
         figures = build(a.output, a.split, max_rows=a.max_rows, batches=a.batches, seed=a.seed, **reader)
     except (ProbeflowError, OSError) as e:

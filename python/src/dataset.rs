@@ -11,7 +11,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
 use probeflow_reader::dataset::{note_fork_in_child, DatasetOptions, Loader, RowSource};
-use probeflow_reader::mixture::LoaderState;
+use probeflow_reader::mixture::{LoaderState, Weights};
 use probeflow_reader::packing::BATCH_KEYS;
 use probeflow_reader::sampler::{SamplerOptions, Strategy};
 use probeflow_reader::tokenizer;
@@ -127,6 +127,10 @@ impl PyLoader {
                 strategy: strategy.parse::<Strategy>().map_err(py_err)?,
             },
         };
+        if let Some(w) = &weights {
+            // Before opening anything: a bad weight is the error, not a missing path.
+            Weights::new(w.clone(), sources.len()).map_err(py_err)?;
+        }
         let split = split.to_string();
         let source_names = names.clone();
         let (loader, files) = py

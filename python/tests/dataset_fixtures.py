@@ -8,6 +8,7 @@ import random
 import numpy as np
 
 import probeflow
+from probeflow import tokenizer
 
 KEYS = ["inputs", "inputs_segmentation", "inputs_position", "targets", "targets_segmentation", "targets_position"]
 
@@ -65,10 +66,9 @@ def same(a, b):
 
 def contexts(batches):
     """Every context (its input tokens) in `batches`."""
-    out = []
-    for b in batches:
-        for i in range(b["inputs"].shape[0]):
-            seg, tokens = b["inputs_segmentation"][i], b["inputs"][i]
-            for s in np.unique(seg[seg != 0]):
-                out.append(tuple(tokens[seg == s].tolist()))
-    return out
+    return [
+        tuple(ctx.tolist())
+        for b in batches
+        for i in range(b["inputs"].shape[0])
+        for ctx in tokenizer.segments(b["inputs"][i], b["inputs_segmentation"][i])
+    ]

@@ -213,11 +213,7 @@ def config(batch: int, seq: int = 128) -> types.SimpleNamespace:
 
 
 def sources_of(batch: dict) -> set[str]:
-    found = set()
-    for i in range(batch["inputs"].shape[0]):
-        for ctx in tokenizer.segments(batch["inputs"][i], batch["inputs_segmentation"][i]):
-            found.add(tokenizer.detokenize(ctx)[0]["src_addr"])
-    return found
+    return set(probes_of(batch))
 
 
 def test_two_hosts_see_disjoint_rows(data, monkeypatch):
@@ -249,9 +245,8 @@ def test_two_hosts_see_disjoint_rows(data, monkeypatch):
     test_options = dataclasses.replace(options, eval_split="test")
     evaluation = maxtext_input.make_eval_iterator(test_options, config(8), mesh, [0, 1])
     test_rows = probeflow.RowDataSource(str(out), split="test")
-    assert set().union(*(sources_of(b) for b in evaluation.local_iterator)) <= {
-        test_rows[i]["src_addr"] for i in range(len(test_rows))
-    }
+    seen_test = set().union(*(sources_of(b) for b in evaluation.local_iterator))
+    assert seen_test and seen_test <= {test_rows[i]["src_addr"] for i in range(len(test_rows))}
     evaluation.close()
 
 
@@ -331,6 +326,14 @@ def test_a_mixture_of_two_sources_and_a_resume_with_other_weights(data, monkeypa
     bad = [
         (["network_train_files=/a,/b", "network_train_weights=1", "network_eval_files=/e"], "one weight per source"),
         (["network_train_files=/a,/b", "network_train_weights=1,2"], "network_eval_files is required"),
+        # Bad weights and empty items are refused when the arguments are read.
+        (["network_train_files=/a,/b,/c", "network_train_weights=1,,3", "network_eval_files=/e"], "network_train_weights"),
+        (["network_train_files=/a,/b", "network_train_weights=1,3,", "network_eval_files=/e"], "network_train_weights"),
+        (["network_train_files=/a,/b", "network_train_weights=-1,3", "network_eval_files=/e"], "network_train_weights"),
+        (["network_train_files=/a,/b", "network_train_weights=0,0", "network_eval_files=/e"], "network_train_weights"),
+        (["network_train_files=/a,/b", "network_train_weights=nan,1", "network_eval_files=/e"], "network_train_weights"),
+        (["network_train_files=/a,/b", "network_train_weights=", "network_eval_files=/e"], "network_train_weights"),
+        (["network_train_files=/a,,/b", "network_train_weights=1,2,3", "network_eval_files=/e"], "empty source"),
     ]
     for args, message in bad:
         with pytest.raises(NetworkConfigError, match=message):
@@ -387,11 +390,7 @@ def probes_of(batch: dict) -> list[str]:
 def contexts_of(batch: dict) -> set[tuple[int, ...]]:
     """The contexts (input tokens) of a batch (numpy arrays or the batch log's lists)."""
     inputs, seg = np.array(batch["inputs"]), np.array(batch["inputs_segmentation"])
-    found = set()
-    for i in range(inputs.shape[0]):
-        for s in np.unique(seg[i][seg[i] != 0]):
-            found.add(tuple(inputs[i][seg[i] == s].tolist()))
-    return found
+    return {tuple(ctx.tolist()) for i in range(inputs.shape[0]) for ctx in tokenizer.segments(inputs[i], seg[i])}
 
 
 def simulated_host(out: Path, monkeypatch, host: int, hosts: int, global_batch: int):
