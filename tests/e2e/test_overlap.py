@@ -458,6 +458,32 @@ def test_sigkill_a_worker_and_the_coordinator_then_the_same_bytes(corpus, local_
     assert output_files(out) == output_files(local_run)
 
 
+def test_an_undecodable_row_is_rejected_whether_or_not_it_overlaps(tmp_path):
+    """A training row that reads as JSON but does not decode whole (a lone surrogate
+    escape, a number out of range) is rejected as invalid JSON even when it overlaps
+    nothing: whether a row counts must not depend on what it matches (with several
+    index groups, a matching group's rejects would be dropped without a trace)."""
+    passage = "the quick brown fox jumps over the lazy dog near the river bank today"
+    eval_file = tmp_path / "eval" / "quiz-abcdef.jsonl"
+    train_file = tmp_path / "train" / "train-0.jsonl"
+    eval_file.parent.mkdir()
+    train_file.parent.mkdir()
+    eval_file.write_text(json.dumps({"id": "q0", "text": passage}) + "\n")
+    train_file.write_text(
+        json.dumps({"text": "before " + passage}) + "\n"
+        + '{"text": "nothing in common at all", "meta": "\\ud800"}\n'
+        + '{"text": "nothing in common either", "n": 1e400}\n'
+        + '{"text": "a fine row", "n": 1e300, "s": "\\u00e9\\ud83d\\ude00"}\n')
+    out = tmp_path / "out"
+    spec = overlap_job(tmp_path / "undecodable.toml", [eval_file], [train_file], out, workers=1)
+    proc = run(["run", str(spec)], check=False)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    rejects = sorted((out / "rejects").glob("*.jsonl"))
+    reasons = sorted((json.loads(line)["row"], json.loads(line)["reason"])
+                     for f in rejects for line in f.read_text().splitlines())
+    assert reasons == [(1, "invalid_json"), (2, "invalid_json")], reasons
+
+
 def test_a_lone_surrogate_outside_the_text_rejects_the_row_not_the_job(tmp_path):
     """Python's json.loads accepts a lone UTF-16 surrogate escape (`"\\ud800"`), but no
     id can be hashed from it (msgspec cannot encode it) and a Rust string cannot hold

@@ -528,18 +528,66 @@ impl<'de> serde::Deserialize<'de> for JsonValue<'de> {
                 self,
                 mut seq: A,
             ) -> std::result::Result<Self::Value, A::Error> {
-                while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+                while seq.next_element::<Checked>()?.is_some() {}
                 Ok(JsonValue::Other(JsonKind::Compound))
             }
             fn visit_map<A: serde::de::MapAccess<'de>>(
                 self,
                 mut map: A,
             ) -> std::result::Result<Self::Value, A::Error> {
-                while map
-                    .next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?
-                    .is_some()
-                {}
+                while map.next_entry::<Checked, Checked>()?.is_some() {}
                 Ok(JsonValue::Other(JsonKind::Compound))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// A JSON value that is skipped, but decoded as far as the whole record's decode goes
+/// (numbers parsed, string escapes decoded into serde's scratch buffer): a row that
+/// `Value` refuses (a lone surrogate escape, a number out of range) is refused by the
+/// light decode too, so whether a row counts never depends on what it matches.
+struct Checked;
+
+impl<'de> serde::Deserialize<'de> for Checked {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = Checked;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON value")
+            }
+            fn visit_str<E>(self, _: &str) -> std::result::Result<Checked, E> {
+                Ok(Checked)
+            }
+            fn visit_bool<E>(self, _: bool) -> std::result::Result<Checked, E> {
+                Ok(Checked)
+            }
+            fn visit_i64<E>(self, _: i64) -> std::result::Result<Checked, E> {
+                Ok(Checked)
+            }
+            fn visit_u64<E>(self, _: u64) -> std::result::Result<Checked, E> {
+                Ok(Checked)
+            }
+            fn visit_f64<E>(self, _: f64) -> std::result::Result<Checked, E> {
+                Ok(Checked)
+            }
+            fn visit_unit<E>(self) -> std::result::Result<Checked, E> {
+                Ok(Checked)
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> std::result::Result<Checked, A::Error> {
+                while seq.next_element::<Checked>()?.is_some() {}
+                Ok(Checked)
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> std::result::Result<Checked, A::Error> {
+                while map.next_entry::<Checked, Checked>()?.is_some() {}
+                Ok(Checked)
             }
         }
         d.deserialize_any(V)
@@ -579,7 +627,7 @@ fn light_record<'a>(line: &'a str, text_field: &str) -> serde_json::Result<Light
                     };
                     while let Some(key) = map.next_key::<JsonValue<'de>>()? {
                         let JsonValue::Str(key) = key else {
-                            map.next_value::<serde::de::IgnoredAny>()?;
+                            map.next_value::<Checked>()?;
                             continue;
                         };
                         if key == self.0 {
@@ -591,7 +639,7 @@ fn light_record<'a>(line: &'a str, text_field: &str) -> serde_json::Result<Light
                         } else if key == "id" {
                             out.id = Some(kind_of(&map.next_value::<JsonValue<'de>>()?));
                         } else {
-                            map.next_value::<serde::de::IgnoredAny>()?;
+                            map.next_value::<Checked>()?;
                         }
                     }
                     Ok(out)
