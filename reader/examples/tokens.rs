@@ -12,7 +12,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let mut args = std::env::args().skip(1);
     let path = args
         .next()
-        .ok_or("usage: tokens <shard glob or dir> [seconds]")?;
+        .ok_or("usage: tokens <shard glob or dir> [seconds] [<second glob or dir>]")?;
     let seconds: f64 = args.next().map(|s| s.parse()).transpose()?.unwrap_or(5.0);
     let files = RowSource::resolve(&path, "train")?;
     let second = args.next();
@@ -22,14 +22,12 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         num_threads: 1,
         ..DatasetOptions::default()
     };
+    let rows = RowSource::open(&files)?;
     let mut loader = match second {
-        None => Loader::new(RowSource::open(&files)?, opts)?,
+        None => Loader::new(rows, opts)?,
         Some(other) => {
-            let other_files = RowSource::resolve(&other, "train")?;
-            let sources = vec![
-                (path.clone(), RowSource::open(&files)?),
-                (other, RowSource::open(&other_files)?),
-            ];
+            let other_rows = RowSource::open(&RowSource::resolve(&other, "train")?)?;
+            let sources = vec![(path.clone(), rows), (other, other_rows)];
             Loader::mixture(sources, vec![1.0, 1.0], opts)?
         }
     };

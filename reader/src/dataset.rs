@@ -32,7 +32,9 @@ use std::sync::Arc;
 use serde::{Deserialize, Serialize};
 
 use crate::array_record::{ArrayRecordReader, RecordBuf};
-use crate::epoch_layout::{continue_epoch, EpochChanges, EpochLayout, PendingBlock, Progress};
+use crate::epoch_layout::{
+    continue_epoch, list_len, EpochChanges, EpochLayout, PendingBlock, Progress,
+};
 use crate::error::{Error, Result};
 use crate::mixture::{
     source_seed, LoaderState, MixtureSourceState, MixtureState, Weights, MIXTURE_STATE_VERSION,
@@ -229,18 +231,12 @@ struct SourceStream {
 /// several mixed by weight ([`crate::mixture`]).
 struct BatchStream {
     sources: Vec<SourceStream>,
-    mix: Option<Mix>,
+    /// A mixture's weights (the picks are keyed by the options' seed).
+    mix: Option<Arc<Weights>>,
     /// Sequences taken so far (the next pick's index).
     picks: u64,
     opts: Arc<DatasetOptions>,
     pool: Option<rayon::ThreadPool>,
-}
-
-/// How a mixture picks the source of each sequence.
-#[derive(Clone)]
-struct Mix {
-    seed: u64,
-    weights: Arc<Weights>,
 }
 
 /// One source of a loader: an output's split, opened, and the seed of its stream.
@@ -402,16 +398,11 @@ impl SourceStream {
 
     /// Rows of this rank per epoch (an epoch without changes).
     fn rank_rows(&self) -> u64 {
-        let (n, w, r) = (
+        list_len(
             self.rows().len(),
             self.opts.shard_count,
             self.opts.shard_index,
-        );
-        if n > r {
-            (n - r).div_ceil(w)
-        } else {
-            0
-        }
+        )
     }
 
     /// An error unless this rank has rows of this source in every epoch.
@@ -604,10 +595,13 @@ impl SourceStream {
 impl BatchStream {
     fn new(
         sources: Vec<SourceStream>,
-        mix: Option<Mix>,
+        mix: Option<Arc<Weights>>,
         picks: u64,
         opts: Arc<DatasetOptions>,
     ) -> Result<Self> {
+        for s in &sources {
+            s.check_rank_rows()?;
+        }
         let pool = if opts.num_threads > 1 {
             Some(
                 rayon::ThreadPoolBuilder::new()
@@ -638,18 +632,13 @@ impl BatchStream {
     /// The next batch and the position after it; `None` at the end of a finite stream
     /// (of a mixture: when a picked source has ended).
     fn next_batch(&mut self) -> Result<Option<(Batch, StreamPosition)>> {
-        for s in &self.sources {
-            s.check_rank_rows()?;
-        }
         let o = self.opts.clone();
         let mut batch = Batch::new(o.batch_size, o.sampler.context_len);
         let mut filled = 0;
         while filled < o.batch_size {
             let source = match &self.mix {
                 None => 0,
-                Some(m) => m
-                    .weights
-                    .pick(m.seed, o.shard_index, o.shard_count, self.picks),
+                Some(w) => w.pick(o.seed, o.shard_index, o.shard_count, self.picks),
             };
             if !self.sources[source].next_sequence(self.pool.as_ref(), &mut batch)? {
                 break;
@@ -905,11 +894,6 @@ impl Loader {
         &self.opts
     }
 
-    /// The rows of the (first) source; see [`Loader::source_rows`] for a mixture.
-    pub fn rows(&self) -> &RowSource {
-        &self.sources[0].rows
-    }
-
     /// Rows of every source, in order.
     pub fn source_rows(&self) -> Vec<u64> {
         self.sources.iter().map(|s| s.rows.len()).collect()
@@ -936,11 +920,12 @@ impl Loader {
                 SourceStream::new(source.clone(), self.opts.clone(), changes.clone(), *pos)
             })
             .collect();
-        let mix = self.weights.as_ref().map(|w| Mix {
-            seed: self.opts.seed,
-            weights: w.clone(),
-        });
-        BatchStream::new(sources, mix, self.position.picks, self.opts.clone())
+        BatchStream::new(
+            sources,
+            self.weights.clone(),
+            self.position.picks,
+            self.opts.clone(),
+        )
     }
 
     fn start_producer(&mut self) -> Result<()> {
@@ -1616,8 +1601,8 @@ pub(crate) mod tests {
     }
 
     /// Runs `count` ranks for `steps[r]` batches each (`usize::MAX`: into the second
-    /// epoch), then continues on `next` ranks from their states; returns every context
-    /// delivered before and after, and the states after the first part.
+    /// epoch), then continues on the ranks of each step of `chain` from the states of
+    /// the ranks before; returns every context delivered.
     fn elastic(files: &[PathBuf], count: u64, steps: &[usize], chain: &[u64]) -> Vec<Vec<i32>> {
         let mut delivered = Vec::new();
         let mut loaders: Vec<Loader> = (0..count).map(|r| rank(files, r, count, 3)).collect();

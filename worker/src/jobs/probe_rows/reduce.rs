@@ -34,7 +34,7 @@ use datafusion::prelude::{SessionConfig, SessionContext};
 use futures::{StreamExt, TryStreamExt};
 use object_store::{ObjectStoreExt, WriteMultipart};
 use probeflow_reader::array_record::{ArrayRecordWriter, WriterOptions};
-use probeflow_reader::row::{addr::addr_from_bytes, RowBuilder, Split};
+use probeflow_reader::row::{addr::addr_from_bytes, Row, RowBuilder, Split};
 
 use super::key;
 use super::map::shuffle_path;
@@ -101,12 +101,22 @@ struct ShardFile {
     measurements: u64,
 }
 
+impl ShardFile {
+    fn write_row(&mut self, row: &Row) -> Result<()> {
+        self.writer.write(&row.bytes)?;
+        self.rows += 1;
+        self.measurements += row.meta.n_measurements;
+        Ok(())
+    }
+}
+
 /// The builder of the source being grouped, and where its rows go.
 struct Group {
     /// The source part of the sort key (address, padded, and its length).
     src: Vec<u8>,
     builder: RowBuilder,
-    split: Split,
+    /// Its split's shard (an index into the reduce's shard files).
+    shard: usize,
 }
 
 pub async fn run_reduce(
@@ -212,20 +222,17 @@ async fn reduce_into(
                     finish_group(g, &mut shards)?;
                 }
                 let addr: IpAddr = addr_from_bytes(k.src).ok_or_else(bad_key)?;
-                let split = rule.split(&addr);
-                shard_of(&mut shards, split)?.sources += 1;
+                let shard = shard_of(&shards, rule.split(&addr))?;
+                shards[shard].sources += 1;
                 group = Some(Group {
                     src: k.src_key.to_vec(),
                     builder: RowBuilder::new(addr, job.max_row_bytes)?,
-                    split,
+                    shard,
                 });
             }
             if let Some(g) = group.as_mut() {
                 if let Some(row) = g.builder.push_parts(k.event_time, k.dst, k.rtt)? {
-                    let shard = shard_of(&mut shards, g.split)?;
-                    shard.writer.write(&row.bytes)?;
-                    shard.rows += 1;
-                    shard.measurements += row.meta.n_measurements;
+                    shards[g.shard].write_row(&row)?;
                 }
             }
         }
@@ -264,22 +271,19 @@ async fn reduce_into(
     })
 }
 
-/// The shard file of `split` (the rule gives only splits it writes).
-fn shard_of(shards: &mut [ShardFile], split: Split) -> Result<&mut ShardFile> {
+/// The index of `split`'s shard file (the rule gives only splits it writes).
+fn shard_of(shards: &[ShardFile], split: Split) -> Result<usize> {
     shards
-        .iter_mut()
-        .find(|s| s.split == split)
+        .iter()
+        .position(|s| s.split == split)
         .ok_or_else(|| WorkerError::Job(format!("no {split} shard in this reduce")))
 }
 
 fn finish_group(g: Group, shards: &mut [ShardFile]) -> Result<()> {
-    let shard = shard_of(shards, g.split)?;
-    if let Some(row) = g.builder.finish()? {
-        shard.writer.write(&row.bytes)?;
-        shard.rows += 1;
-        shard.measurements += row.meta.n_measurements;
+    match g.builder.finish()? {
+        Some(row) => shards[g.shard].write_row(&row),
+        None => Ok(()),
     }
-    Ok(())
 }
 
 /// Uploads a local file (multipart, 8 MiB parts); returns its size and blake3.
