@@ -14,7 +14,8 @@ This package wraps probeflow's Rust ``reader`` crate:
 * :class:`Dataset` — the training reader: deterministic per-rank batches of packed,
   tokenized contexts (MaxText's six arrays), resumable via ``get_state``/``set_state``,
   over one output or a weighted mixture of several (``Dataset.mixture``);
-  :class:`RowDataSource` — random access to decoded rows.
+  :class:`RowDataSource` — random access to decoded rows. An output on ``s3://`` or
+  ``gs://`` is read through a node-local shard cache (:func:`cache_stats`).
 * :mod:`probeflow.tokenizer` — the 267-token vocabulary, detokenizer, pretty printer;
   :mod:`probeflow.grain` — Grain ``IterDataset`` adapter (imports ``grain``).
 * ``python -m probeflow.report OUTPUT --html report.html`` — a one-page report on an
@@ -35,6 +36,7 @@ from ._native import (
     ArrayRecordReader,
     ArrayRecordWriter,
     build_rows,
+    cache_stats,
     canonical_addr,
     decode_row,
     encode_row,
@@ -46,7 +48,14 @@ from ._native import (
     src_id,
 )
 from .dataset import Dataset, RowDataSource
-from .errors import FormatError, InvalidInputError, OptionsError, OutputError, ProbeflowError
+from .errors import (
+    FormatError,
+    InvalidInputError,
+    OptionsError,
+    OutputError,
+    ProbeflowError,
+    RemoteError,
+)
 
 __all__ = [
     "DEFAULT_ARRAY_RECORD_OPTIONS",
@@ -61,7 +70,9 @@ __all__ = [
     "OptionsError",
     "OutputError",
     "ProbeflowError",
+    "RemoteError",
     "build_rows",
+    "cache_stats",
     "canonical_addr",
     "decode_row",
     "encode_row",

@@ -158,6 +158,8 @@ class _Loader:
         strategy: str,
         verify: bool = False,
         weights: list[float] | None = None,
+        cache_dir: str | PathLike[str] | None = None,
+        cache_limit: int | str | None = None,
     ) -> None: ...
     def next_batch(self) -> dict[str, npt.NDArray[np.int32]] | None: ...
     def state_json(self) -> str: ...
@@ -186,6 +188,11 @@ def _after_fork_in_child() -> None:
 def splits_of(paths: list[str]) -> list[str]:
     """The splits ``paths`` hold, in the order train, val, test: an output's manifest's
     splits, or the split directories of a glob's or file list's files."""
+
+def cache_stats() -> dict[str, int]:
+    """This process's shard-cache counters for outputs on object stores: ``downloads``,
+    ``downloaded_bytes``, ``hits``, ``refetched`` (cached files found changed and
+    downloaded again) and ``evicted``."""
 
 def resolve_shards(paths: list[str], split: str, verify: bool = False) -> list[str]:
     """The shard files of ``split`` named by ``paths`` (directories, manifests, globs,

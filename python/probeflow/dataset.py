@@ -52,8 +52,11 @@ class Dataset:
 
     Args:
         path: a job output directory or its ``manifest.json``, a glob such as
-            ``"out/train/shard-*.array_record"``, one shard file, or a list of them.
-            Only finished outputs are read (``_SUCCESS``, known format and tokenizer
+            ``"out/train/shard-*.array_record"``, one shard file, or a list of them; or
+            an output on an object store, ``"s3://bucket/out"`` or ``"gs://…"`` (its
+            root or manifest), whose shards are fetched into a node-local cache
+            (``cache_dir``), verified against the manifest, the shards of the next
+            blocks fetched ahead. Only finished outputs are read (``_SUCCESS``, known format and tokenizer
             versions); files of a job output must be in its manifest.
         split: ``"train"``, ``"val"`` or ``"test"``. Globs and files honour it too: a file in
             another split's directory raises :class:`~probeflow.OutputError`, as do
@@ -76,6 +79,17 @@ class Dataset:
         timestamp_modes, partial_drop, strategy: the sampler's numbers (see
             ARCHITECTURE.md, "The sampler"); ``strategy`` is ``"window"`` or
             ``"geometric_stride"``.
+        verify: check every shard against the output's manifest (size, blake3, rows)
+            before reading; for an output on an object store, hash every cached shard
+            again when it is opened (a cached shard is otherwise trusted while its
+            size, modification time and inode are those it was verified with).
+        cache_dir: where shards of an output on ``s3://`` or ``gs://`` are cached; the
+            processes of a node share it (default ``$PROBEFLOW_CACHE_DIR``, else
+            ``$XDG_CACHE_HOME/probeflow``, else ``~/.cache/probeflow``).
+        cache_limit: the cache's size limit, bytes or a size such as ``"200GiB"``
+            (default ``$PROBEFLOW_CACHE_LIMIT``, else none); least recently used shards
+            are evicted beyond it. It must hold every shard this process reads (every
+            epoch reads every shard): a smaller limit is an error, not a slow run.
         weights: makes this a weighted mixture: ``path`` is then a list of sources
             (each an output, a glob, a file or a list of files), one weight each; see
             :meth:`mixture`.
@@ -105,6 +119,8 @@ class Dataset:
         strategy: str = "window",
         verify: bool = False,
         weights: Sequence[float] | None = None,
+        cache_dir: str | os.PathLike[str] | None = None,
+        cache_limit: int | str | None = None,
     ) -> None:
         if (shard_index is None) != (shard_count is None):
             raise ValueError("give both shard_index and shard_count, or neither")
@@ -141,7 +157,14 @@ class Dataset:
             strategy=strategy,
         )
         self._path = paths
-        self._loader = _native._Loader(paths, **self._options, verify=verify, weights=weights)
+        self._loader = _native._Loader(
+            paths,
+            **self._options,
+            verify=verify,
+            weights=weights,
+            cache_dir=cache_dir,
+            cache_limit=cache_limit,
+        )
 
     @classmethod
     def mixture(cls, sources: MixtureSources, split: str = "train", **options: Any) -> "Dataset":

@@ -13,6 +13,9 @@ hierarchy (and onto Python's own ``OSError`` family and ``IndexError``):
   the job has not finished (no ``_SUCCESS``), its format or tokenizer version is not
   this reader's, its manifest names a path outside the output, or the files belong to
   another split or to several outputs. Also a ``ValueError``.
+* :class:`RemoteError` — an object store (``s3://``, ``gs://``) could not be reached
+  or refused a request (credentials, permissions, network), or a remote URL is
+  malformed. Also an ``OSError``. A missing object raises ``FileNotFoundError``.
 
 I/O problems raise ``FileNotFoundError``, ``PermissionError`` or ``OSError``; an
 index out of range raises ``IndexError``.
@@ -20,7 +23,14 @@ index out of range raises ``IndexError``.
 
 from __future__ import annotations
 
-__all__ = ["ProbeflowError", "FormatError", "InvalidInputError", "OptionsError", "OutputError"]
+__all__ = [
+    "ProbeflowError",
+    "FormatError",
+    "InvalidInputError",
+    "OptionsError",
+    "OutputError",
+    "RemoteError",
+]
 
 
 class ProbeflowError(Exception):
@@ -42,3 +52,8 @@ class OptionsError(ProbeflowError, ValueError):
 class OutputError(ProbeflowError, ValueError):
     """A job output that must not be read as asked (unfinished, other version, paths
     outside it, another split, several outputs mixed)."""
+
+
+class RemoteError(ProbeflowError, OSError):
+    """An object store could not be reached or refused a request, or a remote URL is
+    malformed."""

@@ -10,7 +10,9 @@ use pyo3::exceptions::{PyRuntimeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyList};
 
-use probeflow_reader::dataset::{note_fork_in_child, DatasetOptions, Loader, RowSource};
+use probeflow_reader::dataset::{
+    note_fork_in_child, CacheOptions, DatasetOptions, Loader, RowSource,
+};
 use probeflow_reader::mixture::{LoaderState, Weights};
 use probeflow_reader::packing::BATCH_KEYS;
 use probeflow_reader::sampler::{SamplerOptions, Strategy};
@@ -38,6 +40,33 @@ fn source_paths(source: &Bound<'_, PyAny>) -> PyResult<Vec<String>> {
     }
 }
 
+/// A cache limit as given from Python: bytes, or a size such as `"200GiB"`.
+fn parse_cache_limit(limit: &Bound<'_, PyAny>) -> PyResult<u64> {
+    if let Ok(n) = limit.extract::<u64>() {
+        return Ok(n);
+    }
+    match limit.extract::<String>() {
+        Ok(text) => probeflow_reader::remote::cache::parse_limit(&text).map_err(py_err),
+        Err(_) => Err(py_err(probeflow_reader::Error::Input(format!(
+            "cache_limit must be a number of bytes or a size such as \"200GiB\", not {limit}"
+        )))),
+    }
+}
+
+/// This process's shard-cache counters (outputs on object stores): downloads,
+/// downloaded_bytes, hits, refetched (cached files found changed), evicted.
+#[pyfunction]
+pub fn cache_stats(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
+    let s = probeflow_reader::remote::cache::cache_stats();
+    let d = PyDict::new(py);
+    d.set_item("downloads", s.downloads)?;
+    d.set_item("downloaded_bytes", s.downloaded_bytes)?;
+    d.set_item("hits", s.hits)?;
+    d.set_item("refetched", s.refetched)?;
+    d.set_item("evicted", s.evicted)?;
+    Ok(d)
+}
+
 /// A locked loader, or a clear error if another thread is using it or it is closed.
 /// Never blocks: blocking while holding the GIL could deadlock with a thread that
 /// holds the lock and waits for the GIL.
@@ -63,7 +92,8 @@ impl PyLoader {
     #[pyo3(signature = (path, split, seq_len, batch_size, seed, shard_index, shard_count,
         packing, prefetch, num_threads, num_epochs, drop_remainder, block_rows,
         contexts_per_row, measurements_per_context, tokens_per_measurement,
-        timestamp_modes, partial_drop, strategy, verify=false, weights=None))]
+        timestamp_modes, partial_drop, strategy, verify=false, weights=None, cache_dir=None,
+        cache_limit=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         py: Python<'_>,
@@ -88,7 +118,13 @@ impl PyLoader {
         strategy: &str,
         verify: bool,
         weights: Option<Vec<f64>>,
+        cache_dir: Option<std::path::PathBuf>,
+        cache_limit: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<Self> {
+        let cache = CacheOptions {
+            dir: cache_dir,
+            limit: cache_limit.map(parse_cache_limit).transpose()?,
+        };
         // One output, or (with weights) a list of sources, each a path or paths.
         let sources: Vec<Vec<String>> = match &weights {
             None => vec![source_paths(path)?],
@@ -140,9 +176,9 @@ impl PyLoader {
                     let mut files = Vec::with_capacity(sources.len());
                     for (paths, name) in sources.iter().zip(&source_names) {
                         // Errors name the path (and keep their kind).
-                        let resolved = probeflow_reader::output::resolve(paths, &split, verify)?;
-                        opened.push((name.clone(), RowSource::open(&resolved)?));
-                        files.push(resolved.iter().map(|f| f.display().to_string()).collect());
+                        let rows = RowSource::open_paths(paths, &split, verify, &cache)?;
+                        files.push(rows.files());
+                        opened.push((name.clone(), rows));
                     }
                     let loader = match weights {
                         None => match opened.pop() {

@@ -43,6 +43,7 @@ fn py_err(e: Error) -> PyErr {
         Error::Options { .. } => "OptionsError",
         Error::Input(_) => "InvalidInputError",
         Error::Output { .. } => "OutputError",
+        Error::Remote { .. } => "RemoteError",
         Error::Arrow(_) => "ProbeflowError",
     };
     Python::attach(|py| {
@@ -501,6 +502,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(dataset::token_name, m)?)?;
     m.add_function(wrap_pyfunction!(dataset::resolve_shards, m)?)?;
     m.add_function(wrap_pyfunction!(dataset::splits_of, m)?)?;
+    m.add_function(wrap_pyfunction!(dataset::cache_stats, m)?)?;
     m.add("VOCAB_SIZE", probeflow_reader::tokenizer::VOCAB_SIZE)?;
     m.add(
         "TOKENIZER_VERSION",

@@ -39,17 +39,26 @@ use crate::error::{Error, Result};
 use crate::mixture::{
     source_seed, LoaderState, MixtureSourceState, MixtureState, Weights, MIXTURE_STATE_VERSION,
 };
+use crate::output::remote_scheme;
 use crate::packing::{pack, Batch};
 use crate::rng::{key, CounterRng, Permutation};
 use crate::row::decode_row;
 use crate::sampler::{sample_row_with, Contexts, SamplerOptions, SamplerScratch};
 
-/// The shards of one split, opened (memory-mapped), with a global row index: rows are
-/// numbered shard after shard in the order given.
+/// The shards of one split, with a global row index: rows are numbered shard after
+/// shard in the order given. Local shards are opened (memory-mapped) at once; shards of
+/// an output on an object store (feature `remote`) are fetched into the node's shard
+/// cache and opened when first read, the shards of the blocks ahead prefetched.
 pub struct RowSource {
-    readers: Vec<ArrayRecordReader>,
+    shards: Shards,
     /// First global row of each shard, plus the total at the end.
     starts: Vec<u64>,
+}
+
+enum Shards {
+    Local(Vec<ArrayRecordReader>),
+    #[cfg(feature = "remote")]
+    Remote(Arc<crate::remote::RemoteShards>),
 }
 
 impl std::fmt::Debug for RowSource {
@@ -57,10 +66,29 @@ impl std::fmt::Debug for RowSource {
         write!(
             f,
             "RowSource({} shards, {} rows)",
-            self.readers.len(),
+            self.num_shards(),
             self.len()
         )
     }
+}
+
+/// Where shards of outputs on object stores are cached, and how much they may take
+/// (feature `remote`; defaults from the environment, see `remote::cache`).
+#[derive(Debug, Clone, Default)]
+pub struct CacheOptions {
+    /// Default: `$PROBEFLOW_CACHE_DIR`, else `$XDG_CACHE_HOME/probeflow`, else
+    /// `~/.cache/probeflow`.
+    pub dir: Option<PathBuf>,
+    /// Bytes; default: `$PROBEFLOW_CACHE_LIMIT`, else none (no eviction).
+    pub limit: Option<u64>,
+}
+
+fn starts_of(rows: impl Iterator<Item = u64>) -> Vec<u64> {
+    let mut starts = vec![0u64];
+    for r in rows {
+        starts.push(starts[starts.len() - 1] + r);
+    }
+    starts
 }
 
 impl RowSource {
@@ -74,14 +102,56 @@ impl RowSource {
 
     /// Opens (memory-maps) the given shard files.
     pub fn open(files: &[PathBuf]) -> Result<Self> {
-        let mut readers = Vec::with_capacity(files.len());
-        let mut starts = vec![0u64];
-        for f in files {
-            let r = ArrayRecordReader::open(f)?;
-            starts.push(starts[starts.len() - 1] + r.len());
-            readers.push(r);
+        let readers = files
+            .iter()
+            .map(ArrayRecordReader::open)
+            .collect::<Result<Vec<_>>>()?;
+        Ok(RowSource {
+            starts: starts_of(readers.iter().map(|r| r.len())),
+            shards: Shards::Local(readers),
+        })
+    }
+
+    /// The shards of `split` that `paths` name: local paths as [`RowSource::resolve`]
+    /// takes them (`verify`: every file checked against the manifest first), or one
+    /// output on an object store (`s3://…`, `gs://…`, its root or `manifest.json`),
+    /// read through the shard cache `cache` (`verify`: every cached file hashed again
+    /// when first opened).
+    pub fn open_paths(
+        paths: &[String],
+        split: &str,
+        verify: bool,
+        cache: &CacheOptions,
+    ) -> Result<Self> {
+        let Some(remote) = paths.iter().find(|p| remote_scheme(p).is_some()) else {
+            return Self::open(&crate::output::resolve(paths, split, verify)?);
+        };
+        if paths.len() > 1 {
+            return Err(Error::Input(format!(
+                "{remote}: an output on an object store is read whole, on its own; give its \
+                 root alone (a mixture takes several outputs as sources)"
+            )));
         }
-        Ok(RowSource { readers, starts })
+        Self::open_remote(remote, split, verify, cache)
+    }
+
+    #[cfg(feature = "remote")]
+    fn open_remote(url: &str, split: &str, verify: bool, cache: &CacheOptions) -> Result<Self> {
+        let output = crate::remote::output::RemoteOutput::open(url)?;
+        let shards = output.split(split)?;
+        let shards =
+            crate::remote::RemoteShards::new(shards, output.bucket.clone(), cache.open(verify)?)?;
+        Ok(RowSource {
+            starts: starts_of(shards.rows()),
+            shards: Shards::Remote(shards),
+        })
+    }
+
+    #[cfg(not(feature = "remote"))]
+    fn open_remote(url: &str, _: &str, _: bool, _: &CacheOptions) -> Result<Self> {
+        Err(Error::Input(format!(
+            "{url}: this build of probeflow-reader reads no object stores (feature `remote`)"
+        )))
     }
 
     pub fn len(&self) -> u64 {
@@ -93,7 +163,12 @@ impl RowSource {
     }
 
     pub fn num_shards(&self) -> usize {
-        self.readers.len()
+        self.starts.len() - 1
+    }
+
+    /// The shard holding global row `row` (`row` < len).
+    fn shard_of(&self, row: u64) -> usize {
+        self.starts.partition_point(|&s| s <= row) - 1
     }
 
     /// Global row `row`'s bytes.
@@ -104,15 +179,66 @@ impl RowSource {
                 self.len()
             )));
         }
-        let shard = self.starts.partition_point(|&s| s <= row) - 1;
-        self.readers[shard].read(row - self.starts[shard], buf)
+        let shard = self.shard_of(row);
+        let reader = match &self.shards {
+            Shards::Local(readers) => &readers[shard],
+            #[cfg(feature = "remote")]
+            Shards::Remote(remote) => remote.get(shard)?,
+        };
+        reader.read(row - self.starts[shard], buf)
+    }
+
+    /// Starts fetching the shards holding `rows` (rows of the blocks ahead), when they
+    /// are on an object store and not fetched yet.
+    pub fn prefetch(&self, rows: &[u64]) {
+        #[cfg(feature = "remote")]
+        if let Shards::Remote(remote) = &self.shards {
+            let mut shards: Vec<usize> = rows
+                .iter()
+                .filter(|&&r| r < self.len())
+                .map(|&r| self.shard_of(r))
+                .collect();
+            shards.sort_unstable();
+            shards.dedup();
+            remote.prefetch(shards);
+        }
+        #[cfg(not(feature = "remote"))]
+        let _ = rows;
+    }
+
+    /// Whether the shards are on an object store.
+    pub fn is_remote(&self) -> bool {
+        match &self.shards {
+            Shards::Local(_) => false,
+            #[cfg(feature = "remote")]
+            Shards::Remote(_) => true,
+        }
+    }
+
+    /// Shard `i`'s path or URL.
+    pub fn shard_name(&self, i: usize) -> &str {
+        match &self.shards {
+            Shards::Local(readers) => readers[i].name(),
+            #[cfg(feature = "remote")]
+            Shards::Remote(remote) => remote.name(i),
+        }
+    }
+
+    /// Every shard's path or URL, in row order.
+    pub fn files(&self) -> Vec<String> {
+        (0..self.num_shards())
+            .map(|i| self.shard_name(i).to_string())
+            .collect()
     }
 
     /// The file holding global row `row` (for error messages).
     pub fn file_of(&self, row: u64) -> &str {
-        let shard = (self.starts.partition_point(|&s| s <= row).max(1) - 1)
-            .min(self.readers.len().saturating_sub(1));
-        self.readers.get(shard).map_or("", |r| r.name())
+        if self.num_shards() == 0 {
+            return "";
+        }
+        let shard =
+            (self.starts.partition_point(|&s| s <= row).max(1) - 1).min(self.num_shards() - 1);
+        self.shard_name(shard)
     }
 }
 
@@ -445,11 +571,22 @@ impl SourceStream {
         let source = &self.source.rows;
         let at = plan.block(block, o.shard_index);
         let perm = Permutation::new(source.len(), key(&[seed, epoch, 0x7065_726d]));
-        let first = at.block * o.block_rows as u64;
-        let last = (first + o.block_rows as u64).min(plan.layout.list_len(at.level, at.rank));
-        let rows: Vec<u64> = (first..last)
-            .map(|k| perm.get(plan.layout.position(at.level, at.rank, k)))
-            .collect();
+        let rows_of = |at: &BlockRef| -> Vec<u64> {
+            let first = at.block * o.block_rows as u64;
+            let last = (first + o.block_rows as u64).min(plan.layout.list_len(at.level, at.rank));
+            (first..last)
+                .map(|k| perm.get(plan.layout.position(at.level, at.rank, k)))
+                .collect()
+        };
+        let rows = rows_of(&at);
+        if source.is_remote() {
+            // This block's shards fetched several at once, and the next block's while
+            // this one is sampled.
+            source.prefetch(&rows);
+            if block + 1 < plan.blocks() {
+                source.prefetch(&rows_of(&plan.block(block + 1, o.shard_index)));
+            }
+        }
         // Rows are sampled in runs, each into its own `Contexts`; context ids count
         // through the runs in row order, whatever the number of threads.
         let sample_run = |buf: &mut RecordBuf,

@@ -82,6 +82,11 @@ pub enum Error {
     #[error("{path}: {what}")]
     Output { path: String, what: String },
 
+    /// An object store (`s3://`, `gs://`) could not be reached or refused a request,
+    /// or a remote URL is malformed.
+    #[error("{url}: {what}")]
+    Remote { url: String, what: String },
+
     /// An error from the Arrow library while encoding a row.
     #[error("arrow: {0}")]
     Arrow(#[from] arrow_schema::ArrowError),

@@ -15,6 +15,9 @@
 //!   resumable iterator state and the background producer.
 //! * [`epoch_layout`]: how an epoch's rows are dealt to ranks when the number of ranks
 //!   changes mid-epoch (elastic resume).
+//! * `remote` (feature `remote`): outputs on `s3://` and `gs://`, read through a
+//!   node-local shard cache shared by a node's processes.
+//! * [`units`]: human-readable sizes (`200GiB`).
 //! * [`mixture`]: weighted mixtures of several outputs (which source each sequence comes
 //!   from) and a mixture's iterator state.
 //!
@@ -28,9 +31,12 @@ pub mod error;
 pub mod mixture;
 pub mod output;
 pub mod packing;
+#[cfg(feature = "remote")]
+pub mod remote;
 pub mod rng;
 pub mod row;
 pub mod sampler;
 pub mod tokenizer;
+pub mod units;
 
 pub use error::{Error, Location, Result};

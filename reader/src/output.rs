@@ -33,6 +33,14 @@ pub const MANIFEST_VERSIONS: std::ops::RangeInclusive<u32> = 1..=2;
 pub const SUCCESS_FILE: &str = "_SUCCESS";
 pub const MANIFEST_FILE: &str = "manifest.json";
 
+/// The URL schemes of object stores (read with the `remote` feature).
+pub const REMOTE_SCHEMES: [&str; 2] = ["s3://", "gs://"];
+
+/// The object-store scheme `url` starts with, if any.
+pub fn remote_scheme(url: &str) -> Option<&'static str> {
+    REMOTE_SCHEMES.into_iter().find(|s| url.starts_with(s))
+}
+
 /// One shard as the manifest records it.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 pub struct ManifestShard {
@@ -47,12 +55,12 @@ pub struct ManifestShard {
 
 /// The parts of `manifest.json` the reader checks.
 #[derive(Debug, Clone, Deserialize)]
-struct ManifestFile {
+pub(crate) struct ManifestFile {
     manifest_version: u32,
     row_format_version: String,
     tokenizer_version: String,
-    shards_per_split: u32,
-    shards: Vec<ManifestShard>,
+    pub(crate) shards_per_split: u32,
+    pub(crate) shards: Vec<ManifestShard>,
 }
 
 /// A finished job output: its root, and its manifest's shards (paths checked).
@@ -83,42 +91,14 @@ impl Output {
         let manifest = root.join(MANIFEST_FILE);
         let text = std::fs::read_to_string(&manifest).map_err(|e| Error::io(&manifest, e))?;
         if !root.join(SUCCESS_FILE).exists() {
-            return Err(output_err(
-                root,
-                format!(
-                    "no {SUCCESS_FILE}: the job writing this output has not finished (or it \
-                     failed); its files may be partial. Run the job to completion (`coordinator \
-                     status` tells where it is)"
-                ),
-            ));
+            return Err(unfinished(&root.display().to_string()));
         }
-        let parsed: ManifestFile = serde_json::from_str(&text)
-            .map_err(|e| output_err(&manifest, format!("not a probeflow manifest: {e}")))?;
-        check_versions(
-            parsed.manifest_version,
-            &parsed.row_format_version,
-            &parsed.tokenizer_version,
-        )
-        .map_err(|what| output_err(&manifest, what))?;
-        if let Some(bad) = parsed.shards.iter().find(|s| !stays_inside(&s.path)) {
-            return Err(output_err(
-                &manifest,
-                format!(
-                    "shard path {:?} leaves the output directory; refusing it",
-                    bad.path
-                ),
-            ));
-        }
+        let parsed = parse_manifest(&manifest.display().to_string(), &text)?;
         Ok(Output {
             root: root.to_path_buf(),
             shards_per_split: parsed.shards_per_split,
             shards: parsed.shards,
         })
-    }
-
-    /// The manifest entries of `split`, in the manifest's (partition) order.
-    pub fn split(&self, split: &str) -> Vec<&ManifestShard> {
-        self.shards.iter().filter(|s| s.split == split).collect()
     }
 
     /// The manifest entry of a file of this output (`<root>/<split dir>/<name>`).
@@ -136,6 +116,77 @@ impl Output {
         }
         Ok(())
     }
+}
+
+/// The error for an output without `_SUCCESS`.
+pub(crate) fn unfinished(root: &str) -> Error {
+    Error::Output {
+        path: root.to_string(),
+        what: format!(
+            "no {SUCCESS_FILE}: the job writing this output has not finished (or it \
+             failed); its files may be partial. Run the job to completion (`coordinator \
+             status` tells where it is)"
+        ),
+    }
+}
+
+/// A manifest's text, parsed and checked: versions, and shard paths inside the output.
+pub(crate) fn parse_manifest(manifest: &str, text: &str) -> Result<ManifestFile> {
+    let err = |what: String| Error::Output {
+        path: manifest.to_string(),
+        what,
+    };
+    let parsed: ManifestFile =
+        serde_json::from_str(text).map_err(|e| err(format!("not a probeflow manifest: {e}")))?;
+    check_versions(
+        parsed.manifest_version,
+        &parsed.row_format_version,
+        &parsed.tokenizer_version,
+    )
+    .map_err(err)?;
+    if let Some(bad) = parsed.shards.iter().find(|s| !stays_inside(&s.path)) {
+        return Err(err(format!(
+            "shard path {:?} leaves the output directory; refusing it",
+            bad.path
+        )));
+    }
+    Ok(parsed)
+}
+
+/// The manifest entries of `split` in an output's `shards`; an error naming the splits
+/// it has when there are none.
+pub(crate) fn split_entries<'a>(
+    root: &str,
+    shards: &'a [ManifestShard],
+    split: &str,
+) -> Result<Vec<&'a ManifestShard>> {
+    let entries: Vec<&ManifestShard> = shards.iter().filter(|s| s.split == split).collect();
+    if entries.is_empty() {
+        let has: BTreeSet<&str> = shards.iter().map(|s| s.split.as_str()).collect();
+        let hint = if split == Split::Val.as_str() {
+            " (a job writes val shards when its [split] val_fraction is above 0)"
+        } else {
+            ""
+        };
+        return Err(Error::Output {
+            path: root.to_string(),
+            what: format!("no shards for split {split:?}: it has {has:?}{hint}"),
+        });
+    }
+    Ok(entries)
+}
+
+/// The splits a manifest lists shards of.
+pub(crate) fn manifest_splits(root: &str, shards: &[ManifestShard]) -> Result<BTreeSet<Split>> {
+    shards
+        .iter()
+        .map(|s| {
+            s.split.parse::<Split>().map_err(|_| Error::Output {
+                path: root.to_string(),
+                what: format!("the manifest lists a shard of unknown split {:?}", s.split),
+            })
+        })
+        .collect()
 }
 
 /// Checks a manifest's versions against this release's: the reason if they differ.
@@ -326,16 +377,20 @@ fn named_output(path: &str) -> Option<PathBuf> {
 pub fn splits_of(paths: &[String]) -> Result<BTreeSet<Split>> {
     let mut splits = BTreeSet::new();
     for path in paths {
+        if remote_scheme(path).is_some() {
+            #[cfg(feature = "remote")]
+            splits.extend(crate::remote::output::RemoteOutput::open(path)?.splits()?);
+            #[cfg(not(feature = "remote"))]
+            return Err(Error::Input(format!(
+                "{path}: this build of probeflow-reader reads no object stores (feature `remote`)"
+            )));
+            #[cfg(feature = "remote")]
+            continue;
+        }
         match named_output(path) {
             Some(root) => {
-                for s in Output::open(&root)?.shards {
-                    splits.insert(s.split.parse::<Split>().map_err(|_| {
-                        output_err(
-                            &root,
-                            format!("the manifest lists a shard of unknown split {:?}", s.split),
-                        )
-                    })?);
-                }
+                let out = Output::open(&root)?;
+                splits.extend(manifest_splits(&root.display().to_string(), &out.shards)?);
             }
             None => {
                 for file in expand(path)? {
@@ -360,6 +415,12 @@ pub fn resolve(paths: &[String], split: &str, verify: bool) -> Result<Vec<PathBu
     if paths.is_empty() {
         return Err(Error::Input("no paths given".into()));
     }
+    if let Some(remote) = paths.iter().find(|p| remote_scheme(p).is_some()) {
+        return Err(Error::Input(format!(
+            "{remote}: shards on an object store are read through the shard cache \
+             (probeflow.Dataset), not as files"
+        )));
+    }
     split.parse::<Split>()?;
     let mut outputs: BTreeMap<PathBuf, Output> = BTreeMap::new();
     // (file, its manifest entry's output root, if any)
@@ -370,19 +431,7 @@ pub fn resolve(paths: &[String], split: &str, verify: bool) -> Result<Vec<PathBu
                 outputs.insert(root.clone(), Output::open(&root)?);
             }
             let out = &outputs[&root];
-            let entries = out.split(split);
-            if entries.is_empty() {
-                let has: BTreeSet<&str> = out.shards.iter().map(|s| s.split.as_str()).collect();
-                let hint = if split == Split::Val.as_str() {
-                    " (a job writes val shards when its [split] val_fraction is above 0)"
-                } else {
-                    ""
-                };
-                return Err(output_err(
-                    &root,
-                    format!("no shards for split {split:?}: it has {has:?}{hint}"),
-                ));
-            }
+            let entries = split_entries(&root.display().to_string(), &out.shards, split)?;
             files.extend(
                 entries
                     .iter()

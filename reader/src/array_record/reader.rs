@@ -132,11 +132,19 @@ impl ArrayRecordReader {
     /// Opens and memory-maps `path`, reading its postscript and footer.
     pub fn open(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
+        Self::open_named(path, path.display().to_string())
+    }
+
+    /// Opens and memory-maps `path`, naming it `name` in errors (a cached copy of a
+    /// remote shard is named by its URL).
+    pub fn open_named(path: impl AsRef<Path>, name: impl Into<String>) -> Result<Self> {
+        let path = path.as_ref();
         let file = File::open(path).map_err(|e| Error::io(path, e))?;
-        // SAFETY: the map is read-only; shards are immutable once written. A file
+        // SAFETY: the map is read-only; shards are immutable once written (the shard
+        // cache replaces a file by renaming a new one over it, never in place). A file
         // truncated by another process while mapped would fault, as with any mmap.
         let map = unsafe { memmap2::Mmap::map(&file) }.map_err(|e| Error::io(path, e))?;
-        Self::from_source(path.display().to_string(), Source::Mapped(map))
+        Self::from_source(name.into(), Source::Mapped(map))
     }
 
     /// Reads an ArrayRecord file held in memory; `name` is used in error messages.

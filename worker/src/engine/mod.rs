@@ -18,4 +18,4 @@ pub mod shuffle;
 pub mod store;
 pub mod thread_cpu;
 pub mod tls;
-pub mod units;
+pub use probeflow_reader::units;

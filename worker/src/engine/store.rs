@@ -49,26 +49,13 @@ impl StoreUrl {
         if url.is_empty() {
             return Err(bad("empty".into()));
         }
-        for scheme in ["s3://", "gs://"] {
+        for scheme in probeflow_reader::output::REMOTE_SCHEMES {
             let Some(rest) = url.strip_prefix(scheme) else {
                 continue;
             };
             let bucket = rest.split('/').next().unwrap_or_default();
-            let store: Arc<dyn ObjectStore> = if scheme == "s3://" {
-                Arc::new(
-                    object_store::aws::AmazonS3Builder::from_env()
-                        .with_bucket_name(bucket)
-                        .build()
-                        .map_err(|e| bad(e.to_string()))?,
-                )
-            } else {
-                Arc::new(
-                    object_store::gcp::GoogleCloudStorageBuilder::from_env()
-                        .with_bucket_name(bucket)
-                        .build()
-                        .map_err(|e| bad(e.to_string()))?,
-                )
-            };
+            let store =
+                probeflow_reader::remote::store::object_store_for(scheme, bucket).map_err(bad)?;
             let root = Path::parse(rest.strip_prefix(bucket).unwrap_or_default())
                 .map_err(|e| bad(e.to_string()))?;
             return Ok(StoreUrl {
@@ -103,9 +90,7 @@ impl StoreUrl {
 
     /// `s3://` or `gs://` for an object store; `None` for the local file system.
     fn object_store_scheme(&self) -> Option<&'static str> {
-        ["s3://", "gs://"]
-            .into_iter()
-            .find(|s| self.url.starts_with(s))
+        probeflow_reader::output::remote_scheme(&self.url)
     }
 
     /// `location` relative to the root (slash-separated, no leading slash).

@@ -1,4 +1,5 @@
-//! Human-readable sizes (`2GiB`, `512MiB`, `1.5GB`, `100000`), for job files and flags.
+//! Human-readable sizes (`2GiB`, `512MiB`, `1.5GB`, `100000`), for job files, flags and
+//! the reader's cache limit.
 
 /// Parses `2GiB`, `512MiB`, `1.5GB`, `100000` (bytes).
 pub fn parse_bytes(text: &str) -> Option<u64> {

@@ -1,0 +1,190 @@
+//! Job outputs on object stores (`s3://`, `gs://`), read through a node-local cache.
+//!
+//! ```text
+//! Dataset("s3://bucket/out") ─► RemoteOutput::open: _SUCCESS, manifest (checked as a
+//!   local one) ─► the split's shards (URL, rows, bytes, blake3)
+//!   ─► RemoteShards: row counts from the manifest, no shard opened yet
+//!   each block: prefetch(the shards of this block and the next) ─► a background
+//!     thread fetches them, several at once, through the ShardCache
+//!   each row read: its shard's reader (opened once: ShardCache::fetch, then mmap)
+//! ```
+//!
+//! Every byte read is a byte the manifest vouches for: a download is hashed on its way
+//! to disk and renamed into place only when its size and blake3 match; each reader is
+//! also checked for the manifest's row count. Only [`store`]'s client talks to the
+//! store; [`cache`] decides what is downloaded, kept and evicted.
+
+pub mod cache;
+pub mod output;
+pub mod store;
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc::{sync_channel, SyncSender};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
+
+use crate::array_record::ArrayRecordReader;
+use crate::dataset::CacheOptions;
+use crate::error::Result;
+use crate::output::check_rows;
+use cache::{InUse, RemoteShard, ShardCache};
+use store::Bucket;
+
+/// Downloads the prefetcher runs at once.
+const FETCH_CONCURRENCY: usize = 8;
+
+impl CacheOptions {
+    /// The cache these options name; `verify` hashes every cached file on every open.
+    pub fn open(&self, verify: bool) -> Result<ShardCache> {
+        let dir = match &self.dir {
+            Some(d) => d.clone(),
+            None => cache::default_cache_dir()?,
+        };
+        let limit = match self.limit {
+            Some(l) => Some(l),
+            None => cache::default_cache_limit()?,
+        };
+        ShardCache::new(&dir, limit, verify)
+    }
+}
+
+/// A split's shards on an object store, each opened on first use.
+pub struct RemoteShards {
+    shards: Vec<RemoteShard>,
+    names: Vec<String>,
+    opened: Vec<OnceLock<ArrayRecordReader>>,
+    /// Handed to the prefetcher and not yet done.
+    queued: Vec<AtomicBool>,
+    cache: ShardCache,
+    bucket: Arc<Bucket>,
+    _in_use: InUse,
+    /// (pid, the prefetcher's queue): a forked child starts its own.
+    prefetcher: Mutex<Option<(u32, SyncSender<Vec<usize>>)>>,
+}
+
+impl RemoteShards {
+    /// The shards, none fetched yet; an error when they cannot fit the cache's limit
+    /// beside the other shards this process reads.
+    pub fn new(
+        shards: Vec<RemoteShard>,
+        bucket: Arc<Bucket>,
+        cache: ShardCache,
+    ) -> Result<Arc<RemoteShards>> {
+        let in_use = InUse::register(&shards, cache.limit())?;
+        Ok(Arc::new(RemoteShards {
+            names: shards.iter().map(|s| s.url.to_string()).collect(),
+            opened: shards.iter().map(|_| OnceLock::new()).collect(),
+            queued: shards.iter().map(|_| AtomicBool::new(false)).collect(),
+            shards,
+            cache,
+            bucket,
+            _in_use: in_use,
+            prefetcher: Mutex::new(None),
+        }))
+    }
+
+    pub fn len(&self) -> usize {
+        self.shards.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.shards.is_empty()
+    }
+
+    /// Rows per shard, as the manifest says.
+    pub fn rows(&self) -> impl Iterator<Item = u64> + '_ {
+        self.shards.iter().map(|s| s.rows)
+    }
+
+    /// Shard `i`'s URL.
+    pub fn name(&self, i: usize) -> &str {
+        &self.names[i]
+    }
+
+    /// Shard `i`'s reader: fetched into the cache and opened on first use. Threads
+    /// asking for the same shard at once wait on the cache's lock, not on each other
+    /// here (a forked child must never find a lock held by a thread it does not have).
+    pub fn get(&self, i: usize) -> Result<&ArrayRecordReader> {
+        if let Some(r) = self.opened[i].get() {
+            return Ok(r);
+        }
+        let shard = &self.shards[i];
+        let path = self.cache.fetch(&self.bucket, shard)?;
+        let reader = ArrayRecordReader::open_named(&path, self.names[i].clone())?;
+        check_rows(&self.names[i], reader.len(), shard.rows)?;
+        let _ = self.opened[i].set(reader);
+        Ok(self.opened[i].get().expect("set just above"))
+    }
+
+    /// Starts fetching `shards` in the background (those not open or queued already).
+    pub fn prefetch(self: &Arc<Self>, shards: impl IntoIterator<Item = usize>) {
+        let todo: Vec<usize> = shards
+            .into_iter()
+            .filter(|&i| {
+                self.opened[i].get().is_none() && !self.queued[i].swap(true, Ordering::AcqRel)
+            })
+            .collect();
+        if todo.is_empty() {
+            return;
+        }
+        let mut slot = self.prefetcher.lock().unwrap_or_else(|e| e.into_inner());
+        let pid = std::process::id();
+        if slot.as_ref().is_none_or(|(p, _)| *p != pid) {
+            if slot.is_some() {
+                // A forked child: the parent's prefetcher is not here; what it had
+                // queued is fetched on demand (or queued again).
+                for q in &self.queued {
+                    q.store(false, Ordering::Release);
+                }
+                for &i in &todo {
+                    self.queued[i].store(true, Ordering::Release);
+                }
+            }
+            *slot = Some((pid, self.start_prefetcher()));
+        }
+        if let Some((_, tx)) = slot.as_ref() {
+            // A full queue (far ahead already) or no prefetcher: these shards are
+            // fetched when read.
+            if tx.try_send(todo.clone()).is_err() {
+                for i in todo {
+                    self.queued[i].store(false, Ordering::Release);
+                }
+            }
+        }
+    }
+
+    fn start_prefetcher(self: &Arc<Self>) -> SyncSender<Vec<usize>> {
+        let (tx, rx) = sync_channel::<Vec<usize>>(64);
+        let weak: Weak<RemoteShards> = Arc::downgrade(self);
+        let started = std::thread::Builder::new()
+            .name("probeflow-prefetch".into())
+            .spawn(move || {
+                while let Ok(batch) = rx.recv() {
+                    let Some(me) = weak.upgrade() else {
+                        break;
+                    };
+                    let next = AtomicUsize::new(0);
+                    std::thread::scope(|s| {
+                        for _ in 0..FETCH_CONCURRENCY.min(batch.len()) {
+                            s.spawn(|| loop {
+                                let k = next.fetch_add(1, Ordering::Relaxed);
+                                let Some(&i) = batch.get(k) else {
+                                    break;
+                                };
+                                // An error here is met again, and reported, when the
+                                // shard is read.
+                                let _ = me.get(i);
+                                me.queued[i].store(false, Ordering::Release);
+                            });
+                        }
+                    });
+                }
+            });
+        if started.is_err() {
+            // No prefetcher: shards are fetched when read. A dropped receiver makes
+            // every send fail and un-queue.
+            let (tx, _) = sync_channel(1);
+            return tx;
+        }
+        tx
+    }
+}

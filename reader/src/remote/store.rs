@@ -1,0 +1,273 @@
+//! Object-store URLs (`s3://bucket/prefix`, `gs://bucket/prefix`) and this process's
+//! client for them.
+//!
+//! [`object_store_for`] turns a scheme and bucket into an `object_store` store, with
+//! credentials and endpoints from the usual environment variables (`AWS_*`, such as
+//! `AWS_ENDPOINT_URL` for S3-compatible servers, and `GOOGLE_*`); the preprocessing job
+//! builds its stores with the same function. A [`Bucket`] is one such store with the
+//! requests the reader makes (get, exists, download), run on this process's small
+//! tokio runtime; after a `fork` the child builds its own runtime and stores (the
+//! parent's runtime threads and pooled connections are not the child's to use).
+
+use std::io::Write;
+use std::sync::{Arc, Mutex};
+
+use futures::TryStreamExt;
+use object_store::path::Path as ObjectPath;
+use object_store::{ObjectStore, ObjectStoreExt};
+
+use crate::error::{Error, Result};
+pub use crate::output::{remote_scheme, REMOTE_SCHEMES};
+
+/// The store of `bucket` under `scheme` (`s3://` or `gs://`), configured from the
+/// environment; the reason when it cannot be built.
+pub fn object_store_for(
+    scheme: &str,
+    bucket: &str,
+) -> std::result::Result<Arc<dyn ObjectStore>, String> {
+    if bucket.is_empty() {
+        return Err("no bucket name".into());
+    }
+    match scheme {
+        "s3://" => Ok(Arc::new(
+            object_store::aws::AmazonS3Builder::from_env()
+                .with_bucket_name(bucket)
+                .build()
+                .map_err(|e| e.to_string())?,
+        )),
+        "gs://" => Ok(Arc::new(
+            object_store::gcp::GoogleCloudStorageBuilder::from_env()
+                .with_bucket_name(bucket)
+                .build()
+                .map_err(|e| e.to_string())?,
+        )),
+        other => Err(format!("unsupported scheme {other:?} (s3:// or gs://)")),
+    }
+}
+
+/// An object (or a prefix) in an object store.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RemoteUrl {
+    scheme: &'static str,
+    bucket: String,
+    path: ObjectPath,
+}
+
+impl RemoteUrl {
+    /// Parses `s3://bucket/key` or `gs://bucket/key`.
+    pub fn parse(url: &str) -> Result<RemoteUrl> {
+        let bad = |what: String| Error::Remote {
+            url: url.to_string(),
+            what,
+        };
+        let scheme = remote_scheme(url).ok_or_else(|| bad("not an s3:// or gs:// URL".into()))?;
+        let rest = &url[scheme.len()..];
+        let (bucket, key) = rest.split_once('/').unwrap_or((rest, ""));
+        if bucket.is_empty() {
+            return Err(bad("no bucket name".into()));
+        }
+        let path = ObjectPath::parse(key.trim_end_matches('/')).map_err(|e| bad(e.to_string()))?;
+        Ok(RemoteUrl {
+            scheme,
+            bucket: bucket.to_string(),
+            path,
+        })
+    }
+
+    /// `rel` (slash-separated, relative) under this URL.
+    pub fn child(&self, rel: &str) -> RemoteUrl {
+        let mut path = self.path.clone();
+        for part in rel.split('/').filter(|p| !p.is_empty()) {
+            path = path.clone().join(part);
+        }
+        RemoteUrl {
+            path,
+            ..self.clone()
+        }
+    }
+
+    /// The last segment of the path (`manifest.json`, a shard's name).
+    pub fn file_name(&self) -> Option<&str> {
+        self.path.filename()
+    }
+
+    /// The URL one level up.
+    pub fn parent(&self) -> RemoteUrl {
+        let parts: Vec<_> = self.path.parts().collect();
+        let path = match parts.split_last() {
+            Some((_, init)) => ObjectPath::from_iter(init.iter().cloned()),
+            None => self.path.clone(),
+        };
+        RemoteUrl {
+            path,
+            ..self.clone()
+        }
+    }
+}
+
+impl std::fmt::Display for RemoteUrl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.path.as_ref().is_empty() {
+            write!(f, "{}{}", self.scheme, self.bucket)
+        } else {
+            write!(f, "{}{}/{}", self.scheme, self.bucket, self.path)
+        }
+    }
+}
+
+/// One bucket's store. It is built from the environment when the bucket is first
+/// opened, and again in a forked child (a parent's pooled connections are not the
+/// child's to use).
+pub struct Bucket {
+    scheme: &'static str,
+    bucket: String,
+    store: Mutex<(u32, Arc<dyn ObjectStore>)>,
+}
+
+impl std::fmt::Debug for Bucket {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Bucket({}{})", self.scheme, self.bucket)
+    }
+}
+
+/// This process's download runtime: (pid, runtime).
+static RUNTIME: Mutex<Option<(u32, Arc<tokio::runtime::Runtime>)>> = Mutex::new(None);
+
+fn remote_err(url: &RemoteUrl, e: impl std::fmt::Display) -> Error {
+    Error::Remote {
+        url: url.to_string(),
+        what: e.to_string(),
+    }
+}
+
+/// A store error as the reader's error: "not found" as the I/O error it is locally.
+fn store_err(url: &RemoteUrl, e: object_store::Error) -> Error {
+    match e {
+        object_store::Error::NotFound { .. } => Error::Io {
+            path: url.to_string().into(),
+            source: std::io::Error::from(std::io::ErrorKind::NotFound),
+        },
+        e => remote_err(url, e),
+    }
+}
+
+/// This process's runtime (a new one in a forked child).
+fn runtime() -> Result<Arc<tokio::runtime::Runtime>> {
+    let mut slot = RUNTIME.lock().unwrap_or_else(|e| e.into_inner());
+    let pid = std::process::id();
+    if let Some((p, rt)) = slot.as_ref() {
+        if *p == pid {
+            return Ok(rt.clone());
+        }
+    }
+    if let Some(parents) = slot.take() {
+        // The parent's runtime threads do not exist here; dropping it would wait for
+        // them.
+        std::mem::forget(parents);
+    }
+    let rt = Arc::new(
+        tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("probeflow-fetch")
+            .enable_all()
+            .build()
+            .map_err(|e| Error::Remote {
+                url: String::new(),
+                what: format!("cannot start the download runtime: {e}"),
+            })?,
+    );
+    *slot = Some((pid, rt.clone()));
+    Ok(rt)
+}
+
+impl Bucket {
+    /// The bucket of `url`, its store configured from the environment now.
+    pub fn open(url: &RemoteUrl) -> Result<Arc<Bucket>> {
+        let store = object_store_for(url.scheme, &url.bucket).map_err(|e| remote_err(url, e))?;
+        Ok(Arc::new(Bucket {
+            scheme: url.scheme,
+            bucket: url.bucket.clone(),
+            store: Mutex::new((std::process::id(), store)),
+        }))
+    }
+
+    fn store(&self, url: &RemoteUrl) -> Result<Arc<dyn ObjectStore>> {
+        debug_assert!(url.scheme == self.scheme && url.bucket == self.bucket);
+        let mut slot = self.store.lock().unwrap_or_else(|e| e.into_inner());
+        let pid = std::process::id();
+        if slot.0 != pid {
+            let store =
+                object_store_for(self.scheme, &self.bucket).map_err(|e| remote_err(url, e))?;
+            let parents = std::mem::replace(&mut *slot, (pid, store));
+            std::mem::forget(parents);
+        }
+        Ok(slot.1.clone())
+    }
+
+    /// The whole object (a manifest: small).
+    pub fn get(&self, url: &RemoteUrl) -> Result<Vec<u8>> {
+        let store = self.store(url)?;
+        runtime()?.block_on(async {
+            let got = store.get(&url.path).await.map_err(|e| store_err(url, e))?;
+            let bytes = got.bytes().await.map_err(|e| store_err(url, e))?;
+            Ok(bytes.to_vec())
+        })
+    }
+
+    /// Whether the object exists.
+    pub fn exists(&self, url: &RemoteUrl) -> Result<bool> {
+        let store = self.store(url)?;
+        runtime()?.block_on(async {
+            match store.head(&url.path).await {
+                Ok(_) => Ok(true),
+                Err(object_store::Error::NotFound { .. }) => Ok(false),
+                Err(e) => Err(remote_err(url, e)),
+            }
+        })
+    }
+
+    /// Streams the object into `sink`, hashing it; its size.
+    pub fn download(
+        &self,
+        url: &RemoteUrl,
+        sink: &mut std::fs::File,
+        sink_path: &std::path::Path,
+        hasher: &mut blake3::Hasher,
+    ) -> Result<u64> {
+        let store = self.store(url)?;
+        runtime()?.block_on(async {
+            let got = store.get(&url.path).await.map_err(|e| store_err(url, e))?;
+            let mut stream = got.into_stream();
+            let mut size = 0u64;
+            while let Some(chunk) = stream.try_next().await.map_err(|e| store_err(url, e))? {
+                sink.write_all(&chunk)
+                    .map_err(|e| Error::io(sink_path, e))?;
+                hasher.update(&chunk);
+                size += chunk.len() as u64;
+            }
+            Ok(size)
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_parse_and_compose() {
+        let u = RemoteUrl::parse("s3://bucket/runs/out/").unwrap();
+        assert_eq!(u.to_string(), "s3://bucket/runs/out");
+        let m = u.child("train/shard-00000-of-00004.array_record");
+        assert_eq!(
+            m.to_string(),
+            "s3://bucket/runs/out/train/shard-00000-of-00004.array_record"
+        );
+        assert_eq!(m.file_name(), Some("shard-00000-of-00004.array_record"));
+        assert_eq!(m.parent().parent(), u);
+        assert_eq!(RemoteUrl::parse("gs://b").unwrap().to_string(), "gs://b");
+        for bad in ["s3://", "s3:///x", "http://b/x", "out/train"] {
+            assert!(RemoteUrl::parse(bad).is_err(), "{bad}");
+        }
+    }
+}
