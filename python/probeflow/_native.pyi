@@ -197,7 +197,9 @@ def cache_stats() -> dict[str, int]:
 def resolve_shards(paths: list[str], split: str, verify: bool = False) -> list[str]:
     """The shard files of ``split`` named by ``paths`` (directories, manifests, globs,
     files), checked: ``_SUCCESS``, versions, split, one output; ``verify`` also checks
-    sizes, blake3 and rows against the manifest. Raises OutputError or FormatError."""
+    sizes, blake3 and rows against the manifest. For one output on ``s3://`` or
+    ``gs://``: its split's shard URLs, nothing downloaded. Raises OutputError or
+    FormatError."""
 
 def encode_measurement(
     src: str,

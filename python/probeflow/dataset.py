@@ -323,6 +323,12 @@ class RowDataSource:
 
     def __init__(self, path: PathLike, split: str = "train", *, verify: bool = False) -> None:
         paths = _paths(path)
+        remote = [p for p in ([paths] if isinstance(paths, str) else paths) if p.startswith(("s3://", "gs://"))]
+        if remote:
+            raise InvalidInputError(
+                f"{remote[0]}: RowDataSource reads outputs on local disk; read an output on an "
+                "object store with probeflow.Dataset (it caches the shards), or copy it first"
+            )
         self._files = _native.resolve_shards([paths] if isinstance(paths, str) else paths, split, verify)
         self._path = path
         self._split = split

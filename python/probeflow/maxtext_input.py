@@ -99,6 +99,8 @@ class NetworkOptions:
     mixture (:meth:`probeflow.Dataset.mixture`); ``train_files`` is then as many
     comma-separated sources, and ``eval_files`` must be given. A run may resume with
     other weights: every source continues where the checkpoint left it.
+    ``cache_dir``/``cache_limit``: the shard cache of outputs on ``s3://`` or
+    ``gs://`` (``probeflow.Dataset``'s ``cache_dir`` and ``cache_limit``).
     ``seed``: the reader's seed. ``packing``: default MaxText's ``packing``. The other
     keys are ``probeflow.Dataset``'s options. ``batch_log``: a file that gets one JSON
     line per batch handed to MaxText (sha256 of the arrays and the token arrays), for
@@ -120,6 +122,8 @@ class NetworkOptions:
     timestamp_modes: tuple[float, float, float] = (0.4, 0.3, 0.3)
     partial_drop: tuple[float, float] = (0.1, 0.9)
     strategy: str = "window"
+    cache_dir: str = ""
+    cache_limit: str = ""
     batch_log: str = ""
 
     @classmethod
@@ -140,6 +144,8 @@ class NetworkOptions:
             "timestamp_modes": parse_floats(3),
             "partial_drop": parse_floats(2),
             "strategy": str,
+            "cache_dir": str,
+            "cache_limit": str,
             "batch_log": str,
         }
 
@@ -195,6 +201,10 @@ class NetworkOptions:
         )
         if self.num_threads is not None:
             out["num_threads"] = self.num_threads
+        if self.cache_dir:
+            out["cache_dir"] = self.cache_dir
+        if self.cache_limit:
+            out["cache_limit"] = self.cache_limit
         return out
 
 

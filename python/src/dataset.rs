@@ -436,7 +436,8 @@ pub fn splits_of(py: Python<'_>, paths: Vec<String>) -> PyResult<Vec<&'static st
 
 /// The shard files of `split` named by `paths` (output directories, manifests, globs
 /// or files), in global row order, checked (`_SUCCESS`, versions, split, one output);
-/// `verify` also checks every file's size, blake3 and rows against the manifest.
+/// `verify` also checks every file's size, blake3 and rows against the manifest. For
+/// one output on an object store, its split's shard URLs (checked the same way).
 #[pyfunction]
 #[pyo3(signature = (paths, split, verify=false))]
 pub fn resolve_shards(
@@ -445,7 +446,21 @@ pub fn resolve_shards(
     split: String,
     verify: bool,
 ) -> PyResult<Vec<String>> {
-    py.detach(move || probeflow_reader::output::resolve(&paths, &split, verify))
-        .map(|files| files.iter().map(|f| f.display().to_string()).collect())
-        .map_err(py_err)
+    py.detach(move || {
+        if let [one] = paths.as_slice() {
+            if probeflow_reader::output::remote_scheme(one).is_some() {
+                // An output on an object store: its split's shard URLs, checked as
+                // a local output's files are (nothing is downloaded).
+                let output = probeflow_reader::remote::output::RemoteOutput::open(one)?;
+                return Ok(output
+                    .split(&split)?
+                    .iter()
+                    .map(|s| s.url.to_string())
+                    .collect());
+            }
+        }
+        probeflow_reader::output::resolve(&paths, &split, verify)
+            .map(|files| files.iter().map(|f| f.display().to_string()).collect())
+    })
+    .map_err(py_err)
 }

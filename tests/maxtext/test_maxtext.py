@@ -98,10 +98,10 @@ scratch = "{d / 'scratch'}"
     return d / "out", dict(truth)
 
 
-def train(out: Path, base: Path, run_name: str, steps: int, log: Path, extra=()) -> str:
+def train(out: Path, base: Path, run_name: str, steps: int, log: Path, extra=(), env=None) -> str:
     """One MaxText training run through probeflow.maxtext_train; returns its output.
     ``extra`` keys come last (a ``network_train_files`` there replaces ``out``)."""
-    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    env = dict(env or os.environ, JAX_PLATFORMS="cpu")
     if any(e.startswith("network_train_files=") for e in extra):
         files = []
     else:
@@ -352,6 +352,57 @@ def test_a_mixture_trains_through_maxtext_train(data, tmp_path):
     assert sorted(losses(output)) == [0, 1, 2], output[-3000:]
     logged = batches(tmp_path / "mix.jsonl")
     assert len(logged) >= 3 and logged[1]["position"]["picks"] == 4
+
+
+def test_training_reads_an_output_on_s3_through_the_shard_cache(data, runs, tmp_path):
+    """network_train_files=s3://…: a real run against moto's S3 server (from the test
+    suite's Python 3.11 environment) trains on exactly the batches of the local output,
+    its shards fetched once into network_cache_dir."""
+    out, _ = data
+    base, _, _, _ = runs
+    venv = ROOT / ".venv" / "bin"
+    port = free_port()
+    server = subprocess.Popen([str(venv / "moto_server"), "-H", "127.0.0.1", "-p", str(port)],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        env = dict(os.environ, AWS_ENDPOINT_URL=f"http://127.0.0.1:{port}", AWS_ALLOW_HTTP="true",
+                   AWS_ACCESS_KEY_ID="probeflow", AWS_SECRET_ACCESS_KEY="probeflow-secret",
+                   AWS_REGION="us-east-1")
+        upload = (
+            "import sys, time, boto3, pathlib\n"
+            "c = boto3.client('s3', endpoint_url=sys.argv[1], region_name='us-east-1')\n"
+            "for _ in range(150):\n"
+            "    try:\n        c.create_bucket(Bucket='probeflow-mx'); break\n"
+            "    except Exception as e:\n        error = e; time.sleep(0.2)\n"
+            "else:\n    raise error\n"
+            "root = pathlib.Path(sys.argv[2])\n"
+            "for f in root.rglob('*'):\n"
+            "    if f.is_file(): c.upload_file(str(f), 'probeflow-mx', 'out/' + str(f.relative_to(root)))\n"
+        )
+        run([str(venv / "python"), "-c", upload, env["AWS_ENDPOINT_URL"], str(out)], env=env)
+        cache = tmp_path / "cache"
+        output = train(
+            out, tmp_path, "s3", 3, tmp_path / "s3.jsonl",
+            ["eval_interval=-1", "network_train_files=s3://probeflow-mx/out", f"network_cache_dir={cache}"], env=env,
+        )
+    finally:
+        server.terminate()
+        server.wait(timeout=10)
+    assert sorted(losses(output)) == [0, 1, 2], output[-3000:]
+    local = [b["sha256"] for b in batches(base / "full.jsonl")[:3]]
+    assert [b["sha256"] for b in batches(tmp_path / "s3.jsonl")[:3]] == local
+    train_shards = [s for s in json.loads((out / "manifest.json").read_text())["shards"] if s["split"] == "train"]
+    assert sorted(f.name for f in (cache / "shards").glob("*.array_record")) == sorted(
+        f"{s['blake3']}.array_record" for s in train_shards
+    )
+
+
+def free_port() -> int:
+    import socket  # noqa: PLC0415
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
 
 
 def test_a_data_error_fails_the_run_instead_of_stopping_it_quietly(data, tmp_path):
