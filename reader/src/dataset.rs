@@ -50,12 +50,12 @@ use crate::sampler::{sample_row_with, Contexts, SamplerOptions, SamplerScratch};
 /// an output on an object store (feature `remote`) are fetched into the node's shard
 /// cache and opened when first read, the shards of the blocks ahead prefetched.
 pub struct RowSource {
-    shards: Shards,
+    pub(crate) shards: Shards,
     /// First global row of each shard, plus the total at the end.
-    starts: Vec<u64>,
+    pub(crate) starts: Vec<u64>,
 }
 
-enum Shards {
+pub(crate) enum Shards {
     Local(Vec<ArrayRecordReader>),
     #[cfg(feature = "remote")]
     Remote(Arc<crate::remote::RemoteShards>),
@@ -83,7 +83,7 @@ pub struct CacheOptions {
     pub limit: Option<u64>,
 }
 
-fn starts_of(rows: impl Iterator<Item = u64>) -> Vec<u64> {
+pub(crate) fn starts_of(rows: impl Iterator<Item = u64>) -> Vec<u64> {
     let mut starts = vec![0u64];
     for r in rows {
         starts.push(starts[starts.len() - 1] + r);

@@ -36,12 +36,12 @@ for batch in ds:
         h.update(key.encode())
         h.update(batch[key].tobytes())
     batches += 1
-print(json.dumps({"digest": h.hexdigest(), "batches": batches, "files": ds.files,
+print(json.dumps({"digest": h.hexdigest(), "batches": batches, "files": ds.files if ds.weights is None else None,
                   "stats": probeflow.cache_stats()}))
 """
 
 
-def read(env: dict, path: str, cache: Path | None = None, **args) -> dict:
+def read(env: dict, path: str | list[str], cache: Path | None = None, **args) -> dict:
     env = dict(env)
     if cache is not None:
         env["PROBEFLOW_CACHE_DIR"] = str(cache)
@@ -115,6 +115,9 @@ def test_cold_then_warm_cache_gives_the_local_batches_downloading_each_shard_onc
     assert warm["stats"]["downloads"] == 0
     assert warm["stats"]["hits"] >= len(train)
 
+    # A mixture may take a remote source beside a local one.
+    mixed = read(env, [remote, str(output)], cache, options={"weights": [1, 3]})
+    assert mixed["digest"] == read(env, [str(output), str(output)], options={"weights": [1, 3]})["digest"]
     # The manifest's URL reads the same output; so do two ranks, each as locally.
     assert read(env, f"{remote}/manifest.json", cache)["digest"] == local["digest"]
     for rank in range(2):

@@ -455,8 +455,11 @@ impl ShardCache {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
+
+    /// Tests that register shards in use take this: the registry is the process's.
+    pub(crate) static IN_USE_TESTS: Mutex<()> = Mutex::new(());
 
     #[test]
     fn only_hex_digests_name_files() {
@@ -483,6 +486,7 @@ mod tests {
 
     #[test]
     fn shards_in_use_must_fit_the_limit_together() {
+        let _serial = IN_USE_TESTS.lock().unwrap_or_else(|e| e.into_inner());
         let (a, b) = ("a1".repeat(32), "b1".repeat(32));
         let first = InUse::register(&[shard(&a, 60)], Some(100)).unwrap();
         assert!(InUse::contains(&a));

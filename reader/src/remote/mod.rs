@@ -188,3 +188,135 @@ impl RemoteShards {
         tx
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::dataset::tests::{shards_of, test_options};
+    use crate::dataset::{Loader, RowSource};
+    use cache::tests::IN_USE_TESTS;
+    use object_store::{ObjectStoreExt, PutPayload};
+    use std::path::PathBuf;
+    use store::RemoteUrl;
+
+    /// Four local shards, the same bytes in an in-memory store, and their entries.
+    fn setup(dir: &std::path::Path) -> (Vec<PathBuf>, Arc<Bucket>, Vec<RemoteShard>) {
+        let mut files = shards_of(dir, 0);
+        files.extend(shards_of(dir, 1));
+        let root = RemoteUrl::parse("s3://test-bucket/out").unwrap();
+        let memory = Arc::new(object_store::memory::InMemory::new());
+        let bucket = Bucket::with_store(&root, memory.clone());
+        let runtime = tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap();
+        let mut shards = Vec::new();
+        for (i, f) in files.iter().enumerate() {
+            let bytes = std::fs::read(f).unwrap();
+            let url = root.child(&format!("train/shard-{i}"));
+            let path = object_store::path::Path::parse(format!("out/train/shard-{i}")).unwrap();
+            runtime
+                .block_on(memory.put(&path, PutPayload::from(bytes.clone())))
+                .unwrap();
+            shards.push(RemoteShard {
+                url,
+                rows: ArrayRecordReader::open(f).unwrap().len(),
+                bytes: bytes.len() as u64,
+                blake3: blake3::hash(&bytes).to_hex().to_string(),
+            });
+        }
+        (files, bucket, shards)
+    }
+
+    fn cached(cache: &std::path::Path, shard: &RemoteShard) -> bool {
+        cache
+            .join("shards")
+            .join(format!("{}.array_record", shard.blake3))
+            .exists()
+    }
+
+    #[test]
+    fn remote_shards_read_as_the_local_files_and_prefetch_fetches_ahead() {
+        let _serial = IN_USE_TESTS.lock().unwrap_or_else(|e| e.into_inner());
+        let dir = tempfile::tempdir().unwrap();
+        let cache_dir = dir.path().join("cache");
+        let (files, bucket, shards) = setup(dir.path());
+        let cache = ShardCache::new(&cache_dir, None, false).unwrap();
+        let remote = RemoteShards::new(shards.clone(), bucket, cache).unwrap();
+        // Prefetching shards 2 and 3 fetches them, and nothing else, in the background.
+        remote.prefetch([2, 3]);
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(20);
+        while !(cached(&cache_dir, &shards[2]) && cached(&cache_dir, &shards[3])) {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "prefetch did not fetch"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert!(!cached(&cache_dir, &shards[0]) && !cached(&cache_dir, &shards[1]));
+        // The loader over the remote shards gives the batches of the local files.
+        let rows = RowSource {
+            starts: crate::dataset::starts_of(remote.rows()),
+            shards: crate::dataset::Shards::Remote(remote),
+        };
+        let opts = test_options(|o| o.num_epochs = Some(1));
+        let mut local = Loader::new(RowSource::open(&files).unwrap(), opts.clone()).unwrap();
+        let mut from_store = Loader::new(rows, opts).unwrap();
+        let mut n = 0;
+        loop {
+            let (a, b) = (
+                local.next_batch().unwrap(),
+                from_store.next_batch().unwrap(),
+            );
+            assert_eq!(a.is_some(), b.is_some());
+            let (Some(a), Some(b)) = (a, b) else { break };
+            assert_eq!(a.into_arrays(), b.into_arrays());
+            n += 1;
+        }
+        assert!(n > 3);
+        assert!(shards.iter().all(|s| cached(&cache_dir, s)));
+    }
+
+    #[test]
+    fn a_wrong_row_count_names_the_shard_and_eviction_is_least_recently_used() {
+        let _serial = IN_USE_TESTS.lock().unwrap_or_else(|e| e.into_inner());
+        let dir = tempfile::tempdir().unwrap();
+        let cache_dir = dir.path().join("cache");
+        let (_, bucket, shards) = setup(dir.path());
+        let mut wrong = shards[0].clone();
+        wrong.rows += 1;
+        let cache = ShardCache::new(&cache_dir, None, false).unwrap();
+        let wrong = RemoteShards::new(vec![wrong], bucket.clone(), cache).unwrap();
+        let err = match wrong.get(0) {
+            Ok(_) => panic!("a row count other than the manifest's was accepted"),
+            Err(e) => e.to_string(),
+        };
+        assert!(
+            err.contains("s3://test-bucket/out/train/shard-0")
+                && err.contains("rows, the manifest says"),
+            "{err}"
+        );
+
+        // A limit of about two shards: 0 and 1 are fetched, 0 used again, then 2 needs
+        // room and the least recently used, 1, goes.
+        let two = shards[0].bytes.max(shards[1].bytes) + shards[2].bytes + 1;
+        let limited = ShardCache::new(&cache_dir, Some(two), false).unwrap();
+        let first =
+            RemoteShards::new(shards[..2].to_vec(), bucket.clone(), limited.clone()).unwrap();
+        first.get(0).unwrap();
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        first.get(1).unwrap();
+        drop(first);
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        let again =
+            RemoteShards::new(vec![shards[0].clone()], bucket.clone(), limited.clone()).unwrap();
+        again.get(0).unwrap();
+        drop(again);
+        let third = RemoteShards::new(vec![shards[2].clone()], bucket, limited).unwrap();
+        third.get(0).unwrap();
+        assert!(cached(&cache_dir, &shards[0]) && cached(&cache_dir, &shards[2]));
+        assert!(
+            !cached(&cache_dir, &shards[1]),
+            "the least recently used shard is evicted"
+        );
+    }
+}

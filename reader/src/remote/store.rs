@@ -191,6 +191,16 @@ impl Bucket {
         }))
     }
 
+    /// The bucket of `url` served by `store` (tests: an in-memory store).
+    #[cfg(test)]
+    pub(crate) fn with_store(url: &RemoteUrl, store: Arc<dyn ObjectStore>) -> Arc<Bucket> {
+        Arc::new(Bucket {
+            scheme: url.scheme,
+            bucket: url.bucket.clone(),
+            store: Mutex::new((std::process::id(), store)),
+        })
+    }
+
     fn store(&self, url: &RemoteUrl) -> Result<Arc<dyn ObjectStore>> {
         debug_assert!(url.scheme == self.scheme && url.bucket == self.bucket);
         let mut slot = self.store.lock().unwrap_or_else(|e| e.into_inner());
