@@ -171,7 +171,11 @@ def test_a_corrupted_cached_shard_is_detected_and_fetched_again(s3, output, remo
     victim = sorted((cache / "shards").glob("*.array_record"))[1]
     good = victim.read_bytes()
     corrupt_in_place(victim, keep_mtime=False)
+    # What a download killed midway leaves is cleared when the shard is next fetched.
+    leftover = victim.with_name(victim.name.replace(".array_record", ".part-99999-0"))
+    leftover.write_bytes(b"half a shard")
     again = read(env, remote, cache)
+    assert not leftover.exists()
     assert again["stats"]["refetched"] == 1 and again["stats"]["downloads"] == 1
     assert again["digest"] == local["digest"]
     assert victim.read_bytes() == good
@@ -237,6 +241,11 @@ def test_remote_errors_are_clear_and_leave_nothing_behind(s3, output, tmp_path):
     assert "does not match the manifest" in err, err
     assert f"{first['blake3']}.array_record" not in cached_files(cache)
     assert not list((cache / "shards").glob("*.part-*"))
+    # A shard on the store shorter than the manifest says: not downloaded, refused.
+    short = upload(client, output, "short/out")
+    client.put_object(Bucket=BUCKET, Key=f"short/out/{first['path']}", Body=b"too short")
+    err = read_error(env, short, cache)
+    assert "FormatError" in err and f"9 bytes, the manifest says {first['bytes']}" in err, err
     # Globs and single shards are not read from object stores; the error says what is.
     err = read_error(env, f"{tampered}/train/shard-*.array_record", cache)
     assert "InvalidInputError" in err and "give the output's root" in err, err

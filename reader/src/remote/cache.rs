@@ -2,13 +2,15 @@
 //! shards downloaded from an object store, each verified against its manifest entry.
 //!
 //! ```text
-//! fetch(shard) ─► <dir>/shards/<blake3>.array_record verified? (stamp matches) ─► hit
+//! open(shard) ─► shared lock <dir>/locks/<blake3>.lock ─► <dir>/shards/<blake3>.array_record
+//!      │          verified (stamp matches)? ─► memory-map it ─► hit
 //!      │ no
-//!      ▼ exclusive lock <dir>/locks/<blake3>.lock (other processes wait here)
-//!   verified now? ─► hit (another process downloaded it meanwhile)
+//!      ▼ exclusive lock (other processes wait here)
+//!   leftovers of an interrupted download removed; verified now? ─► hit
 //!   a file without a matching stamp ─► hash it: matches ─► stamp it; else remove it
-//!   download to <blake3>.part-<pid>-<n>, hashing ─► size and blake3 = the manifest's?
-//!      ─► rename into place, write the stamp ─► unlock ─► evict to the size limit
+//!   download to <blake3>.part-<pid>-<n> (ranged requests), hashing ─► size and blake3
+//!      = the manifest's? ─► rename into place, write the stamp ─► memory-map it
+//!      ─► unlock ─► evict to the size limit
 //! ```
 //!
 //! Files are named by their manifest blake3, so a name says what the bytes must be, and
@@ -17,9 +19,9 @@
 //! changed since (rewritten, truncated, replaced) no longer matches and is hashed again,
 //! and refetched when the hash is wrong; `verify` hashes every file on every open. The
 //! stamp's own modification time is the shard's last use, for least-recently-used
-//! eviction. Eviction never removes a shard this process has in use
-//! ([`InUse`]); one another process has open stays readable to it (it is memory-mapped)
-//! until it closes it.
+//! eviction. Eviction never removes a shard this process has in use ([`InUse`]) nor one
+//! whose lock anybody holds (being opened, checked or downloaded); one another process
+//! has open stays readable to it (it is memory-mapped) until it closes it.
 
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
@@ -31,6 +33,7 @@ use std::sync::Mutex;
 use std::time::SystemTime;
 
 use super::store::{Bucket, RemoteUrl};
+use crate::array_record::ArrayRecordReader;
 use crate::error::{Error, Location, Result};
 use crate::output::check_contents;
 
@@ -194,6 +197,15 @@ pub fn parse_limit(text: &str) -> Result<u64> {
     })
 }
 
+/// How a shard's lock is taken: shared to open a verified file (no eviction meanwhile),
+/// exclusive to check, download or evict it.
+#[derive(Clone, Copy)]
+enum LockMode {
+    Shared,
+    Exclusive,
+    TryExclusive,
+}
+
 struct LockGuard {
     file: File,
 }
@@ -243,7 +255,7 @@ impl ShardCache {
         self.shards.join(format!("{hash}.verified"))
     }
 
-    fn lock(&self, hash: &str, wait: bool) -> Result<Option<LockGuard>> {
+    fn lock(&self, hash: &str, mode: LockMode) -> Result<Option<LockGuard>> {
         let path = self.locks.join(format!("{hash}.lock"));
         let file = OpenOptions::new()
             .create(true)
@@ -251,12 +263,34 @@ impl ShardCache {
             .write(true)
             .open(&path)
             .map_err(|e| Error::io(&path, e))?;
-        if wait {
-            file.lock().map_err(|e| Error::io(&path, e))?;
-        } else if file.try_lock().is_err() {
-            return Ok(None);
+        match mode {
+            LockMode::Shared => file.lock_shared().map_err(|e| Error::io(&path, e))?,
+            LockMode::Exclusive => file.lock().map_err(|e| Error::io(&path, e))?,
+            LockMode::TryExclusive => {
+                if file.try_lock().is_err() {
+                    return Ok(None);
+                }
+            }
         }
         Ok(Some(LockGuard { file }))
+    }
+
+    /// Removes what an interrupted download or stamp write of `hash` left (the caller
+    /// holds its exclusive lock, so nobody is writing them).
+    fn remove_leftovers(&self, hash: &str) {
+        let Ok(read) = std::fs::read_dir(&self.shards) else {
+            return;
+        };
+        let (part, stamp) = (format!("{hash}.part-"), format!("{hash}.verified-"));
+        for entry in read.flatten() {
+            if entry
+                .file_name()
+                .to_str()
+                .is_some_and(|n| n.starts_with(&part) || n.starts_with(&stamp))
+            {
+                let _ = std::fs::remove_file(entry.path());
+            }
+        }
     }
 
     /// Whether the cached file of `hash` is there and unchanged since it was verified.
@@ -309,35 +343,52 @@ impl ShardCache {
         Ok((size, hasher.finalize().to_hex().to_string()))
     }
 
-    /// The local file of `shard`, verified: from the cache, or downloaded into it.
-    pub fn fetch(&self, bucket: &Bucket, shard: &RemoteShard) -> Result<PathBuf> {
+    /// `shard`, verified and opened (memory-mapped) from the cache, downloaded into it
+    /// first when missing or changed; `name` (its URL) names it in errors. A file is
+    /// opened under its lock, so no process evicts it meanwhile; once mapped, its
+    /// removal does not disturb the reader.
+    pub fn open(
+        &self,
+        bucket: &Bucket,
+        shard: &RemoteShard,
+        name: &str,
+    ) -> Result<ArrayRecordReader> {
         let hash = shard.blake3.as_str();
         let file = self.file(hash);
-        if self.stamped(hash) {
-            self.touch(hash);
-            HITS.fetch_add(1, Ordering::Relaxed);
-            return Ok(file);
-        }
-        let guard = self.lock(hash, true)?;
-        if self.stamped(hash) {
-            self.touch(hash);
-            HITS.fetch_add(1, Ordering::Relaxed);
-            return Ok(file);
-        }
-        if file.exists() {
-            let (size, blake3) = Self::hash_file(&file)?;
-            if size == shard.bytes && blake3 == hash {
-                self.write_stamp(hash)?;
+        {
+            let _shared = self.lock(hash, LockMode::Shared)?;
+            if self.stamped(hash) {
+                let reader = ArrayRecordReader::open_named(&file, name)?;
+                self.touch(hash);
                 HITS.fetch_add(1, Ordering::Relaxed);
-                return Ok(file);
+                return Ok(reader);
             }
-            std::fs::remove_file(&file).map_err(|e| Error::io(&file, e))?;
-            REFETCHED.fetch_add(1, Ordering::Relaxed);
         }
-        self.download(bucket, shard)?;
+        let guard = self.lock(hash, LockMode::Exclusive)?;
+        self.remove_leftovers(hash);
+        if !self.stamped(hash) {
+            if file.exists() {
+                let (size, blake3) = Self::hash_file(&file)?;
+                if size == shard.bytes && blake3 == hash {
+                    self.write_stamp(hash)?;
+                } else {
+                    std::fs::remove_file(&file).map_err(|e| Error::io(&file, e))?;
+                    REFETCHED.fetch_add(1, Ordering::Relaxed);
+                }
+            }
+            if !file.exists() {
+                self.download(bucket, shard)?;
+            } else {
+                HITS.fetch_add(1, Ordering::Relaxed);
+            }
+        } else {
+            HITS.fetch_add(1, Ordering::Relaxed);
+        }
+        let reader = ArrayRecordReader::open_named(&file, name)?;
+        self.touch(hash);
         drop(guard);
         self.evict()?;
-        Ok(file)
+        Ok(reader)
     }
 
     /// Downloads `shard` (the caller holds its lock) and verifies it on the way.
@@ -353,7 +404,7 @@ impl ShardCache {
             ));
             let mut sink = File::create(&part).map_err(|e| Error::io(&part, e))?;
             let mut hasher = blake3::Hasher::new();
-            let got = bucket.download(&shard.url, &mut sink, &part, &mut hasher);
+            let got = bucket.download(&shard.url, shard.bytes, &mut sink, &part, &mut hasher);
             drop(sink);
             let size = match got {
                 Ok(size) => size,
@@ -437,7 +488,7 @@ impl ShardCache {
             if InUse::contains(&hash) {
                 continue;
             }
-            let Some(_guard) = self.lock(&hash, false)? else {
+            let Some(_guard) = self.lock(&hash, LockMode::TryExclusive)? else {
                 continue;
             };
             let file = self.file(&hash);

@@ -108,8 +108,7 @@ impl RemoteShards {
             return Ok(r);
         }
         let shard = &self.shards[i];
-        let path = self.cache.fetch(&self.bucket, shard)?;
-        let reader = ArrayRecordReader::open_named(&path, self.names[i].clone())?;
+        let reader = self.cache.open(&self.bucket, shard, &self.names[i])?;
         check_rows(&self.names[i], reader.len(), shard.rows)?;
         let _ = self.opened[i].set(reader);
         Ok(self.opened[i].get().expect("set just above"))

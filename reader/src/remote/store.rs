@@ -12,7 +12,6 @@
 use std::io::Write;
 use std::sync::{Arc, Mutex};
 
-use futures::TryStreamExt;
 use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, ObjectStoreExt};
 
@@ -114,6 +113,9 @@ impl std::fmt::Display for RemoteUrl {
         }
     }
 }
+
+/// Bytes per ranged request of a download.
+pub const PART_BYTES: u64 = 32 << 20;
 
 /// One bucket's store. It is built from the environment when the bucket is first
 /// opened, and again in a forked child (a parent's pooled connections are not the
@@ -236,26 +238,54 @@ impl Bucket {
         })
     }
 
-    /// Streams the object into `sink`, hashing it; its size.
+    /// Downloads the object into `sink`, hashing it, in ranged requests of
+    /// [`PART_BYTES`] (each well within the client's per-request timeout, and retried on
+    /// its own); its size. An object whose size is not `size` is not downloaded: its
+    /// size is returned for the caller to refuse.
     pub fn download(
         &self,
         url: &RemoteUrl,
+        size: u64,
+        sink: &mut std::fs::File,
+        sink_path: &std::path::Path,
+        hasher: &mut blake3::Hasher,
+    ) -> Result<u64> {
+        self.download_in_parts(url, size, PART_BYTES, sink, sink_path, hasher)
+    }
+
+    fn download_in_parts(
+        &self,
+        url: &RemoteUrl,
+        size: u64,
+        part_bytes: u64,
         sink: &mut std::fs::File,
         sink_path: &std::path::Path,
         hasher: &mut blake3::Hasher,
     ) -> Result<u64> {
         let store = self.store(url)?;
         runtime()?.block_on(async {
-            let got = store.get(&url.path).await.map_err(|e| store_err(url, e))?;
-            let mut stream = got.into_stream();
-            let mut size = 0u64;
-            while let Some(chunk) = stream.try_next().await.map_err(|e| store_err(url, e))? {
-                sink.write_all(&chunk)
-                    .map_err(|e| Error::io(sink_path, e))?;
-                hasher.update(&chunk);
-                size += chunk.len() as u64;
+            let meta = store.head(&url.path).await.map_err(|e| store_err(url, e))?;
+            if meta.size != size {
+                return Ok(meta.size);
             }
-            Ok(size)
+            let mut at = 0u64;
+            while at < size {
+                let end = (at + part_bytes).min(size);
+                let part = store
+                    .get_range(&url.path, at..end)
+                    .await
+                    .map_err(|e| store_err(url, e))?;
+                if part.len() as u64 != end - at {
+                    return Err(remote_err(
+                        url,
+                        format!("asked for bytes {at}..{end}, got {} bytes", part.len()),
+                    ));
+                }
+                sink.write_all(&part).map_err(|e| Error::io(sink_path, e))?;
+                hasher.update(&part);
+                at = end;
+            }
+            Ok(at)
         })
     }
 }
@@ -279,5 +309,36 @@ mod tests {
         for bad in ["s3://", "s3:///x", "http://b/x", "out/train"] {
             assert!(RemoteUrl::parse(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn a_download_in_parts_is_the_whole_object_and_a_size_mismatch_downloads_nothing() {
+        let url = RemoteUrl::parse("s3://test-bucket/out/train/x").unwrap();
+        let memory = Arc::new(object_store::memory::InMemory::new());
+        let data: Vec<u8> = (0..1000u32).map(|i| (i * 7 % 251) as u8).collect();
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
+            .block_on(memory.put(&url.path, data.clone().into()))
+            .unwrap();
+        let bucket = Bucket::with_store(&url, memory);
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("x");
+        for part in [7, 1000, 4096] {
+            let mut sink = std::fs::File::create(&path).unwrap();
+            let mut hasher = blake3::Hasher::new();
+            let got = bucket
+                .download_in_parts(&url, 1000, part, &mut sink, &path, &mut hasher)
+                .unwrap();
+            assert_eq!(got, 1000);
+            assert_eq!(std::fs::read(&path).unwrap(), data, "parts of {part}");
+            assert_eq!(hasher.finalize(), blake3::hash(&data));
+        }
+        let mut sink = std::fs::File::create(&path).unwrap();
+        let got = bucket
+            .download_in_parts(&url, 999, 7, &mut sink, &path, &mut blake3::Hasher::new())
+            .unwrap();
+        assert_eq!(got, 1000);
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), 0);
     }
 }
