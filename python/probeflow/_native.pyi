@@ -9,6 +9,8 @@ import numpy as np
 import numpy.typing as npt
 
 DEFAULT_MAX_ROW_BYTES: int
+#: URL schemes of object stores (``s3://``, ``gs://``).
+REMOTE_SCHEMES: list[str]
 DEFAULT_ARRAY_RECORD_OPTIONS: str
 
 class WriteSummary(TypedDict):

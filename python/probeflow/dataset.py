@@ -323,7 +323,8 @@ class RowDataSource:
 
     def __init__(self, path: PathLike, split: str = "train", *, verify: bool = False) -> None:
         paths = _paths(path)
-        remote = [p for p in ([paths] if isinstance(paths, str) else paths) if p.startswith(("s3://", "gs://"))]
+        schemes = tuple(_native.REMOTE_SCHEMES)
+        remote = [p for p in ([paths] if isinstance(paths, str) else paths) if p.startswith(schemes)]
         if remote:
             raise InvalidInputError(
                 f"{remote[0]}: RowDataSource reads outputs on local disk; read an output on an "

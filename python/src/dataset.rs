@@ -446,21 +446,6 @@ pub fn resolve_shards(
     split: String,
     verify: bool,
 ) -> PyResult<Vec<String>> {
-    py.detach(move || {
-        if let [one] = paths.as_slice() {
-            if probeflow_reader::output::remote_scheme(one).is_some() {
-                // An output on an object store: its split's shard URLs, checked as
-                // a local output's files are (nothing is downloaded).
-                let output = probeflow_reader::remote::output::RemoteOutput::open(one)?;
-                return Ok(output
-                    .split(&split)?
-                    .iter()
-                    .map(|s| s.url.to_string())
-                    .collect());
-            }
-        }
-        probeflow_reader::output::resolve(&paths, &split, verify)
-            .map(|files| files.iter().map(|f| f.display().to_string()).collect())
-    })
-    .map_err(py_err)
+    py.detach(move || probeflow_reader::output::shard_names(&paths, &split, verify))
+        .map_err(py_err)
 }

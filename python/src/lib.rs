@@ -510,6 +510,10 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     )?;
     m.add("DEFAULT_MAX_ROW_BYTES", row::DEFAULT_MAX_ROW_BYTES)?;
     m.add(
+        "REMOTE_SCHEMES",
+        probeflow_reader::output::REMOTE_SCHEMES.to_vec(),
+    )?;
+    m.add(
         "DEFAULT_ARRAY_RECORD_OPTIONS",
         probeflow_reader::array_record::DEFAULT_WRITER_OPTIONS,
     )?;

@@ -39,7 +39,6 @@ use crate::error::{Error, Result};
 use crate::mixture::{
     source_seed, LoaderState, MixtureSourceState, MixtureState, Weights, MIXTURE_STATE_VERSION,
 };
-use crate::output::remote_scheme;
 use crate::packing::{pack, Batch};
 use crate::rng::{key, CounterRng, Permutation};
 use crate::row::decode_row;
@@ -123,16 +122,10 @@ impl RowSource {
         verify: bool,
         cache: &CacheOptions,
     ) -> Result<Self> {
-        let Some(remote) = paths.iter().find(|p| remote_scheme(p).is_some()) else {
-            return Self::open(&crate::output::resolve(paths, split, verify)?);
-        };
-        if paths.len() > 1 {
-            return Err(Error::Input(format!(
-                "{remote}: an output on an object store is read whole, on its own; give its \
-                 root alone (a mixture takes several outputs as sources)"
-            )));
+        match crate::output::remote_output(paths)? {
+            Some(url) => Self::open_remote(url, split, verify, cache),
+            None => Self::open(&crate::output::resolve(paths, split, verify)?),
         }
-        Self::open_remote(remote, split, verify, cache)
     }
 
     #[cfg(feature = "remote")]
@@ -149,9 +142,7 @@ impl RowSource {
 
     #[cfg(not(feature = "remote"))]
     fn open_remote(url: &str, _: &str, _: bool, _: &CacheOptions) -> Result<Self> {
-        Err(Error::Input(format!(
-            "{url}: this build of probeflow-reader reads no object stores (feature `remote`)"
-        )))
+        Err(crate::output::no_remote(url))
     }
 
     pub fn len(&self) -> u64 {

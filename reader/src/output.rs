@@ -41,6 +41,49 @@ pub fn remote_scheme(url: &str) -> Option<&'static str> {
     REMOTE_SCHEMES.into_iter().find(|s| url.starts_with(s))
 }
 
+/// The output on an object store that `paths` name, if any; an error when it is not
+/// named alone (a remote output is read whole, through the shard cache).
+pub fn remote_output(paths: &[String]) -> Result<Option<&str>> {
+    let Some(remote) = paths.iter().find(|p| remote_scheme(p).is_some()) else {
+        return Ok(None);
+    };
+    if paths.len() > 1 {
+        return Err(Error::Input(format!(
+            "{remote}: an output on an object store is read whole, on its own; give its \
+             root alone (a mixture takes several outputs as sources)"
+        )));
+    }
+    Ok(Some(remote))
+}
+
+/// What [`resolve`] gives, as names: the shard files of `split`, or for one output on
+/// an object store (feature `remote`) its split's shard URLs, checked as a local
+/// output is (nothing downloaded).
+pub fn shard_names(paths: &[String], split: &str, verify: bool) -> Result<Vec<String>> {
+    if let Some(url) = remote_output(paths)? {
+        #[cfg(feature = "remote")]
+        return Ok(crate::remote::output::RemoteOutput::open(url)?
+            .split(split)?
+            .iter()
+            .map(|s| s.url.to_string())
+            .collect());
+        #[cfg(not(feature = "remote"))]
+        return Err(no_remote(url));
+    }
+    Ok(resolve(paths, split, verify)?
+        .iter()
+        .map(|f| f.display().to_string())
+        .collect())
+}
+
+/// The error for an object-store URL in a build without the `remote` feature.
+#[cfg(not(feature = "remote"))]
+pub(crate) fn no_remote(url: &str) -> Error {
+    Error::Input(format!(
+        "{url}: this build of probeflow-reader reads no object stores (feature `remote`)"
+    ))
+}
+
 /// One shard as the manifest records it.
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 pub struct ManifestShard {
@@ -257,23 +300,28 @@ pub fn check_rows(file: &str, rows: u64, entry_rows: u64) -> Result<()> {
     Ok(())
 }
 
-/// Checks one shard file against its manifest entry: size, blake3, row count.
-pub fn verify_shard(file: &Path, entry: &ManifestShard) -> Result<()> {
-    let name = file.display().to_string();
-    let mut f = std::fs::File::open(file).map_err(|e| Error::io(file, e))?;
+/// A file's size and blake3 (lower-case hex), read in 1 MiB pieces.
+pub(crate) fn hash_file(path: &Path) -> Result<(u64, String)> {
+    let mut f = std::fs::File::open(path).map_err(|e| Error::io(path, e))?;
     let mut hasher = blake3::Hasher::new();
     let mut buf = vec![0u8; 1 << 20];
     let mut size = 0u64;
     loop {
-        let n = f.read(&mut buf).map_err(|e| Error::io(file, e))?;
+        let n = f.read(&mut buf).map_err(|e| Error::io(path, e))?;
         if n == 0 {
             break;
         }
         size += n as u64;
         hasher.update(&buf[..n]);
     }
-    let hash = hasher.finalize().to_hex();
-    check_contents(&name, size, hash.as_str(), entry.bytes, &entry.blake3)?;
+    Ok((size, hasher.finalize().to_hex().to_string()))
+}
+
+/// Checks one shard file against its manifest entry: size, blake3, row count.
+pub fn verify_shard(file: &Path, entry: &ManifestShard) -> Result<()> {
+    let name = file.display().to_string();
+    let (size, hash) = hash_file(file)?;
+    check_contents(&name, size, &hash, entry.bytes, &entry.blake3)?;
     check_rows(&name, ArrayRecordReader::open(file)?.len(), entry.rows)
 }
 
@@ -381,9 +429,7 @@ pub fn splits_of(paths: &[String]) -> Result<BTreeSet<Split>> {
             #[cfg(feature = "remote")]
             splits.extend(crate::remote::output::RemoteOutput::open(path)?.splits()?);
             #[cfg(not(feature = "remote"))]
-            return Err(Error::Input(format!(
-                "{path}: this build of probeflow-reader reads no object stores (feature `remote`)"
-            )));
+            return Err(no_remote(path));
             #[cfg(feature = "remote")]
             continue;
         }

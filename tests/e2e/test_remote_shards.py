@@ -9,7 +9,6 @@ its batches and its cache counters (``probeflow.cache_stats()``).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import subprocess
@@ -41,25 +40,25 @@ print(json.dumps({"digest": h.hexdigest(), "batches": batches, "files": ds.files
 """
 
 
-def read(env: dict, path: str | list[str], cache: Path | None = None, **args) -> dict:
+def run_reader(env: dict, path: str | list[str], cache: Path | None, args: dict) -> subprocess.CompletedProcess:
     env = dict(env)
     if cache is not None:
         env["PROBEFLOW_CACHE_DIR"] = str(cache)
-    out = subprocess.run(
+    return subprocess.run(
         [sys.executable, "-c", READER, json.dumps({"path": path, **args})],
         env=env, capture_output=True, text=True, check=False,
     )
+
+
+def read(env: dict, path: str | list[str], cache: Path | None = None, **args) -> dict:
+    out = run_reader(env, path, cache, args)
     if out.returncode != 0:
         raise AssertionError(f"reader failed:\n{out.stderr}")
     return json.loads(out.stdout)
 
 
 def read_error(env: dict, path: str, cache: Path, **args) -> str:
-    env = dict(env, PROBEFLOW_CACHE_DIR=str(cache))
-    out = subprocess.run(
-        [sys.executable, "-c", READER, json.dumps({"path": path, **args})],
-        env=env, capture_output=True, text=True, check=False,
-    )
+    out = run_reader(env, path, cache, args)
     assert out.returncode != 0, out.stdout
     return out.stderr.strip().splitlines()[-1]
 

@@ -25,7 +25,6 @@
 
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
-use std::io::Read;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -35,7 +34,7 @@ use std::time::SystemTime;
 use super::store::{Bucket, RemoteUrl};
 use crate::array_record::ArrayRecordReader;
 use crate::error::{Error, Location, Result};
-use crate::output::check_contents;
+use crate::output::{check_contents, hash_file};
 
 /// Environment variable naming the cache directory.
 pub const CACHE_DIR_ENV: &str = "PROBEFLOW_CACHE_DIR";
@@ -326,23 +325,6 @@ impl ShardCache {
         std::fs::rename(&tmp, &stamp).map_err(|e| Error::io(&stamp, e))
     }
 
-    /// Size and blake3 of a cached file.
-    fn hash_file(path: &Path) -> Result<(u64, String)> {
-        let mut f = File::open(path).map_err(|e| Error::io(path, e))?;
-        let mut hasher = blake3::Hasher::new();
-        let mut buf = vec![0u8; 1 << 20];
-        let mut size = 0u64;
-        loop {
-            let n = f.read(&mut buf).map_err(|e| Error::io(path, e))?;
-            if n == 0 {
-                break;
-            }
-            size += n as u64;
-            hasher.update(&buf[..n]);
-        }
-        Ok((size, hasher.finalize().to_hex().to_string()))
-    }
-
     /// `shard`, verified and opened (memory-mapped) from the cache, downloaded into it
     /// first when missing or changed; `name` (its URL) names it in errors. A file is
     /// opened under its lock, so no process evicts it meanwhile; once mapped, its
@@ -366,23 +348,21 @@ impl ShardCache {
         }
         let guard = self.lock(hash, LockMode::Exclusive)?;
         self.remove_leftovers(hash);
-        if !self.stamped(hash) {
-            if file.exists() {
-                let (size, blake3) = Self::hash_file(&file)?;
-                if size == shard.bytes && blake3 == hash {
-                    self.write_stamp(hash)?;
-                } else {
-                    std::fs::remove_file(&file).map_err(|e| Error::io(&file, e))?;
-                    REFETCHED.fetch_add(1, Ordering::Relaxed);
-                }
-            }
-            if !file.exists() {
-                self.download(bucket, shard)?;
+        // Another process may have downloaded it meanwhile; a file without a matching
+        // stamp is hashed, and removed when wrong.
+        if !self.stamped(hash) && file.exists() {
+            let (size, blake3) = hash_file(&file)?;
+            if size == shard.bytes && blake3 == hash {
+                self.write_stamp(hash)?;
             } else {
-                HITS.fetch_add(1, Ordering::Relaxed);
+                std::fs::remove_file(&file).map_err(|e| Error::io(&file, e))?;
+                REFETCHED.fetch_add(1, Ordering::Relaxed);
             }
-        } else {
+        }
+        if file.exists() {
             HITS.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.download(bucket, shard)?;
         }
         let reader = ArrayRecordReader::open_named(&file, name)?;
         self.touch(hash);

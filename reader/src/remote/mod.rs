@@ -82,14 +82,6 @@ impl RemoteShards {
         }))
     }
 
-    pub fn len(&self) -> usize {
-        self.shards.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.shards.is_empty()
-    }
-
     /// Rows per shard, as the manifest says.
     pub fn rows(&self) -> impl Iterator<Item = u64> + '_ {
         self.shards.iter().map(|s| s.rows)

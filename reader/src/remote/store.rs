@@ -16,7 +16,7 @@ use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, ObjectStoreExt};
 
 use crate::error::{Error, Result};
-pub use crate::output::{remote_scheme, REMOTE_SCHEMES};
+use crate::output::remote_scheme;
 
 /// The store of `bucket` under `scheme` (`s3://` or `gs://`), configured from the
 /// environment; the reason when it cannot be built.
