@@ -4,10 +4,10 @@
 //!   `min(n, tokens)` (a short row contributes its longest n-gram), each with every
 //!   occurrence's code-point offsets and the set of configured lengths it stands for.
 //! * Training side ([`ScanTokens`]): a document's tokens, cut without allocating per
-//!   token (ASCII texts, the common case, 64 bytes at a time and with no lowering
-//!   table: their byte offsets are their code-point offsets; other texts a character
-//!   at a time, and those with a capital sigma by the exact tokenizer), with a
-//!   polynomial hash over per-token hashes so every `(i, n)` window is hashed in O(1).
+//!   token (ASCII stretches, the common case even in other texts, 64 bytes at a time
+//!   and with no lowering table; each other character alone, a capital sigma in the
+//!   form the whole text's lowering gives it), with a polynomial hash over per-token
+//!   hashes so every `(i, n)` window is hashed in O(1).
 //! * [`Index`]: the test n-grams of one scan's index group, keyed by that same window
 //!   hash, behind two small key filters that answer most windows without touching
 //!   the map. A hash only finds candidates: a match is decided by comparing the
@@ -74,6 +74,7 @@ fn join(tokens: &[Token]) -> String {
 /// 16 bytes (zero-padded; at least one step) folded in with one 64×64→128-bit
 /// multiply of its two words, then one more to mix: no branch on the length of a
 /// token of up to 16 bytes, the common case.
+#[cfg(test)] // the readable reference of token_hash_padded
 fn token_hash(bytes: &[u8]) -> u64 {
     let mut h = hash_seed(bytes.len());
     let mut chunks = bytes.chunks_exact(16);
@@ -109,6 +110,7 @@ fn hash_step(h: u64, w0: u64, w1: u64) -> u64 {
 /// fixed-size loads: a variable-length copy into a zeroed word was a `memcpy` call
 /// per token and a stall on reading the word back, a quarter of the scan's
 /// tokenizing time.
+#[cfg(test)]
 #[inline]
 fn load_short(b: &[u8]) -> u64 {
     let n = b.len();
@@ -291,6 +293,29 @@ fn block_separators(block: &[u8; 64], whitespace_only: bool) -> u64 {
     }
 }
 
+/// One bit per byte of `block` (bit i for byte i): whether it is not ASCII.
+fn block_non_ascii(block: &[u8; 64]) -> u64 {
+    #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+    {
+        // SAFETY: the build targets processors with SSE2 (the cfg above).
+        unsafe { sse2::block_non_ascii(block) }
+    }
+    #[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
+    {
+        non_ascii_mask(block)
+    }
+}
+
+/// [`block_non_ascii`] a byte at a time: the portable version and the tests'
+/// reference.
+#[cfg(any(test, not(all(target_arch = "x86_64", target_feature = "sse2"))))]
+fn non_ascii_mask(block: &[u8; 64]) -> u64 {
+    block
+        .iter()
+        .enumerate()
+        .fold(0u64, |mask, (i, &b)| mask | (u64::from(b >> 7) << i))
+}
+
 #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
 mod sse2 {
     use std::arch::x86_64::{
@@ -304,6 +329,18 @@ mod sse2 {
         let shifted = _mm_sub_epi8(v, _mm_set1_epi8(lo as i8));
         let capped = _mm_min_epu8(shifted, _mm_set1_epi8((hi - lo) as i8));
         _mm_cmpeq_epi8(capped, shifted)
+    }
+
+    /// The high bit of each byte of `block`.
+    #[target_feature(enable = "sse2")]
+    pub(super) fn block_non_ascii(block: &[u8; 64]) -> u64 {
+        let mut mask = 0u64;
+        for (k, part) in block.chunks_exact(16).enumerate() {
+            // SAFETY: `part` is 16 readable bytes; the load has no alignment need.
+            let v = unsafe { _mm_loadu_si128(part.as_ptr().cast::<__m128i>()) };
+            mask |= (_mm_movemask_epi8(v) as u32 as u64) << (16 * k);
+        }
+        mask
     }
 
     #[target_feature(enable = "sse2")]
@@ -328,42 +365,72 @@ mod sse2 {
 }
 
 /// A training document's tokens, ready for window lookups.
+///
+/// A text is cut in one left-to-right pass into token boundaries (`starts`, `ends`:
+/// `re.split`'s pieces between maximal separator runs, empty ones at the ends), then
+/// each token is hashed. ASCII stretches, the common case even in texts that are not
+/// all ASCII, are cut 64 bytes at a time with no branch per token; each other
+/// character is lowered and classified alone (a capital sigma takes the form the
+/// whole text's lowering gives it).
 #[derive(Default)]
 pub struct ScanTokens {
     /// The tokens' text, one after the other (ASCII: the lowered document itself).
     buffer: String,
-    /// Each token's byte range in `buffer`.
-    ranges: Vec<(u32, u32)>,
-    /// Each token's code-point span in the original text (empty for an ASCII text,
-    /// whose spans are its byte ranges).
-    spans: Vec<(u64, u64)>,
+    /// Where each token starts and ends in `buffer` (bytes).
+    starts: Vec<usize>,
+    ends: Vec<usize>,
+    /// Where each token starts and ends in the original text (code points); empty for
+    /// an ASCII text, whose code points are its bytes.
+    span_starts: Vec<u64>,
+    span_ends: Vec<u64>,
     /// `prefix[k]`: the polynomial hash of tokens `0..k`.
     prefix: Vec<u64>,
     /// `BASE^k`.
     powers: Vec<u64>,
+    /// The lowered forms of the text's capital sigmas, in order.
+    sigmas: Vec<char>,
+}
+
+/// Where a cut stands between two characters: whether the last lowered character
+/// was a separator, and the code point of the current piece's last character.
+#[derive(Default)]
+struct Cut {
+    in_run: bool,
+    last: Option<u64>,
+}
+
+/// Appends `base + i` for each set bit `i` of `bits`, in ascending order.
+#[inline]
+fn push_bit_positions<T: Copy + std::ops::Add<Output = T> + From<u8>>(
+    out: &mut Vec<T>,
+    mut bits: u64,
+    base: T,
+) {
+    out.reserve(bits.count_ones() as usize);
+    while bits != 0 {
+        out.push(base + T::from(bits.trailing_zeros() as u8));
+        bits &= bits - 1;
+    }
 }
 
 impl ScanTokens {
     /// Tokenizes `text` (reusing this value's buffers).
     pub fn fill(&mut self, kind: TokenizerKind, text: &str) {
         self.buffer.clear();
-        self.ranges.clear();
-        self.spans.clear();
-        self.prefix.clear();
-        self.prefix.push(0);
+        self.starts.clear();
+        self.ends.clear();
+        self.span_starts.clear();
+        self.span_ends.clear();
         if text.is_ascii() {
             self.fill_ascii(kind, text);
-        } else if kind != TokenizerKind::Default || !text.contains(CONTEXT_LOWERED) {
-            self.fill_chars(kind, text);
         } else {
-            for t in kind.tokenize(text) {
-                let start = self.buffer.len();
-                self.buffer.push_str(&t.text);
-                self.push_token(start, self.buffer.len());
-                self.spans.push((t.span.start as u64, t.span.end as u64));
-            }
+            self.fill_mixed(kind, text);
         }
-        while self.powers.len() <= self.ranges.len() {
+        if kind == TokenizerKind::Whitespace {
+            self.drop_empty_ends();
+        }
+        self.hash_tokens();
+        while self.powers.len() <= self.starts.len() {
             let last = self
                 .powers
                 .last()
@@ -372,145 +439,212 @@ impl ScanTokens {
         }
     }
 
-    /// Adds the token at `buffer[start..end]` and its prefix hash.
-    fn push_token(&mut self, start: usize, end: usize) {
-        let hash = token_hash(&self.buffer.as_bytes()[start..end]);
-        let last = self.prefix.last().copied().unwrap_or(0);
-        self.prefix.push(last.wrapping_mul(BASE).wrapping_add(hash));
-        self.ranges.push((start as u32, end as u32));
-    }
-
-    /// The same tokens as `kind.tokenize(text)` for an ASCII text, where lowering is
-    /// per byte and code points are bytes.
+    /// The boundaries of an ASCII text, where lowering is per byte and code points are
+    /// bytes: 64 bytes at a time.
     fn fill_ascii(&mut self, kind: TokenizerKind, text: &str) {
         let whitespace_only = kind == TokenizerKind::Whitespace;
         self.buffer.push_str(text);
         if kind == TokenizerKind::Default {
             self.buffer.make_ascii_lowercase();
         }
-        self.buffer.push_str(PADDING);
-        let bytes = text.as_bytes();
-        let len = bytes.len();
-        // Separator runs, found 64 bytes at a time: a piece ends where a run starts and
-        // the next begins where it ends (re.split's pieces, empty ones at the ends).
-        let mut start = 0usize;
-        let mut carry = 0u64; // whether the byte before this block is a separator
+        self.starts.push(0);
+        let mut cut = Cut::default();
         let mut last = [0u8; 64];
-        for (block, chunk) in bytes.chunks(64).enumerate() {
+        for (block, chunk) in text.as_bytes().chunks(64).enumerate() {
             let sep = match <&[u8; 64]>::try_from(chunk) {
                 Ok(whole) => block_separators(whole, whitespace_only),
                 Err(_) => {
-                    // The last, short block: zero bytes (not separators) after it.
                     last[..chunk.len()].copy_from_slice(chunk);
                     block_separators(&last, whitespace_only)
                 }
             };
-            let before = (sep << 1) | carry;
-            let mut events = (sep & !before) | (!sep & before);
-            carry = sep >> 63;
-            while events != 0 {
-                let bit = events.trailing_zeros() as usize;
-                events &= events - 1;
-                let at = block * 64 + bit;
-                if at > len {
-                    break;
+            let at = block * 64;
+            self.ascii_chunk(&mut cut, sep, chunk.len(), at, None);
+        }
+        self.finish(&cut, text.len() as u64, false);
+    }
+
+    /// The boundaries of a text that is not all ASCII: its ASCII stretches 64 bytes at
+    /// a time, each other character alone.
+    fn fill_mixed(&mut self, kind: TokenizerKind, text: &str) {
+        let lower = kind == TokenizerKind::Default;
+        let whitespace_only = kind == TokenizerKind::Whitespace;
+        self.sigmas.clear();
+        if lower && text.contains(CONTEXT_LOWERED) {
+            sigma_forms(text, &mut self.sigmas);
+        }
+        let mut sigma = 0usize;
+        self.starts.push(0);
+        self.span_starts.push(0);
+        let mut cut = Cut::default();
+        let bytes = text.as_bytes();
+        let mut padded = [0u8; 64];
+        let (mut at, mut cp) = (0usize, 0u64);
+        while at < bytes.len() {
+            let rest = &bytes[at..];
+            let block = match <&[u8; 64]>::try_from(rest.get(..64).unwrap_or(rest)) {
+                Ok(whole) => whole,
+                Err(_) => {
+                    padded[..rest.len()].copy_from_slice(rest);
+                    padded[rest.len()..].fill(0);
+                    &padded
                 }
-                if sep & (1 << bit) != 0 {
-                    // A run starts: the piece before it ends.
-                    self.push_ascii(start, at, whitespace_only);
+            };
+            // The ASCII bytes before the first other one (or the block's end).
+            let ascii = (block_non_ascii(block).trailing_zeros() as usize).min(rest.len());
+            if ascii > 0 {
+                let sep = block_separators(block, whitespace_only) & low_bits(ascii);
+                let start = self.buffer.len();
+                self.buffer.push_str(&text[at..at + ascii]);
+                if lower {
+                    self.buffer[start..].make_ascii_lowercase();
+                }
+                self.ascii_chunk(&mut cut, sep, ascii, start, Some(cp));
+                at += ascii;
+                cp += ascii as u64;
+            }
+            while let Some(c) = text[at..].chars().next().filter(|c| !c.is_ascii()) {
+                if !lower {
+                    self.push_char(&mut cut, kind, c, cp);
+                } else if c == CONTEXT_LOWERED {
+                    // One form per capital sigma of the text (sigma_forms).
+                    debug_assert!(sigma < self.sigmas.len());
+                    let l = self.sigmas.get(sigma).copied().unwrap_or('σ');
+                    sigma += 1;
+                    self.push_char(&mut cut, kind, l, cp);
                 } else {
-                    start = at;
+                    for l in python_lower_char(c) {
+                        self.push_char(&mut cut, kind, l, cp);
+                    }
                 }
+                at += c.len_utf8();
+                cp += 1;
             }
         }
-        // A text ending in a separator run: the last piece is empty, at its end.
-        if len.is_multiple_of(64) && carry == 1 {
-            start = len;
+        self.finish(&cut, cp, true);
+    }
+
+    /// The boundaries in an ASCII chunk of `len` (1 to 64) bytes, already in `buffer`
+    /// from `start` on (lowered), whose separators are the bits of `sep`; `cp`: the
+    /// code point it starts at, where spans are kept.
+    #[inline]
+    fn ascii_chunk(&mut self, cut: &mut Cut, sep: u64, len: usize, start: usize, cp: Option<u64>) {
+        let before = (sep << 1) | u64::from(cut.in_run);
+        // A run starts (the piece before it ends) / ends (a piece starts).
+        let run_starts = sep & !before;
+        let run_ends = !sep & before & low_bits(len);
+        push_bit_positions(&mut self.ends, run_starts, start);
+        push_bit_positions(&mut self.starts, run_ends, start);
+        if let Some(cp) = cp {
+            // A piece ending here ends at the code point its run starts at (its last
+            // character is the one before); one starting here starts there.
+            push_bit_positions(&mut self.span_ends, run_starts, cp);
+            push_bit_positions(&mut self.span_starts, run_ends, cp);
+            cut.last = Some(cp + len as u64 - 1);
         }
-        self.push_ascii(start, len, whitespace_only);
+        cut.in_run = (sep >> (len - 1)) & 1 == 1;
+        if cut.in_run {
+            cut.last = None;
+        }
+    }
+
+    /// One lowered character `l` of the character at code point `cp`.
+    fn push_char(&mut self, cut: &mut Cut, kind: TokenizerKind, l: char, cp: u64) {
+        if kind.separates(l) {
+            if !cut.in_run {
+                self.close_piece(cut);
+                cut.in_run = true;
+            }
+        } else {
+            if cut.in_run {
+                cut.in_run = false;
+                self.starts.push(self.buffer.len());
+                self.span_starts.push(cp);
+            }
+            self.buffer.push(l);
+            cut.last = Some(cp);
+        }
+    }
+
+    /// Ends the current piece where `buffer` ends.
+    fn close_piece(&mut self, cut: &mut Cut) {
+        self.ends.push(self.buffer.len());
+        if let Some(&piece_start) = self.span_starts.last() {
+            self.span_ends
+                .push(cut.last.take().map_or(piece_start, |l| l + 1));
+        }
+    }
+
+    /// Ends the text (of `cps` code points): a text ending in a separator run ends
+    /// with an empty piece.
+    fn finish(&mut self, cut: &Cut, cps: u64, spans: bool) {
+        if cut.in_run {
+            self.starts.push(self.buffer.len());
+            if spans {
+                self.span_starts.push(cps);
+            }
+        }
+        if spans {
+            self.close_piece(&mut Cut {
+                in_run: false,
+                last: cut.last,
+            });
+        } else {
+            self.ends.push(self.buffer.len());
+        }
+    }
+
+    /// Drops the empty pieces (only ever first or last): `str.split()` has none.
+    fn drop_empty_ends(&mut self) {
+        let spans = !self.span_starts.is_empty();
+        if self.starts.last() == self.ends.last() {
+            self.starts.pop();
+            self.ends.pop();
+            if spans {
+                self.span_starts.pop();
+                self.span_ends.pop();
+            }
+        }
+        if !self.starts.is_empty() && self.starts[0] == self.ends[0] {
+            self.starts.remove(0);
+            self.ends.remove(0);
+            if spans {
+                self.span_starts.remove(0);
+                self.span_ends.remove(0);
+            }
+        }
+    }
+
+    /// The tokens' prefix hashes (the buffer padded while they are hashed).
+    fn hash_tokens(&mut self) {
+        let len = self.buffer.len();
+        self.buffer.push_str(PADDING);
+        self.prefix.clear();
+        self.prefix.resize(self.starts.len() + 1, 0);
+        let padded = self.buffer.as_bytes();
+        let mut poly = 0u64;
+        for ((p, &start), &end) in self.prefix[1..]
+            .iter_mut()
+            .zip(&self.starts)
+            .zip(&self.ends)
+        {
+            let hash = token_hash_padded(padded, start, end);
+            poly = poly.wrapping_mul(BASE).wrapping_add(hash);
+            *p = poly;
+        }
         self.buffer.truncate(len);
     }
 
-    /// The same tokens as `kind.tokenize(text)` for a text whose characters are
-    /// each lowered alone (no capital sigma), without allocating per token: the
-    /// pieces between maximal runs of separators of the lowered characters, each
-    /// spanning the code points from its first character's source to its last's.
-    fn fill_chars(&mut self, kind: TokenizerKind, text: &str) {
-        let lower = kind == TokenizerKind::Default;
-        let skip_empty = kind == TokenizerKind::Whitespace;
-        // The current piece: where it starts in `buffer`, the code point it starts
-        // at (where the run before it ended), and its last character's source.
-        let mut start = 0usize;
-        let mut piece_start = 0u64;
-        let mut last: Option<u64> = None;
-        let mut in_run = false;
-        let mut src = 0u64;
-        for c in text.chars() {
-            let (one, many) = match (lower, c.is_ascii()) {
-                (false, _) => (Some(c), None),
-                (true, true) => (Some(c.to_ascii_lowercase()), None),
-                (true, false) => (None, Some(python_lower_char(c))),
-            };
-            for l in one.into_iter().chain(many.into_iter().flatten()) {
-                if kind.separates(l) {
-                    if !in_run {
-                        self.push_piece(start, piece_start, last.take(), skip_empty);
-                        in_run = true;
-                    }
-                } else {
-                    if in_run {
-                        in_run = false;
-                        piece_start = src;
-                        start = self.buffer.len();
-                    }
-                    self.buffer.push(l);
-                    last = Some(src);
-                }
-            }
-            src += 1;
-        }
-        if in_run {
-            piece_start = src;
-            start = self.buffer.len();
-        }
-        self.push_piece(start, piece_start, last, skip_empty);
-    }
-
-    /// A piece of [`Self::fill_chars`]: `buffer[start..]`, from code point
-    /// `piece_start` to just after `last` (empty where there is no last).
-    fn push_piece(&mut self, start: usize, piece_start: u64, last: Option<u64>, skip_empty: bool) {
-        let end = self.buffer.len();
-        if skip_empty && start == end {
-            return;
-        }
-        self.push_token(start, end);
-        let span_end = last.map_or(piece_start, |l| l + 1);
-        self.spans.push((piece_start, span_end));
-    }
-
-    /// An ASCII token (the buffer padded): its code points are its bytes (no span is
-    /// kept: the range is the span).
-    fn push_ascii(&mut self, start: usize, end: usize, skip_empty: bool) {
-        if skip_empty && start == end {
-            return;
-        }
-        let hash = token_hash_padded(self.buffer.as_bytes(), start, end);
-        let last = self.prefix.last().copied().unwrap_or(0);
-        self.prefix.push(last.wrapping_mul(BASE).wrapping_add(hash));
-        self.ranges.push((start as u32, end as u32));
-    }
-
     pub fn len(&self) -> usize {
-        self.ranges.len()
+        self.starts.len()
     }
 
     pub fn is_empty(&self) -> bool {
-        self.ranges.is_empty()
+        self.starts.is_empty()
     }
 
     fn token(&self, k: usize) -> &str {
-        let (a, b) = self.ranges[k];
-        &self.buffer[a as usize..b as usize]
+        &self.buffer[self.starts[k]..self.ends[k]]
     }
 
     /// The key of the window of `n` tokens from `i`.
@@ -527,13 +661,50 @@ impl ScanTokens {
 
     /// The code-point offsets of the window of `n` tokens from `i`.
     pub fn offsets(&self, i: usize, n: usize) -> [u64; 2] {
-        if self.spans.is_empty() {
-            return [
-                u64::from(self.ranges[i].0),
-                u64::from(self.ranges[i + n - 1].1),
-            ];
+        if self.span_starts.is_empty() {
+            return [self.starts[i] as u64, self.ends[i + n - 1] as u64];
         }
-        [self.spans[i].0, self.spans[i + n - 1].1]
+        [self.span_starts[i], self.span_ends[i + n - 1]]
+    }
+}
+
+/// The low `len` bits (`len` at most 64).
+#[inline]
+fn low_bits(len: usize) -> u64 {
+    if len >= 64 {
+        u64::MAX
+    } else {
+        (1u64 << len) - 1
+    }
+}
+
+/// The forms `str.lower()` gives the capital sigmas of `text`, in order (`ς` at a
+/// word's end, else `σ`): the whole text lowered once, as
+/// [`super::tokenize::python_lower`] does, and read where each sigma's form is (the
+/// whole text's lowering maps every other character as it maps it alone, and an ASCII
+/// byte to one byte).
+fn sigma_forms(text: &str, out: &mut Vec<char>) {
+    let whole = text.to_lowercase();
+    let bytes = text.as_bytes();
+    let (mut at, mut lowered_at) = (0usize, 0usize);
+    while at < bytes.len() {
+        let ascii = bytes[at..].iter().take_while(|b| b.is_ascii()).count();
+        at += ascii;
+        lowered_at += ascii;
+        let Some(c) = text[at..].chars().next() else {
+            break;
+        };
+        let lowered = if c == CONTEXT_LOWERED {
+            let form = whole.get(lowered_at..).and_then(|w| w.chars().next());
+            debug_assert!(form.is_some(), "the lowered text is read at a character");
+            let form = form.unwrap_or(CONTEXT_LOWERED);
+            out.push(form);
+            form.len_utf8()
+        } else {
+            c.to_lowercase().map(char::len_utf8).sum()
+        };
+        at += c.len_utf8();
+        lowered_at += lowered;
     }
 }
 
@@ -973,7 +1144,7 @@ mod tests {
             let text = random_text(&mut state, &alphabet, len);
             for kind in KINDS {
                 let mut fast = ScanTokens::default();
-                fast.fill_ascii(kind, &text);
+                fast.fill(kind, &text);
                 assert_cut_as_the_tokenizer(&fast, kind, &text);
             }
         }
@@ -1010,6 +1181,58 @@ mod tests {
             }
         }
         assert!(paths[0] > 100 && paths[1] > 100, "{paths:?}");
+    }
+
+    #[test]
+    fn mostly_ascii_texts_cut_exactly_the_tokens_of_the_tokenizer() {
+        // Long texts, ASCII but for a character in every ~40 (every kind of other
+        // character above, the capital sigma included), so that 64-byte ASCII chunks,
+        // chunks cut short by another character and runs of separators across them all
+        // occur; one buffer reused, as a scan does.
+        let ascii: Vec<char> = "aB z.,!-\t\n\x0c_~9Q  ".chars().collect();
+        let other: Vec<char> = "\u{85}\u{a0}\u{3000}İıéÉßΣσς\u{1c89}\u{10400}"
+            .chars()
+            .collect();
+        let mut state = 0x5eed_u64;
+        let mut fast = ScanTokens::default();
+        let mut mixed = 0;
+        for _ in 0..1500 {
+            let len = (step(&mut state) >> 40) as usize % 400;
+            let text: String = (0..len)
+                .map(|_| {
+                    let r = step(&mut state) >> 33;
+                    if r.is_multiple_of(40) {
+                        other[(r / 40) as usize % other.len()]
+                    } else {
+                        ascii[r as usize % ascii.len()]
+                    }
+                })
+                .collect();
+            mixed += usize::from(!text.is_ascii());
+            for kind in KINDS {
+                fast.fill(kind, &text);
+                let want = assert_cut_as_the_tokenizer(&fast, kind, &text);
+                for k in 0..fast.len().saturating_sub(2) {
+                    let ngram = want[k..k + 3].join(" ");
+                    assert_eq!(fast.key(k, 3), ngram_key(&ngram, 3), "{text:?}");
+                }
+            }
+        }
+        assert!(mixed > 1000, "{mixed}");
+    }
+
+    #[test]
+    fn the_non_ascii_bytes_of_a_block_are_its_high_bits() {
+        let mut state = 7u64;
+        for _ in 0..5000 {
+            let mut block = [0u8; 64];
+            for b in &mut block {
+                *b = (step(&mut state) >> 56) as u8;
+            }
+            assert_eq!(block_non_ascii(&block), non_ascii_mask(&block));
+        }
+        assert_eq!(non_ascii_mask(&[0x80; 64]), u64::MAX);
+        assert_eq!(non_ascii_mask(&[0x7f; 64]), 0);
     }
 
     #[test]
