@@ -27,6 +27,7 @@
 
 pub mod gzip_jsonl;
 pub mod index;
+pub mod json_record;
 pub mod lines;
 pub mod ngrams;
 pub mod protocol;

@@ -24,6 +24,7 @@ use object_store::ObjectStoreExt;
 use serde_json::{Map, Value};
 use tokio::runtime::Handle;
 
+use super::json_record::{light_record, JsonKind, JsonValue};
 use super::lines::LineReader;
 use super::protocol::{InputFile, RowCounts};
 use super::records::record_id;
@@ -336,6 +337,7 @@ fn read_jsonl(
         _ => LineReader::new(raw),
     };
     let mut row = 0u64;
+    let mut scratch = String::new();
     while let Some(line) = lines.next_line().map_err(io_err)? {
         if line
             .iter()
@@ -351,7 +353,7 @@ fn read_jsonl(
         };
         // Only the text and the id's kind are decoded (the text borrowed from the
         // line when it has no escapes); the whole record only when its id is asked for.
-        let light = match light_record(line_text, text_field) {
+        let light = match light_record(line_text, text_field, &mut scratch) {
             Ok(light) => light,
             Err(_) => {
                 let reason = match serde_json::from_slice::<Value>(line) {
@@ -472,194 +474,6 @@ fn read_parquet(
     Ok(row)
 }
 
-/// What kind of JSON value a field holds.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum JsonKind {
-    /// null, a boolean, a number.
-    Scalar,
-    /// An array or an object.
-    Compound,
-}
-
-/// A field's value: a string (borrowed from the line when it has no escapes) or
-/// another kind.
-#[derive(Debug, PartialEq, Eq)]
-enum JsonValue<'a> {
-    Str(std::borrow::Cow<'a, str>),
-    Other(JsonKind),
-}
-
-impl<'de> serde::Deserialize<'de> for JsonValue<'de> {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
-        struct V;
-        impl<'de> serde::de::Visitor<'de> for V {
-            type Value = JsonValue<'de>;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("a JSON value")
-            }
-            fn visit_borrowed_str<E>(self, v: &'de str) -> std::result::Result<Self::Value, E> {
-                Ok(JsonValue::Str(std::borrow::Cow::Borrowed(v)))
-            }
-            fn visit_str<E>(self, v: &str) -> std::result::Result<Self::Value, E> {
-                Ok(JsonValue::Str(std::borrow::Cow::Owned(v.to_string())))
-            }
-            fn visit_string<E>(self, v: String) -> std::result::Result<Self::Value, E> {
-                Ok(JsonValue::Str(std::borrow::Cow::Owned(v)))
-            }
-            fn visit_bool<E>(self, _: bool) -> std::result::Result<Self::Value, E> {
-                Ok(JsonValue::Other(JsonKind::Scalar))
-            }
-            fn visit_i64<E>(self, _: i64) -> std::result::Result<Self::Value, E> {
-                Ok(JsonValue::Other(JsonKind::Scalar))
-            }
-            fn visit_u64<E>(self, _: u64) -> std::result::Result<Self::Value, E> {
-                Ok(JsonValue::Other(JsonKind::Scalar))
-            }
-            fn visit_f64<E>(self, _: f64) -> std::result::Result<Self::Value, E> {
-                Ok(JsonValue::Other(JsonKind::Scalar))
-            }
-            fn visit_unit<E>(self) -> std::result::Result<Self::Value, E> {
-                Ok(JsonValue::Other(JsonKind::Scalar))
-            }
-            fn visit_none<E>(self) -> std::result::Result<Self::Value, E> {
-                Ok(JsonValue::Other(JsonKind::Scalar))
-            }
-            fn visit_seq<A: serde::de::SeqAccess<'de>>(
-                self,
-                mut seq: A,
-            ) -> std::result::Result<Self::Value, A::Error> {
-                while seq.next_element::<Checked>()?.is_some() {}
-                Ok(JsonValue::Other(JsonKind::Compound))
-            }
-            fn visit_map<A: serde::de::MapAccess<'de>>(
-                self,
-                mut map: A,
-            ) -> std::result::Result<Self::Value, A::Error> {
-                while map.next_entry::<Checked, Checked>()?.is_some() {}
-                Ok(JsonValue::Other(JsonKind::Compound))
-            }
-        }
-        d.deserialize_any(V)
-    }
-}
-
-/// A JSON value that is skipped, but decoded as far as the whole record's decode goes
-/// (numbers parsed, string escapes decoded into serde's scratch buffer): a row that
-/// `Value` refuses (a lone surrogate escape, a number out of range) is refused by the
-/// light decode too, so whether a row counts never depends on what it matches.
-struct Checked;
-
-impl<'de> serde::Deserialize<'de> for Checked {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
-        struct V;
-        impl<'de> serde::de::Visitor<'de> for V {
-            type Value = Checked;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("a JSON value")
-            }
-            fn visit_str<E>(self, _: &str) -> std::result::Result<Checked, E> {
-                Ok(Checked)
-            }
-            fn visit_bool<E>(self, _: bool) -> std::result::Result<Checked, E> {
-                Ok(Checked)
-            }
-            fn visit_i64<E>(self, _: i64) -> std::result::Result<Checked, E> {
-                Ok(Checked)
-            }
-            fn visit_u64<E>(self, _: u64) -> std::result::Result<Checked, E> {
-                Ok(Checked)
-            }
-            fn visit_f64<E>(self, _: f64) -> std::result::Result<Checked, E> {
-                Ok(Checked)
-            }
-            fn visit_unit<E>(self) -> std::result::Result<Checked, E> {
-                Ok(Checked)
-            }
-            fn visit_seq<A: serde::de::SeqAccess<'de>>(
-                self,
-                mut seq: A,
-            ) -> std::result::Result<Checked, A::Error> {
-                while seq.next_element::<Checked>()?.is_some() {}
-                Ok(Checked)
-            }
-            fn visit_map<A: serde::de::MapAccess<'de>>(
-                self,
-                mut map: A,
-            ) -> std::result::Result<Checked, A::Error> {
-                while map.next_entry::<Checked, Checked>()?.is_some() {}
-                Ok(Checked)
-            }
-        }
-        d.deserialize_any(V)
-    }
-}
-
-/// Of a JSON object: its text field and the kind of its `id` (the last of each, as
-/// Python's `json.loads` keeps the last of repeated keys).
-struct LightRecord<'a> {
-    text: Option<JsonValue<'a>>,
-    id: Option<JsonKind>,
-}
-
-/// Decodes `line` as a JSON object, keeping only its text field `text_field` and the
-/// kind of its `id`; an error if it is not a JSON object.
-fn light_record<'a>(line: &'a str, text_field: &str) -> serde_json::Result<LightRecord<'a>> {
-    struct Seed<'f>(&'f str);
-    impl<'de> serde::de::DeserializeSeed<'de> for Seed<'_> {
-        type Value = LightRecord<'de>;
-        fn deserialize<D: serde::Deserializer<'de>>(
-            self,
-            d: D,
-        ) -> std::result::Result<Self::Value, D::Error> {
-            struct V<'f>(&'f str);
-            impl<'de> serde::de::Visitor<'de> for V<'_> {
-                type Value = LightRecord<'de>;
-                fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                    f.write_str("a JSON object")
-                }
-                fn visit_map<A: serde::de::MapAccess<'de>>(
-                    self,
-                    mut map: A,
-                ) -> std::result::Result<Self::Value, A::Error> {
-                    let mut out = LightRecord {
-                        text: None,
-                        id: None,
-                    };
-                    while let Some(key) = map.next_key::<JsonValue<'de>>()? {
-                        let JsonValue::Str(key) = key else {
-                            map.next_value::<Checked>()?;
-                            continue;
-                        };
-                        if key == self.0 {
-                            let value = map.next_value::<JsonValue<'de>>()?;
-                            if key == "id" {
-                                out.id = Some(kind_of(&value));
-                            }
-                            out.text = Some(value);
-                        } else if key == "id" {
-                            out.id = Some(kind_of(&map.next_value::<JsonValue<'de>>()?));
-                        } else {
-                            map.next_value::<Checked>()?;
-                        }
-                    }
-                    Ok(out)
-                }
-            }
-            d.deserialize_map(V(self.0))
-        }
-    }
-    fn kind_of(v: &JsonValue<'_>) -> JsonKind {
-        match v {
-            JsonValue::Str(_) => JsonKind::Scalar,
-            JsonValue::Other(k) => *k,
-        }
-    }
-    let mut de = serde_json::Deserializer::from_str(line);
-    let record = serde::de::DeserializeSeed::deserialize(Seed(text_field), &mut de)?;
-    de.end()?;
-    Ok(record)
-}
-
 /// Whether a column's values come out of `to_pylist()` as what JSON gives us (str,
 /// int, float, bool, None, and lists and dicts of those), so a record hash over them
 /// is Python's.
@@ -715,44 +529,6 @@ fn batch_as_json(file: &str, batch: &RecordBatch) -> Result<Vec<Map<String, Valu
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn the_light_decode_keeps_the_text_and_the_ids_kind_as_python_would() {
-        let text = |line: &str| match light_record(line, "text").unwrap().text {
-            Some(JsonValue::Str(s)) => Some(s.into_owned()),
-            _ => None,
-        };
-        assert_eq!(
-            text(r#"{"a": [1, {"b": 2}], "text": "plain"}"#).as_deref(),
-            Some("plain")
-        );
-        assert_eq!(
-            text(r#"{"text": "tab\there \u00e9 \ud83d\ude00"}"#).as_deref(),
-            Some("tab\there é 😀")
-        );
-        // Repeated keys: the last one (json.loads keeps the last).
-        assert_eq!(
-            text(r#"{"text": "first", "text": "last"}"#).as_deref(),
-            Some("last")
-        );
-        let light = light_record(r#"{"text": null, "id": {"x": 1}}"#, "text").unwrap();
-        assert_eq!(light.text, Some(JsonValue::Other(JsonKind::Scalar)));
-        assert_eq!(light.id, Some(JsonKind::Compound));
-        let light = light_record(r#"{"id": 7, "body": "x"}"#, "text").unwrap();
-        assert!(light.text.is_none());
-        assert_eq!(light.id, Some(JsonKind::Scalar));
-        // The text field named "id" is both.
-        let light = light_record(r#"{"id": "abc"}"#, "id").unwrap();
-        assert_eq!(light.text, Some(JsonValue::Str("abc".into())));
-        for bad in [
-            r#"[1, 2]"#,
-            r#""text""#,
-            r#"{"text": "x"} trailing"#,
-            r#"{"text": "x""#,
-        ] {
-            assert!(light_record(bad, "text").is_err(), "{bad}");
-        }
-    }
 
     #[test]
     fn formats_are_known_by_name() {

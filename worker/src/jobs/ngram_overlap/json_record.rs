@@ -1,0 +1,661 @@
+//! A JSONL line's text field and the kind of its `id`, decoded without the rest.
+//!
+//! A scan reads every training line for its text alone; the whole record is decoded
+//! only for a document that overlaps (its id). [`light_record`] takes one of two
+//! paths to the same answer:
+//!
+//! * the plain path ([`plain_record`]): a flat object whose values are strings
+//!   without `\u` escapes, `true`, `false`, `null` or integers of at most 18 digits,
+//!   with keys without escapes (what training files hold): the text's string is
+//!   scanned 16 bytes at a time for its end, borrowed from the line when it has no
+//!   escape and decoded into a buffer the caller keeps when it has;
+//! * serde's decoder ([`serde_record`]) for everything else, errors included: the
+//!   plain path gives up at the first thing it does not take, so it never accepts
+//!   a line serde would refuse, and where it answers serde answers the same (a test
+//!   compares them on random lines).
+//!
+//! The light decode refuses exactly the lines `serde_json::Value` refuses (a lone
+//! surrogate escape, a number out of range), so whether a row counts never depends
+//! on whether it overlaps.
+
+use std::borrow::Cow;
+
+/// Decodes `line` as a JSON object, keeping only its text field `text_field` and the
+/// kind of its `id`; an error if it is not a JSON object. A text with escapes may be
+/// decoded into `scratch` (a buffer the caller keeps from line to line).
+pub fn light_record<'a>(
+    line: &'a str,
+    text_field: &str,
+    scratch: &'a mut String,
+) -> serde_json::Result<LightRecord<'a>> {
+    match plain_record(line, text_field, scratch) {
+        Some(record) => Ok(record),
+        None => serde_record(line, text_field),
+    }
+}
+
+/// What kind of JSON value a field holds.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum JsonKind {
+    /// null, a boolean, a number.
+    Scalar,
+    /// An array or an object.
+    Compound,
+}
+
+/// A field's value: a string (borrowed from the line when it has no escapes) or
+/// another kind.
+#[derive(Debug, PartialEq, Eq)]
+pub enum JsonValue<'a> {
+    Str(std::borrow::Cow<'a, str>),
+    Other(JsonKind),
+}
+
+impl<'de> serde::Deserialize<'de> for JsonValue<'de> {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = JsonValue<'de>;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON value")
+            }
+            fn visit_borrowed_str<E>(self, v: &'de str) -> std::result::Result<Self::Value, E> {
+                Ok(JsonValue::Str(std::borrow::Cow::Borrowed(v)))
+            }
+            fn visit_str<E>(self, v: &str) -> std::result::Result<Self::Value, E> {
+                Ok(JsonValue::Str(std::borrow::Cow::Owned(v.to_string())))
+            }
+            fn visit_string<E>(self, v: String) -> std::result::Result<Self::Value, E> {
+                Ok(JsonValue::Str(std::borrow::Cow::Owned(v)))
+            }
+            fn visit_bool<E>(self, _: bool) -> std::result::Result<Self::Value, E> {
+                Ok(JsonValue::Other(JsonKind::Scalar))
+            }
+            fn visit_i64<E>(self, _: i64) -> std::result::Result<Self::Value, E> {
+                Ok(JsonValue::Other(JsonKind::Scalar))
+            }
+            fn visit_u64<E>(self, _: u64) -> std::result::Result<Self::Value, E> {
+                Ok(JsonValue::Other(JsonKind::Scalar))
+            }
+            fn visit_f64<E>(self, _: f64) -> std::result::Result<Self::Value, E> {
+                Ok(JsonValue::Other(JsonKind::Scalar))
+            }
+            fn visit_unit<E>(self) -> std::result::Result<Self::Value, E> {
+                Ok(JsonValue::Other(JsonKind::Scalar))
+            }
+            fn visit_none<E>(self) -> std::result::Result<Self::Value, E> {
+                Ok(JsonValue::Other(JsonKind::Scalar))
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> std::result::Result<Self::Value, A::Error> {
+                while seq.next_element::<Checked>()?.is_some() {}
+                Ok(JsonValue::Other(JsonKind::Compound))
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> std::result::Result<Self::Value, A::Error> {
+                while map.next_entry::<Checked, Checked>()?.is_some() {}
+                Ok(JsonValue::Other(JsonKind::Compound))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// A JSON value that is skipped, but decoded as far as the whole record's decode goes
+/// (numbers parsed, string escapes decoded into serde's scratch buffer): a row that
+/// `Value` refuses (a lone surrogate escape, a number out of range) is refused by the
+/// light decode too, so whether a row counts never depends on what it matches.
+struct Checked;
+
+impl<'de> serde::Deserialize<'de> for Checked {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = Checked;
+            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                f.write_str("a JSON value")
+            }
+            fn visit_str<E>(self, _: &str) -> std::result::Result<Checked, E> {
+                Ok(Checked)
+            }
+            fn visit_bool<E>(self, _: bool) -> std::result::Result<Checked, E> {
+                Ok(Checked)
+            }
+            fn visit_i64<E>(self, _: i64) -> std::result::Result<Checked, E> {
+                Ok(Checked)
+            }
+            fn visit_u64<E>(self, _: u64) -> std::result::Result<Checked, E> {
+                Ok(Checked)
+            }
+            fn visit_f64<E>(self, _: f64) -> std::result::Result<Checked, E> {
+                Ok(Checked)
+            }
+            fn visit_unit<E>(self) -> std::result::Result<Checked, E> {
+                Ok(Checked)
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(
+                self,
+                mut seq: A,
+            ) -> std::result::Result<Checked, A::Error> {
+                while seq.next_element::<Checked>()?.is_some() {}
+                Ok(Checked)
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(
+                self,
+                mut map: A,
+            ) -> std::result::Result<Checked, A::Error> {
+                while map.next_entry::<Checked, Checked>()?.is_some() {}
+                Ok(Checked)
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// Of a JSON object: its text field and the kind of its `id` (the last of each, as
+/// Python's `json.loads` keeps the last of repeated keys).
+pub struct LightRecord<'a> {
+    pub text: Option<JsonValue<'a>>,
+    pub id: Option<JsonKind>,
+}
+
+/// [`light_record`] by serde: any line, and the error for one that is not a JSON
+/// object.
+fn serde_record<'a>(line: &'a str, text_field: &str) -> serde_json::Result<LightRecord<'a>> {
+    struct Seed<'f>(&'f str);
+    impl<'de> serde::de::DeserializeSeed<'de> for Seed<'_> {
+        type Value = LightRecord<'de>;
+        fn deserialize<D: serde::Deserializer<'de>>(
+            self,
+            d: D,
+        ) -> std::result::Result<Self::Value, D::Error> {
+            struct V<'f>(&'f str);
+            impl<'de> serde::de::Visitor<'de> for V<'_> {
+                type Value = LightRecord<'de>;
+                fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+                    f.write_str("a JSON object")
+                }
+                fn visit_map<A: serde::de::MapAccess<'de>>(
+                    self,
+                    mut map: A,
+                ) -> std::result::Result<Self::Value, A::Error> {
+                    let mut out = LightRecord {
+                        text: None,
+                        id: None,
+                    };
+                    while let Some(key) = map.next_key::<JsonValue<'de>>()? {
+                        let JsonValue::Str(key) = key else {
+                            map.next_value::<Checked>()?;
+                            continue;
+                        };
+                        if key == self.0 {
+                            let value = map.next_value::<JsonValue<'de>>()?;
+                            if key == "id" {
+                                out.id = Some(kind_of(&value));
+                            }
+                            out.text = Some(value);
+                        } else if key == "id" {
+                            out.id = Some(kind_of(&map.next_value::<JsonValue<'de>>()?));
+                        } else {
+                            map.next_value::<Checked>()?;
+                        }
+                    }
+                    Ok(out)
+                }
+            }
+            d.deserialize_map(V(self.0))
+        }
+    }
+    fn kind_of(v: &JsonValue<'_>) -> JsonKind {
+        match v {
+            JsonValue::Str(_) => JsonKind::Scalar,
+            JsonValue::Other(k) => *k,
+        }
+    }
+    let mut de = serde_json::Deserializer::from_str(line);
+    let record = serde::de::DeserializeSeed::deserialize(Seed(text_field), &mut de)?;
+    de.end()?;
+    Ok(record)
+}
+
+/// Where the plain path found a value.
+enum Found {
+    /// A string: `line[start..end]` (no escapes).
+    Line(usize, usize),
+    /// A string with escapes, decoded into the scratch buffer.
+    Scratch,
+    Scalar,
+}
+
+/// [`light_record`] for the lines it takes (see the module's doc); `None` for any
+/// other line, valid or not.
+fn plain_record<'a>(
+    line: &'a str,
+    text_field: &str,
+    scratch: &'a mut String,
+) -> Option<LightRecord<'a>> {
+    let b = line.as_bytes();
+    let mut at = skip_whitespace(b, 0);
+    if b.get(at) != Some(&b'{') {
+        return None;
+    }
+    at = skip_whitespace(b, at + 1);
+    let mut text = None;
+    let mut id = None;
+    if b.get(at) == Some(&b'}') {
+        at += 1;
+    } else {
+        loop {
+            if b.get(at) != Some(&b'"') {
+                return None;
+            }
+            let (key, end) = match string_value(line, at + 1, None)? {
+                (Found::Line(start, end), after) => (line.get(start..end)?, after),
+                _ => return None, // a key with escapes
+            };
+            at = skip_whitespace(b, end);
+            if b.get(at) != Some(&b':') {
+                return None;
+            }
+            at = skip_whitespace(b, at + 1);
+            let is_text = key == text_field;
+            let (value, end) = match *b.get(at)? {
+                b'"' => string_value(line, at + 1, is_text.then_some(&mut *scratch))?,
+                b't' => (Found::Scalar, literal_end(b, at, b"true")?),
+                b'f' => (Found::Scalar, literal_end(b, at, b"false")?),
+                b'n' => (Found::Scalar, literal_end(b, at, b"null")?),
+                b'-' | b'0'..=b'9' => (Found::Scalar, integer_end(b, at)?),
+                _ => return None,
+            };
+            if key == "id" {
+                id = Some(JsonKind::Scalar);
+            }
+            if is_text {
+                text = Some(value);
+            }
+            at = skip_whitespace(b, end);
+            match b.get(at)? {
+                b',' => at = skip_whitespace(b, at + 1),
+                b'}' => {
+                    at += 1;
+                    break;
+                }
+                _ => return None,
+            }
+        }
+    }
+    if skip_whitespace(b, at) != b.len() {
+        return None;
+    }
+    let text = match text {
+        None => None,
+        Some(Found::Line(start, end)) => Some(JsonValue::Str(Cow::Borrowed(line.get(start..end)?))),
+        Some(Found::Scratch) => Some(JsonValue::Str(Cow::Borrowed(scratch.as_str()))),
+        Some(Found::Scalar) => Some(JsonValue::Other(JsonKind::Scalar)),
+    };
+    Some(LightRecord { text, id })
+}
+
+/// JSON's whitespace from `at` on: where it ends.
+fn skip_whitespace(b: &[u8], mut at: usize) -> usize {
+    while matches!(b.get(at), Some(b' ' | b'\t' | b'\n' | b'\r')) {
+        at += 1;
+    }
+    at
+}
+
+/// Where `word` (a literal) ends, if `b` holds it at `at`.
+fn literal_end(b: &[u8], at: usize, word: &[u8]) -> Option<usize> {
+    (b.get(at..at + word.len())? == word).then_some(at + word.len())
+}
+
+/// Where an integer of at most 18 digits (always an i64 to any decoder) starting at
+/// `at` ends; `None` for anything else (what follows it is checked by the caller).
+fn integer_end(b: &[u8], at: usize) -> Option<usize> {
+    let start = at + usize::from(b.get(at) == Some(&b'-'));
+    let digits = b[start.min(b.len())..]
+        .iter()
+        .take_while(|c| c.is_ascii_digit())
+        .count();
+    let leading_zero = digits > 1 && b[start] == b'0';
+    (digits > 0 && digits <= 18 && !leading_zero).then_some(start + digits)
+}
+
+/// The string whose contents start at `at` (after its opening quote): where they
+/// are and where the string ends (after its closing quote). Escapes other than `\u`
+/// are decoded into `decode` where given (cleared first), else only checked; `None`
+/// for a `\u` escape, any other backslash, a control character or no closing quote.
+fn string_value(line: &str, at: usize, mut decode: Option<&mut String>) -> Option<(Found, usize)> {
+    let b = line.as_bytes();
+    let mut segment = at;
+    let mut escaped = false;
+    loop {
+        let stop = string_stop(b, segment)?;
+        let piece = line.get(segment..stop)?;
+        match b[stop] {
+            b'"' => {
+                if !escaped {
+                    return Some((Found::Line(at, stop), stop + 1));
+                }
+                if let Some(out) = decode.as_deref_mut() {
+                    out.push_str(piece);
+                }
+                return Some((Found::Scratch, stop + 1));
+            }
+            b'\\' => {
+                let c = match b.get(stop + 1)? {
+                    b'"' => '"',
+                    b'\\' => '\\',
+                    b'/' => '/',
+                    b'b' => '\u{8}',
+                    b'f' => '\u{c}',
+                    b'n' => '\n',
+                    b'r' => '\r',
+                    b't' => '\t',
+                    _ => return None,
+                };
+                if let Some(out) = decode.as_deref_mut() {
+                    if !escaped {
+                        out.clear();
+                    }
+                    out.push_str(piece);
+                    out.push(c);
+                }
+                escaped = true;
+                segment = stop + 2;
+            }
+            _ => return None, // a control character
+        }
+    }
+}
+
+/// The first byte from `at` on that ends a plain stretch of a JSON string: a quote,
+/// a backslash or a control character (below 0x20).
+fn string_stop(b: &[u8], at: usize) -> Option<usize> {
+    #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+    {
+        // SAFETY: the build targets processors with SSE2 (the cfg above).
+        unsafe { sse2::string_stop(b, at) }
+    }
+    #[cfg(not(all(target_arch = "x86_64", target_feature = "sse2")))]
+    {
+        string_stop_bytewise(b, at)
+    }
+}
+
+/// [`string_stop`] a byte at a time: the portable version and the tests' reference.
+fn string_stop_bytewise(b: &[u8], at: usize) -> Option<usize> {
+    let rest = b.get(at..)?;
+    rest.iter()
+        .position(|&c| c == b'"' || c == b'\\' || c < 0x20)
+        .map(|k| at + k)
+}
+
+#[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
+mod sse2 {
+    use std::arch::x86_64::{
+        __m128i, _mm_cmpeq_epi8, _mm_loadu_si128, _mm_min_epu8, _mm_movemask_epi8, _mm_or_si128,
+        _mm_set1_epi8,
+    };
+
+    /// [`super::string_stop`], 16 bytes per step.
+    #[target_feature(enable = "sse2")]
+    pub(super) fn string_stop(b: &[u8], mut at: usize) -> Option<usize> {
+        while let Some(part) = b.get(at..at + 16) {
+            // SAFETY: `part` is 16 readable bytes; the load has no alignment need.
+            let v = unsafe { _mm_loadu_si128(part.as_ptr().cast::<__m128i>()) };
+            let quote = _mm_cmpeq_epi8(v, _mm_set1_epi8(b'"' as i8));
+            let backslash = _mm_cmpeq_epi8(v, _mm_set1_epi8(b'\\' as i8));
+            // v ≤ 0x1f exactly where min(v, 0x1f) = v (unsigned).
+            let control = _mm_cmpeq_epi8(_mm_min_epu8(v, _mm_set1_epi8(0x1f)), v);
+            let stops = _mm_movemask_epi8(_mm_or_si128(_mm_or_si128(quote, backslash), control));
+            if stops != 0 {
+                return Some(at + stops.trailing_zeros() as usize);
+            }
+            at += 16;
+        }
+        super::string_stop_bytewise(b, at)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::Value;
+
+    fn light_record(line: &str, text_field: &str) -> serde_json::Result<LightRecord<'static>> {
+        let mut scratch = String::new();
+        let record = super::light_record(line, text_field, &mut scratch)?;
+        Ok(LightRecord {
+            text: record.text.map(|t| match t {
+                JsonValue::Str(s) => JsonValue::Str(Cow::Owned(s.into_owned())),
+                JsonValue::Other(k) => JsonValue::Other(k),
+            }),
+            id: record.id,
+        })
+    }
+
+    #[test]
+    fn the_light_decode_keeps_the_text_and_the_ids_kind_as_python_would() {
+        let text = |line: &str| match light_record(line, "text").unwrap().text {
+            Some(JsonValue::Str(s)) => Some(s.into_owned()),
+            _ => None,
+        };
+        assert_eq!(
+            text(r#"{"a": [1, {"b": 2}], "text": "plain"}"#).as_deref(),
+            Some("plain")
+        );
+        assert_eq!(
+            text(r#"{"text": "tab\there \u00e9 \ud83d\ude00"}"#).as_deref(),
+            Some("tab\there é 😀")
+        );
+        // Repeated keys: the last one (json.loads keeps the last).
+        assert_eq!(
+            text(r#"{"text": "first", "text": "last"}"#).as_deref(),
+            Some("last")
+        );
+        let light = light_record(r#"{"text": null, "id": {"x": 1}}"#, "text").unwrap();
+        assert_eq!(light.text, Some(JsonValue::Other(JsonKind::Scalar)));
+        assert_eq!(light.id, Some(JsonKind::Compound));
+        let light = light_record(r#"{"id": 7, "body": "x"}"#, "text").unwrap();
+        assert!(light.text.is_none());
+        assert_eq!(light.id, Some(JsonKind::Scalar));
+        // The text field named "id" is both.
+        let light = light_record(r#"{"id": "abc"}"#, "id").unwrap();
+        assert_eq!(light.text, Some(JsonValue::Str("abc".into())));
+        for bad in [
+            r#"[1, 2]"#,
+            r#""text""#,
+            r#"{"text": "x"} trailing"#,
+            r#"{"text": "x""#,
+        ] {
+            assert!(light_record(bad, "text").is_err(), "{bad}");
+        }
+    }
+
+    /// A random line of JSON-like text: objects with the keys and values training files
+    /// hold, and what the plain path must leave to serde (escaped keys, `\\u` escapes,
+    /// floats, long and malformed numbers, nesting, control characters, broken
+    /// structure, truncation).
+    fn random_line(state: &mut u64) -> String {
+        let mut next = |n: u64| {
+            *state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            ((*state >> 33) % n) as usize
+        };
+        const KEYS: [&str; 6] = [
+            "\"text\"",
+            "\"id\"",
+            "\"meta\"",
+            "\"te\\u0078t\"",
+            "\"\"",
+            "\"t\\\"x\"",
+        ];
+        const PIECES: [&str; 22] = [
+            "plain words",
+            " ",
+            "é😀",
+            "\\n",
+            "\\t",
+            "\\\"",
+            "\\\\",
+            "\\/",
+            "\\b",
+            "\\f",
+            "\\r",
+            "\\u00e9",
+            "\\ud83d\\ude00",
+            "\\ud800",
+            "\\x",
+            "\u{1}",
+            "\t",
+            "\u{7f}",
+            "abcdefghijklmnopqrstu",
+            "0123456789",
+            "{}[]:,",
+            "\\",
+        ];
+        const VALUES: [&str; 26] = [
+            "1.",
+            "-1. ",
+            "0",
+            "-0",
+            "7",
+            "-42",
+            "123456789012345678",
+            "1234567890123456789",
+            "99999999999999999999",
+            "01",
+            "1.5",
+            "1e400",
+            "1e5",
+            "-",
+            "true",
+            "false",
+            "null",
+            "nul",
+            "tru",
+            "[1, 2]",
+            "{\"a\": \"b\"}",
+            "[]",
+            "{}",
+            "\"\"",
+            "-01",
+            "2 3",
+        ];
+        const SPACE: [&str; 5] = ["", " ", "\t", "\r\n", "  "];
+        let mut line = String::from(SPACE[next(5)]);
+        line.push('{');
+        let members = next(5);
+        for m in 0..members {
+            if m > 0 {
+                line.push_str(if next(40) == 0 { "" } else { "," });
+            }
+            line.push_str(SPACE[next(5)]);
+            line.push_str(KEYS[next(6)]);
+            line.push_str(SPACE[next(5)]);
+            line.push(':');
+            line.push_str(SPACE[next(5)]);
+            if next(2) == 0 {
+                line.push('"');
+                for _ in 0..next(12) {
+                    line.push_str(PIECES[next(22)]);
+                }
+                if next(30) != 0 {
+                    line.push('"');
+                }
+            } else if next(50) == 0 {
+                // An integer out of every decoder's range.
+                line.push_str(&"9".repeat(400));
+            } else {
+                line.push_str(VALUES[next(26)]);
+            }
+            line.push_str(SPACE[next(5)]);
+        }
+        if next(30) == 0 {
+            line.push(',');
+        }
+        line.push('}');
+        line.push_str(SPACE[next(5)]);
+        match next(30) {
+            0 => line.push_str(" x"),
+            1 => line.push('}'),
+            2 => {
+                let cut = next(line.len() as u64 + 1);
+                while !line.is_char_boundary(cut.min(line.len())) {
+                    line.pop();
+                }
+                line.truncate(cut.min(line.len()));
+            }
+            _ => {}
+        }
+        line
+    }
+
+    #[test]
+    fn the_plain_path_answers_only_as_serde_does() {
+        let mut state = 0x0dd_ba11_u64;
+        let mut scratch = String::new();
+        let (mut plain, mut serde_only, mut refused) = (0, 0, 0);
+        for _ in 0..200_000 {
+            let line = random_line(&mut state);
+            for field in ["text", "id"] {
+                let by_serde = serde_record(&line, field);
+                let Some(fast) = plain_record(&line, field, &mut scratch) else {
+                    match by_serde {
+                        Ok(_) => serde_only += 1,
+                        Err(_) => refused += 1,
+                    }
+                    continue;
+                };
+                plain += 1;
+                let by_serde =
+                    by_serde.unwrap_or_else(|e| panic!("{line:?}: serde refuses it: {e}"));
+                assert_eq!(fast.text, by_serde.text, "{line:?} {field}");
+                assert_eq!(fast.id, by_serde.id, "{line:?} {field}");
+                assert!(serde_json::from_str::<Value>(&line).is_ok(), "{line:?}");
+            }
+        }
+        // Each path is taken often, so the comparison means something.
+        assert!(
+            plain > 50_000 && serde_only > 20_000 && refused > 20_000,
+            "{plain} {serde_only} {refused}"
+        );
+    }
+
+    #[test]
+    fn a_string_stops_at_a_quote_a_backslash_or_a_control_character() {
+        let mut state = 11u64;
+        for _ in 0..20_000 {
+            let len = (state >> 58) as usize + 20;
+            let bytes: Vec<u8> = (0..len)
+                .map(|_| {
+                    state = state
+                        .wrapping_mul(6364136223846793005)
+                        .wrapping_add(1442695040888963407);
+                    // Mostly letters, sometimes a stop or a byte near one.
+                    match (state >> 40) % 64 {
+                        0 => b'"',
+                        1 => b'\\',
+                        2 => (state >> 20) as u8 & 0x1f,
+                        3 => 0x20,
+                        4 => 0x80 | (state >> 24) as u8,
+                        _ => b'a' + ((state >> 30) % 26) as u8,
+                    }
+                })
+                .collect();
+            for at in 0..=bytes.len().min(20) {
+                assert_eq!(
+                    string_stop(&bytes, at),
+                    string_stop_bytewise(&bytes, at),
+                    "{bytes:?} {at}"
+                );
+            }
+        }
+    }
+}
