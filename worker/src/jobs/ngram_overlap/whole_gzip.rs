@@ -61,28 +61,38 @@ pub fn inflate_single_member(gz: &[u8], max_text: u64, text: &mut Vec<u8>) -> bo
     }
     text.clear();
     reserve_once(text, max_text);
-    text.resize(text_len as usize, 0);
+    text.reserve_exact(text_len as usize);
     let Some(decompressor) = Decompressor::new() else {
         return false;
     };
+    // Inflated into the buffer's spare room, which is not zeroed first (that was a
+    // pass over the whole text per file): only what libdeflate writes becomes the text.
+    let room = &mut text.spare_capacity_mut()[..text_len as usize];
     let (mut consumed, mut written) = (0usize, 0usize);
-    // SAFETY: `gz` and `text` are valid for their lengths for the whole call, which
-    // writes at most `text.len()` bytes into `text` and the two counts into the two
-    // locals; the decompressor is live and used by this thread only.
+    // SAFETY: `gz` is valid for its length and `room` for `text_len` bytes of writing
+    // for the whole call, which writes at most that many bytes into `room` and the
+    // two counts into the two locals; the decompressor is live and used by this
+    // thread only.
     let result = unsafe {
         ffi::libdeflate_gzip_decompress_ex(
             decompressor.0.as_ptr(),
             gz.as_ptr().cast(),
             gz.len(),
-            text.as_mut_ptr().cast(),
-            text.len(),
+            room.as_mut_ptr().cast(),
+            room.len(),
             &mut consumed,
             &mut written,
         )
     };
-    result == ffi::libdeflate_result_LIBDEFLATE_SUCCESS
+    let whole = result == ffi::libdeflate_result_LIBDEFLATE_SUCCESS
         && consumed == gz.len()
-        && written == text.len()
+        && written == text_len as usize;
+    if whole {
+        // SAFETY: libdeflate initialized the first `written` bytes of the spare room
+        // (it reports what it wrote), and `written` is within the capacity.
+        unsafe { text.set_len(written) };
+    }
+    whole
 }
 
 #[cfg(test)]
