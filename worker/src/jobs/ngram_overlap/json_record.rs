@@ -50,7 +50,7 @@ pub enum JsonKind {
 /// another kind.
 #[derive(Debug, PartialEq, Eq)]
 pub enum JsonValue<'a> {
-    Str(std::borrow::Cow<'a, str>),
+    Str(Cow<'a, str>),
     Other(JsonKind),
 }
 
@@ -63,13 +63,13 @@ impl<'de> serde::Deserialize<'de> for JsonValue<'de> {
                 f.write_str("a JSON value")
             }
             fn visit_borrowed_str<E>(self, v: &'de str) -> std::result::Result<Self::Value, E> {
-                Ok(JsonValue::Str(std::borrow::Cow::Borrowed(v)))
+                Ok(JsonValue::Str(Cow::Borrowed(v)))
             }
             fn visit_str<E>(self, v: &str) -> std::result::Result<Self::Value, E> {
-                Ok(JsonValue::Str(std::borrow::Cow::Owned(v.to_string())))
+                Ok(JsonValue::Str(Cow::Owned(v.to_string())))
             }
             fn visit_string<E>(self, v: String) -> std::result::Result<Self::Value, E> {
-                Ok(JsonValue::Str(std::borrow::Cow::Owned(v)))
+                Ok(JsonValue::Str(Cow::Owned(v)))
             }
             fn visit_bool<E>(self, _: bool) -> std::result::Result<Self::Value, E> {
                 Ok(JsonValue::Other(JsonKind::Scalar))

@@ -351,8 +351,9 @@ fn read_jsonl(
             rejected.add(&file.url, this, Reason::InvalidUtf8, line);
             continue;
         };
-        // Only the text and the id's kind are decoded (the text borrowed from the
-        // line when it has no escapes); the whole record only when its id is asked for.
+        // Only the text and the id's kind are decoded ([`light_record`]: the text
+        // borrowed from the line when it has no escapes, else decoded into
+        // `scratch`); the whole record only when its id is asked for.
         let light = match light_record(line_text, text_field, &mut scratch) {
             Ok(light) => light,
             Err(_) => {
