@@ -294,6 +294,12 @@ def read_jsonl_gz(path: Path) -> list[dict]:
     return [json.loads(line) for line in gzip.decompress(path.read_bytes()).splitlines()]
 
 
+def rejected(out: Path) -> list[dict]:
+    """Every rejected row an output kept aside, file by file (`rejects/*.jsonl`)."""
+    return [json.loads(line) for f in sorted((out / "rejects").glob("*.jsonl"))
+            for line in f.read_text().splitlines()]
+
+
 def canonical(records) -> list[str]:
     return sorted(json.dumps(r, sort_keys=True, ensure_ascii=False) for r in records)
 
@@ -353,8 +359,7 @@ def test_the_job_matches_the_plain_python_reference(corpus, local_run):
     assert any(d["instance_id"].isdigit() and len(d["instance_id"]) > 8 for d in details), "no hashed id"
     assert any("İ" in d["train_text"] for d in details) and any("Σ" in d["eval_text"] for d in details)
     assert all(s["instance_ids"] for s in stats), "a dataset without any overlap"
-    rejects = sorted((local_run / "rejects").glob("*.jsonl"))
-    reasons = [json.loads(line)["reason"] for f in rejects for line in f.read_text().splitlines()]
+    reasons = [r["reason"] for r in rejected(local_run)]
     assert sorted(reasons) == ["bad_id", "invalid_json", "text_not_a_string", "text_not_a_string"]
     # The log of progress: snapshots and a summary per stage.
     assert list((local_run / "progress").glob("progress-*.jsonl"))
@@ -478,9 +483,7 @@ def test_an_undecodable_row_is_rejected_whether_or_not_it_overlaps(tmp_path):
     spec = overlap_job(tmp_path / "undecodable.toml", [eval_file], [train_file], out, workers=1)
     proc = run(["run", str(spec)], check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    rejects = sorted((out / "rejects").glob("*.jsonl"))
-    reasons = sorted((json.loads(line)["row"], json.loads(line)["reason"])
-                     for f in rejects for line in f.read_text().splitlines())
+    reasons = sorted((r["row"], r["reason"]) for r in rejected(out))
     assert reasons == [(1, "invalid_json"), (2, "invalid_json")], reasons
 
 
@@ -505,9 +508,7 @@ def test_a_lone_surrogate_outside_the_text_rejects_the_row_not_the_job(tmp_path)
     spec = overlap_job(tmp_path / "surrogate.toml", [eval_file], [train_file], out, workers=1)
     proc = run(["run", str(spec)], check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    rejects = sorted((out / "rejects").glob("*.jsonl"))
-    reasons = sorted((json.loads(line)["row"], json.loads(line)["reason"])
-                     for f in rejects for line in f.read_text().splitlines())
+    reasons = sorted((r["row"], r["reason"]) for r in rejected(out))
     assert reasons == [(1, "invalid_json"), (1, "invalid_json"), (2, "invalid_json")], reasons
     details = read_jsonl_gz(out / "stats" / "overlap_details.jsonl.gz")
     assert {(d["eval_row"], d["train_row"]) for d in details} == {(0, 0)}

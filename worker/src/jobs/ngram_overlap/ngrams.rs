@@ -552,7 +552,7 @@ impl ScanTokens {
     fn push_char(&mut self, cut: &mut Cut, kind: TokenizerKind, l: char, cp: u64) {
         if kind.separates(l) {
             if !cut.in_run {
-                self.close_piece(cut);
+                self.close_piece(cut.last.take());
                 cut.in_run = true;
             }
         } else {
@@ -567,11 +567,11 @@ impl ScanTokens {
     }
 
     /// Ends the current piece where `buffer` ends.
-    fn close_piece(&mut self, cut: &mut Cut) {
+    /// `last`: the code point of its last character (none for an empty piece).
+    fn close_piece(&mut self, last: Option<u64>) {
         self.ends.push(self.buffer.len());
         if let Some(&piece_start) = self.span_starts.last() {
-            self.span_ends
-                .push(cut.last.take().map_or(piece_start, |l| l + 1));
+            self.span_ends.push(last.map_or(piece_start, |l| l + 1));
         }
     }
 
@@ -585,10 +585,7 @@ impl ScanTokens {
             }
         }
         if spans {
-            self.close_piece(&mut Cut {
-                in_run: false,
-                last: cut.last,
-            });
+            self.close_piece(cut.last);
         } else {
             self.ends.push(self.buffer.len());
         }
@@ -1061,10 +1058,7 @@ mod tests {
     fn the_block_separators_are_the_separator_mask() {
         let mut state = 0x0123_4567u64;
         for round in 0..20_000 {
-            let mut block = [0u8; 64];
-            for b in &mut block {
-                *b = (step(&mut state) >> 57) as u8;
-            }
+            let mut block = random_block(&mut state, 57);
             // And every byte value at a varying position in a block of letters.
             if round < 128 {
                 block = [b'k'; 64];
@@ -1100,6 +1094,11 @@ mod tests {
             .wrapping_mul(6364136223846793005)
             .wrapping_add(1442695040888963407);
         *state
+    }
+
+    /// 64 random bytes, each the top `64 - shift` bits of a step.
+    fn random_block(state: &mut u64, shift: u32) -> [u8; 64] {
+        std::array::from_fn(|_| (step(state) >> shift) as u8)
     }
 
     /// A text of `len` characters drawn from `alphabet`.
@@ -1225,10 +1224,7 @@ mod tests {
     fn the_non_ascii_bytes_of_a_block_are_its_high_bits() {
         let mut state = 7u64;
         for _ in 0..5000 {
-            let mut block = [0u8; 64];
-            for b in &mut block {
-                *b = (step(&mut state) >> 56) as u8;
-            }
+            let block = random_block(&mut state, 56);
             assert_eq!(block_non_ascii(&block), non_ascii_mask(&block));
         }
         assert_eq!(non_ascii_mask(&[0x80; 64]), u64::MAX);
