@@ -107,10 +107,33 @@ def read_rows(path: Path, field: str = "text"):
         except ValueError:
             rows.append(None)
             continue
-        usable = (isinstance(rec, dict) and isinstance(rec.get(field), str)
-                  and not isinstance(rec.get("id"), (list, dict)))
-        rows.append(rec if usable else None)
+        rows.append(rec if usable(rec, field) else None)
     return rows
+
+
+def utf8(s: str) -> bool:
+    """Whether a str can be written as UTF-8 (holds no lone surrogate)."""
+    try:
+        s.encode()
+        return True
+    except UnicodeEncodeError:
+        return False
+
+
+def usable(rec, field: str) -> bool:
+    """Whether the rules keep a record: a dict with a text (that an output can hold),
+    an id that str() prints, and, without an id, a record msgspec can encode."""
+    if not (isinstance(rec, dict) and isinstance(rec.get(field), str) and utf8(rec[field])):
+        return False
+    rid = rec.get("id")
+    if isinstance(rid, (list, dict)) or (isinstance(rid, str) and not utf8(rid)):
+        return False
+    if rid is None:
+        try:
+            msgspec.msgpack.encode(rec)
+        except (OverflowError, UnicodeEncodeError):
+            return False
+    return True
 
 
 def reference(eval_files, train_files):
@@ -463,11 +486,12 @@ def test_sigkill_a_worker_and_the_coordinator_then_the_same_bytes(corpus, local_
     assert output_files(out) == output_files(local_run)
 
 
-def test_an_undecodable_row_is_rejected_whether_or_not_it_overlaps(tmp_path):
-    """A training row that reads as JSON but does not decode whole (a lone surrogate
-    escape, a number out of range) is rejected as invalid JSON even when it overlaps
-    nothing: whether a row counts must not depend on what it matches (with several
-    index groups, a matching group's rejects would be dropped without a trace)."""
+def test_an_unhashable_row_is_rejected_whether_or_not_it_overlaps(tmp_path):
+    """A training row without an id that Python reads but msgspec cannot hash (an
+    integer beyond msgpack's range, a lone surrogate escape) is rejected even when it
+    overlaps nothing: whether a row counts must not depend on what it matches (with
+    several index groups, a matching group's rejects would be dropped without a
+    trace). What Python reads as a float (`1e400` is inf, `NaN`) is a valid value."""
     passage = "the quick brown fox jumps over the lazy dog near the river bank today"
     eval_file = tmp_path / "eval" / "quiz-abcdef.jsonl"
     train_file = tmp_path / "train" / "train-0.jsonl"
@@ -477,21 +501,25 @@ def test_an_undecodable_row_is_rejected_whether_or_not_it_overlaps(tmp_path):
     train_file.write_text(
         json.dumps({"text": "before " + passage}) + "\n"
         + '{"text": "nothing in common at all", "meta": "\\ud800"}\n'
-        + '{"text": "nothing in common either", "n": 1e400}\n'
-        + '{"text": "a fine row", "n": 1e300, "s": "\\u00e9\\ud83d\\ude00"}\n')
+        + '{"text": "nothing in common either", "n": 18446744073709551616}\n'
+        + '{"text": "a fine row", "n": 1e300, "s": "\\u00e9\\ud83d\\ude00", "m": 1e400, "x": NaN}\n'
+        + '{"id": 7, "text": "an id, so no hash is needed", "n": 18446744073709551616}\n'
+        + '{"text": "x", "n": ' + "9" * 4301 + '}\n')
     out = tmp_path / "out"
-    spec = overlap_job(tmp_path / "undecodable.toml", [eval_file], [train_file], out, workers=1)
+    spec = overlap_job(tmp_path / "unhashable.toml", [eval_file], [train_file], out, workers=1)
     proc = run(["run", str(spec)], check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
     reasons = sorted((r["row"], r["reason"]) for r in rejected(out))
-    assert reasons == [(1, "invalid_json"), (2, "invalid_json")], reasons
+    assert reasons == [(1, "unhashable_record"), (2, "unhashable_record"), (5, "invalid_json")], reasons
+    summary = json.loads((out / "progress_summary.json").read_text())
+    assert summary["totals"]["train_records"] == 3, summary["totals"]
 
 
-def test_a_lone_surrogate_outside_the_text_rejects_the_row_not_the_job(tmp_path):
-    """Python's json.loads accepts a lone UTF-16 surrogate escape (`"\\ud800"`), but no
-    id can be hashed from it (msgspec cannot encode it) and a Rust string cannot hold
-    it: such a row, eval or training, is rejected as invalid JSON and the job goes on,
-    whether or not the surrogate is in the text field."""
+def test_a_lone_surrogate_rejects_the_row_only_where_python_cannot_use_it(tmp_path):
+    """Python's json.loads accepts a lone UTF-16 surrogate escape (`"\\ud800"`). A row
+    with one is kept when it has an id and the surrogate is outside its text (Python
+    never encodes it); without an id it cannot be hashed (`unhashable_record`); in the
+    text (which no output can hold) it is `invalid_json`; in the id, `bad_id`."""
     passage = "the quick brown fox jumps over the lazy dog near the river bank today"
     eval_file = tmp_path / "eval" / "quiz-abcdef.jsonl"
     train_file = tmp_path / "train" / "train-0.jsonl"
@@ -500,7 +528,9 @@ def test_a_lone_surrogate_outside_the_text_rejects_the_row_not_the_job(tmp_path)
     eval_file.write_text(
         json.dumps({"id": "q0", "text": passage}) + "\n"
         + '{"text": "' + passage + ' again", "note": "\\ud800"}\n'
-        + '{"id": "q2", "text": "lone \\udc00 here"}\n')
+        + '{"id": "q2", "text": "lone \\udc00 here"}\n'
+        + '{"id": "q3", "text": "' + passage + ' once more", "note": "\\ud800"}\n'
+        + '{"id": "\\ud800", "text": "' + passage + '"}\n')
     train_file.write_text(
         json.dumps({"text": "before " + passage}) + "\n"
         + '{"text": "after ' + passage + '", "meta": "\\udbff!"}\n')
@@ -508,7 +538,8 @@ def test_a_lone_surrogate_outside_the_text_rejects_the_row_not_the_job(tmp_path)
     spec = overlap_job(tmp_path / "surrogate.toml", [eval_file], [train_file], out, workers=1)
     proc = run(["run", str(spec)], check=False)
     assert proc.returncode == 0, proc.stderr[-2000:]
-    reasons = sorted((r["row"], r["reason"]) for r in rejected(out))
-    assert reasons == [(1, "invalid_json"), (1, "invalid_json"), (2, "invalid_json")], reasons
+    reasons = sorted((r["file"].rsplit("/", 1)[-1], r["row"], r["reason"]) for r in rejected(out))
+    assert reasons == [("quiz-abcdef.jsonl", 1, "unhashable_record"), ("quiz-abcdef.jsonl", 2, "invalid_json"),
+                       ("quiz-abcdef.jsonl", 4, "bad_id"), ("train-0.jsonl", 1, "unhashable_record")], reasons
     details = read_jsonl_gz(out / "stats" / "overlap_details.jsonl.gz")
-    assert {(d["eval_row"], d["train_row"]) for d in details} == {(0, 0)}
+    assert {(d["eval_row"], d["train_row"]) for d in details} == {(0, 0), (3, 0)}

@@ -74,11 +74,11 @@ pub enum WorkerError {
     #[error("{0}")]
     BadRecord(String),
 
-    /// One input record that reads as a JSON object for its text but does not decode
-    /// whole (a lone UTF-16 surrogate escape, a number out of range), so no id can be
-    /// computed from it: the record is rejected as invalid JSON, the job goes on.
+    /// One input record without an id whose hash cannot be computed, because msgpack
+    /// cannot encode one of its values (an integer outside `-2**63 ..= 2**64 - 1`, a
+    /// string with a lone surrogate): the record is rejected, the job goes on.
     #[error("{0}")]
-    UndecodableRecord(String),
+    UnhashableRecord(String),
 
     /// A job's own consistency check failed, or its input cannot be used.
     #[error("{0}")]

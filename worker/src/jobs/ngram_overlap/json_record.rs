@@ -1,4 +1,4 @@
-//! A JSONL line's text field and the kind of its `id`, decoded without the rest.
+//! A JSONL line's text field and what its `id` is, decoded without the rest.
 //!
 //! A scan reads every training line for its text alone; the whole record is decoded
 //! only for a document that overlaps (its id). [`light_record`] takes one of two
@@ -7,40 +7,53 @@
 //! * the plain path ([`plain_record`]): an object whose top-level keys have no
 //!   escapes and whose values, nested ones included (up to a depth of 32), are
 //!   strings (without lone surrogate escapes), `true`, `false`, `null`, arrays, objects, and
-//!   numbers that are finite whatever decodes them (at most 18 digits before the
+//!   numbers that read the same whatever decodes them (at most 18 digits before the
 //!   point and 18 after it, an exponent of at most 280), which is what training files
 //!   hold: the text's string is scanned 16 bytes at a time for its end, borrowed from
 //!   the line when it has no escape and decoded into a buffer the caller keeps when it
 //!   has; every other value is only checked;
-//! * serde's decoder ([`serde_record`]) for everything else, errors included: the
-//!   plain path gives up at the first thing it does not take, so it never accepts
-//!   a line serde would refuse, and where it answers serde answers the same (a test
-//!   compares them on random lines).
+//! * Python's decoder ([`super::py_json::loads`], in [`general_record`]) for
+//!   everything else, errors included: the plain path gives up at the first thing it
+//!   does not take, so it never accepts a line Python's decoder refuses, and where it
+//!   answers the other answers the same (a test compares them on random lines).
 //!
-//! The light decode refuses exactly the lines `serde_json::Value` refuses (a lone
-//! surrogate escape, a number out of range), so whether a row counts never depends
-//! on whether it overlaps.
+//! Both say whether the record could be hashed (msgpack holds all its values), so a
+//! row that has no id and cannot be hashed is rejected whether or not it overlaps.
 
 use std::borrow::Cow;
 
-/// Decodes `line` as a JSON object, keeping only its text field `text_field` and the
-/// kind of its `id`; an error if it is not a JSON object. A text with escapes may be
-/// decoded into `scratch` (a buffer the caller keeps from line to line).
+use super::py_json::{loads, JsonError, PyValue};
+
+/// Decodes `line` as a JSON object, keeping only its text field `text_field`, what
+/// its `id` is and whether it could be hashed; an error if Python's `json.loads` does
+/// not read it as a dict. A text with escapes may be decoded into `scratch` (a buffer
+/// the caller keeps from line to line).
 pub fn light_record<'a>(
     line: &'a str,
     text_field: &str,
     scratch: &'a mut String,
-) -> serde_json::Result<LightRecord<'a>> {
+) -> Result<LightRecord<'a>, NotARecord> {
     match plain_record(line, text_field, scratch) {
         Some(record) => Ok(record),
-        None => serde_record(line, text_field),
+        None => general_record(line, text_field),
     }
+}
+
+/// Why a line is not a record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum NotARecord {
+    /// Python's `json.loads` refuses it, or its text holds a lone surrogate (which
+    /// no output can hold).
+    NotJson(JsonError),
+    /// JSON, but not an object.
+    NotAnObject,
 }
 
 /// What kind of JSON value a field holds.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum JsonKind {
-    /// null, a boolean, a number.
+    Null,
+    /// A boolean or a number.
     Scalar,
     /// An array or an object.
     Compound,
@@ -54,175 +67,61 @@ pub enum JsonValue<'a> {
     Other(JsonKind),
 }
 
-impl<'de> serde::Deserialize<'de> for JsonValue<'de> {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
-        struct V;
-        impl<'de> serde::de::Visitor<'de> for V {
-            type Value = JsonValue<'de>;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("a JSON value")
-            }
-            fn visit_borrowed_str<E>(self, v: &'de str) -> std::result::Result<Self::Value, E> {
-                Ok(JsonValue::Str(Cow::Borrowed(v)))
-            }
-            fn visit_str<E>(self, v: &str) -> std::result::Result<Self::Value, E> {
-                Ok(JsonValue::Str(Cow::Owned(v.to_string())))
-            }
-            fn visit_string<E>(self, v: String) -> std::result::Result<Self::Value, E> {
-                Ok(JsonValue::Str(Cow::Owned(v)))
-            }
-            fn visit_bool<E>(self, _: bool) -> std::result::Result<Self::Value, E> {
-                Ok(JsonValue::Other(JsonKind::Scalar))
-            }
-            fn visit_i64<E>(self, _: i64) -> std::result::Result<Self::Value, E> {
-                Ok(JsonValue::Other(JsonKind::Scalar))
-            }
-            fn visit_u64<E>(self, _: u64) -> std::result::Result<Self::Value, E> {
-                Ok(JsonValue::Other(JsonKind::Scalar))
-            }
-            fn visit_f64<E>(self, _: f64) -> std::result::Result<Self::Value, E> {
-                Ok(JsonValue::Other(JsonKind::Scalar))
-            }
-            fn visit_unit<E>(self) -> std::result::Result<Self::Value, E> {
-                Ok(JsonValue::Other(JsonKind::Scalar))
-            }
-            fn visit_none<E>(self) -> std::result::Result<Self::Value, E> {
-                Ok(JsonValue::Other(JsonKind::Scalar))
-            }
-            fn visit_seq<A: serde::de::SeqAccess<'de>>(
-                self,
-                mut seq: A,
-            ) -> std::result::Result<Self::Value, A::Error> {
-                while seq.next_element::<Checked>()?.is_some() {}
-                Ok(JsonValue::Other(JsonKind::Compound))
-            }
-            fn visit_map<A: serde::de::MapAccess<'de>>(
-                self,
-                mut map: A,
-            ) -> std::result::Result<Self::Value, A::Error> {
-                while map.next_entry::<Checked, Checked>()?.is_some() {}
-                Ok(JsonValue::Other(JsonKind::Compound))
-            }
-        }
-        d.deserialize_any(V)
-    }
+/// What a record's `id` is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum IdKind {
+    /// `null`: the record is identified by its hash, as without an `id`.
+    Null,
+    /// A string, a number or a boolean: its `str()` is the id.
+    Printable,
+    /// An array, an object, or a string with a lone surrogate: no id.
+    Unusable,
 }
 
-/// A JSON value that is skipped, but decoded as far as the whole record's decode goes
-/// (numbers parsed, string escapes decoded into serde's scratch buffer): a row that
-/// `Value` refuses (a lone surrogate escape, a number out of range) is refused by the
-/// light decode too, so whether a row counts never depends on what it matches.
-struct Checked;
-
-impl<'de> serde::Deserialize<'de> for Checked {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> std::result::Result<Self, D::Error> {
-        struct V;
-        impl<'de> serde::de::Visitor<'de> for V {
-            type Value = Checked;
-            fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                f.write_str("a JSON value")
-            }
-            fn visit_str<E>(self, _: &str) -> std::result::Result<Checked, E> {
-                Ok(Checked)
-            }
-            fn visit_bool<E>(self, _: bool) -> std::result::Result<Checked, E> {
-                Ok(Checked)
-            }
-            fn visit_i64<E>(self, _: i64) -> std::result::Result<Checked, E> {
-                Ok(Checked)
-            }
-            fn visit_u64<E>(self, _: u64) -> std::result::Result<Checked, E> {
-                Ok(Checked)
-            }
-            fn visit_f64<E>(self, _: f64) -> std::result::Result<Checked, E> {
-                Ok(Checked)
-            }
-            fn visit_unit<E>(self) -> std::result::Result<Checked, E> {
-                Ok(Checked)
-            }
-            fn visit_seq<A: serde::de::SeqAccess<'de>>(
-                self,
-                mut seq: A,
-            ) -> std::result::Result<Checked, A::Error> {
-                while seq.next_element::<Checked>()?.is_some() {}
-                Ok(Checked)
-            }
-            fn visit_map<A: serde::de::MapAccess<'de>>(
-                self,
-                mut map: A,
-            ) -> std::result::Result<Checked, A::Error> {
-                while map.next_entry::<Checked, Checked>()?.is_some() {}
-                Ok(Checked)
-            }
-        }
-        d.deserialize_any(V)
-    }
-}
-
-/// Of a JSON object: its text field and the kind of its `id` (the last of each, as
-/// Python's `json.loads` keeps the last of repeated keys).
+/// Of a JSON object: its text field and what its `id` is (the last of each, as
+/// Python's `json.loads` keeps the last of repeated keys), and whether msgpack can
+/// encode the whole record (no integer outside msgpack's range, no string with a
+/// lone surrogate), which a record without an id needs.
+#[derive(Debug)]
 pub struct LightRecord<'a> {
     pub text: Option<JsonValue<'a>>,
-    pub id: Option<JsonKind>,
+    pub id: Option<IdKind>,
+    pub hashable: bool,
 }
 
-/// [`light_record`] by serde: any line, and the error for one that is not a JSON
-/// object.
-fn serde_record<'a>(line: &'a str, text_field: &str) -> serde_json::Result<LightRecord<'a>> {
-    struct Seed<'f>(&'f str);
-    impl<'de> serde::de::DeserializeSeed<'de> for Seed<'_> {
-        type Value = LightRecord<'de>;
-        fn deserialize<D: serde::Deserializer<'de>>(
-            self,
-            d: D,
-        ) -> std::result::Result<Self::Value, D::Error> {
-            struct V<'f>(&'f str);
-            impl<'de> serde::de::Visitor<'de> for V<'_> {
-                type Value = LightRecord<'de>;
-                fn expecting(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
-                    f.write_str("a JSON object")
-                }
-                fn visit_map<A: serde::de::MapAccess<'de>>(
-                    self,
-                    mut map: A,
-                ) -> std::result::Result<Self::Value, A::Error> {
-                    let mut out = LightRecord {
-                        text: None,
-                        id: None,
-                    };
-                    while let Some(key) = map.next_key::<JsonValue<'de>>()? {
-                        let JsonValue::Str(key) = key else {
-                            map.next_value::<Checked>()?;
-                            continue;
-                        };
-                        if key == self.0 {
-                            let value = map.next_value::<JsonValue<'de>>()?;
-                            if key == "id" {
-                                out.id = Some(kind_of(&value));
-                            }
-                            out.text = Some(value);
-                        } else if key == "id" {
-                            out.id = Some(kind_of(&map.next_value::<JsonValue<'de>>()?));
-                        } else {
-                            map.next_value::<Checked>()?;
-                        }
-                    }
-                    Ok(out)
-                }
+/// [`light_record`] by Python's decoder: any line, and the error for one that is not
+/// a record.
+fn general_record<'a>(line: &'a str, text_field: &str) -> Result<LightRecord<'a>, NotARecord> {
+    let value = loads(line).map_err(NotARecord::NotJson)?;
+    if !matches!(value, PyValue::Dict(_)) {
+        return Err(NotARecord::NotAnObject);
+    }
+    let text = match value.get(text_field) {
+        None => None,
+        Some(PyValue::Str(s)) => match s.as_str() {
+            Some(t) => Some(JsonValue::Str(Cow::Owned(t.to_string()))),
+            None => {
+                return Err(NotARecord::NotJson(JsonError {
+                    what: "a lone surrogate escape in the text",
+                    at: 0,
+                }))
             }
-            d.deserialize_map(V(self.0))
-        }
-    }
-    fn kind_of(v: &JsonValue<'_>) -> JsonKind {
-        match v {
-            JsonValue::Str(_) => JsonKind::Scalar,
-            JsonValue::Other(k) => *k,
-        }
-    }
-    let mut de = serde_json::Deserializer::from_str(line);
-    let record = serde::de::DeserializeSeed::deserialize(Seed(text_field), &mut de)?;
-    de.end()?;
-    Ok(record)
+        },
+        Some(PyValue::None) => Some(JsonValue::Other(JsonKind::Null)),
+        Some(PyValue::List(_) | PyValue::Dict(_)) => Some(JsonValue::Other(JsonKind::Compound)),
+        Some(_) => Some(JsonValue::Other(JsonKind::Scalar)),
+    };
+    let id = value.get("id").map(|id| match id {
+        PyValue::None => IdKind::Null,
+        PyValue::List(_) | PyValue::Dict(_) => IdKind::Unusable,
+        PyValue::Str(s) if s.as_str().is_none() => IdKind::Unusable,
+        _ => IdKind::Printable,
+    });
+    Ok(LightRecord {
+        text,
+        id,
+        hashable: value.msgpack_encodable(),
+    })
 }
 
 /// Where the plain path found a value.
@@ -231,6 +130,7 @@ enum Found {
     Line(usize, usize),
     /// A string with escapes, decoded into the scratch buffer.
     Scratch,
+    Null,
     Scalar,
     Compound,
 }
@@ -274,8 +174,9 @@ fn plain_record<'a>(
             };
             if key == "id" {
                 id = Some(match value {
-                    Found::Compound => JsonKind::Compound,
-                    _ => JsonKind::Scalar,
+                    Found::Null => IdKind::Null,
+                    Found::Compound => IdKind::Unusable,
+                    _ => IdKind::Printable,
                 });
             }
             if is_text {
@@ -299,10 +200,15 @@ fn plain_record<'a>(
         None => None,
         Some(Found::Line(start, end)) => Some(JsonValue::Str(Cow::Borrowed(line.get(start..end)?))),
         Some(Found::Scratch) => Some(JsonValue::Str(Cow::Borrowed(scratch.as_str()))),
+        Some(Found::Null) => Some(JsonValue::Other(JsonKind::Null)),
         Some(Found::Scalar) => Some(JsonValue::Other(JsonKind::Scalar)),
         Some(Found::Compound) => Some(JsonValue::Other(JsonKind::Compound)),
     };
-    Some(LightRecord { text, id })
+    Some(LightRecord {
+        text,
+        id,
+        hashable: true,
+    })
 }
 
 /// JSON's whitespace from `at` on: where it ends.
@@ -318,7 +224,8 @@ fn literal_end(b: &[u8], at: usize, word: &[u8]) -> Option<usize> {
     (b.get(at..at + word.len())? == word).then_some(at + word.len())
 }
 
-/// Nesting deeper than this is left to serde (whose own limit is 128).
+/// Nesting deeper than this is left to the general path (whose own limit is
+/// [`super::py_json::MAX_NESTING`]).
 const MAX_DEPTH: usize = 32;
 
 /// The value starting at `at`, nested `depth` deep, checked but not decoded: what
@@ -330,7 +237,7 @@ fn value_end(line: &str, at: usize, depth: usize) -> Option<(Found, usize)> {
         b'"' => string_value(line, at + 1, None),
         b't' => scalar(literal_end(b, at, b"true")?),
         b'f' => scalar(literal_end(b, at, b"false")?),
-        b'n' => scalar(literal_end(b, at, b"null")?),
+        b'n' => Some((Found::Null, literal_end(b, at, b"null")?)),
         b'-' | b'0'..=b'9' => scalar(number_end(b, at)?),
         open @ (b'[' | b'{') if depth < MAX_DEPTH => {
             let close = if open == b'[' { b']' } else { b'}' };
@@ -465,7 +372,8 @@ fn simple_escape(letter: u8) -> Option<char> {
 
 /// The character of the `\u` escape at `at` (a pair of them for a character beyond
 /// the BMP) and the escape's length; `None` for a surrogate that is not half of a
-/// pair (serde refuses it) or anything that is not four hex digits.
+/// pair (the general path keeps it, as Python does) or anything that is not four hex
+/// digits.
 fn unicode_escape(b: &[u8], at: usize) -> Option<(char, usize)> {
     let hex = |at: usize| {
         let digits = std::str::from_utf8(b.get(at..at + 4)?).ok()?;
@@ -541,9 +449,8 @@ mod sse2 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use serde_json::Value;
 
-    fn light_record(line: &str, text_field: &str) -> serde_json::Result<LightRecord<'static>> {
+    fn light_record(line: &str, text_field: &str) -> Result<LightRecord<'static>, NotARecord> {
         let mut scratch = String::new();
         let record = super::light_record(line, text_field, &mut scratch)?;
         Ok(LightRecord {
@@ -552,6 +459,7 @@ mod tests {
                 JsonValue::Other(k) => JsonValue::Other(k),
             }),
             id: record.id,
+            hashable: record.hashable,
         })
     }
 
@@ -575,11 +483,41 @@ mod tests {
             Some("last")
         );
         let light = light_record(r#"{"text": null, "id": {"x": 1}}"#, "text").unwrap();
-        assert_eq!(light.text, Some(JsonValue::Other(JsonKind::Scalar)));
-        assert_eq!(light.id, Some(JsonKind::Compound));
+        assert_eq!(light.text, Some(JsonValue::Other(JsonKind::Null)));
+        assert_eq!(light.id, Some(IdKind::Unusable));
         let light = light_record(r#"{"id": 7, "body": "x"}"#, "text").unwrap();
         assert!(light.text.is_none());
-        assert_eq!(light.id, Some(JsonKind::Scalar));
+        assert_eq!(light.id, Some(IdKind::Printable));
+        let light = light_record(r#"{"id": null, "text": "x", "n": -0}"#, "text").unwrap();
+        assert_eq!(light.id, Some(IdKind::Null));
+        assert!(light.hashable);
+        // What Python reads and a general-purpose decoder refuses.
+        for line in [
+            r#"{"text": "x", "n": NaN, "m": [Infinity, -Infinity]}"#,
+            r#"{"text": "x", "n": 1.7976931348623158e308, "m": 1e400}"#,
+        ] {
+            assert!(light_record(line, "text").unwrap().hashable, "{line}");
+        }
+        // Python reads these, but msgspec cannot encode them: a record without an id
+        // cannot be hashed; one with an id is fine.
+        for line in [
+            r#"{"text": "x", "n": 18446744073709551616}"#,
+            r#"{"text": "x", "meta": "\ud800"}"#,
+        ] {
+            let light = light_record(line, "text").unwrap();
+            assert!(!light.hashable, "{line}");
+            assert_eq!(light.text, Some(JsonValue::Str("x".into())));
+        }
+        let light = light_record(r#"{"id": "\udc00", "text": "x"}"#, "text").unwrap();
+        assert_eq!(light.id, Some(IdKind::Unusable));
+        assert!(matches!(
+            light_record(r#"{"text": "lone \ud800"}"#, "text"),
+            Err(NotARecord::NotJson(_))
+        ));
+        assert_eq!(
+            light_record("[1]", "text").unwrap_err(),
+            NotARecord::NotAnObject
+        );
         // The text field named "id" is both.
         let light = light_record(r#"{"id": "abc"}"#, "id").unwrap();
         assert_eq!(light.text, Some(JsonValue::Str("abc".into())));
@@ -594,7 +532,7 @@ mod tests {
     }
 
     /// A random line of JSON-like text: objects with the keys and values training files
-    /// hold, and what the plain path must leave to serde (escaped keys, `\\u` escapes,
+    /// hold, and what the plain path must leave to the general path (escaped keys, `\\u` escapes,
     /// floats, long and malformed numbers, nesting, control characters, broken
     /// structure, truncation).
     fn random_line(state: &mut u64) -> String {
@@ -643,7 +581,7 @@ mod tests {
             "{}[]:,",
             "\\",
         ];
-        const VALUES: [&str; 52] = [
+        const VALUES: [&str; 60] = [
             "{\"a\": 1]",
             "[1}",
             "{\"a\"}",
@@ -696,6 +634,14 @@ mod tests {
             "\"\"",
             "-01",
             "2 3",
+            "NaN",
+            "-Infinity",
+            "Infinity",
+            "1.7976931348623158e308",
+            "18446744073709551616",
+            "-9223372036854775809",
+            "[\"\\udc00\"]",
+            "nan",
         ];
         const SPACE: [&str; 5] = ["", " ", "\t", "\r\n", "  "];
         let mut line = String::from(SPACE[next(5)]);
@@ -722,12 +668,12 @@ mod tests {
                 // An integer out of every decoder's range.
                 line.push_str(&"9".repeat(400));
             } else if next(50) == 0 {
-                // Nesting around the plain path's limit and around serde's (128).
-                let depth = [30, 127][next(2)] + next(4);
+                // Nesting around the plain path's limit and around Python's.
+                let depth = [30, super::super::py_json::MAX_NESTING - 2][next(2)] + next(4);
                 line.push_str(&"[".repeat(depth));
                 line.push_str(&"]".repeat(depth));
             } else {
-                line.push_str(VALUES[next(52)]);
+                line.push_str(VALUES[next(60)]);
             }
             line.push_str(SPACE[next(5)]);
         }
@@ -752,36 +698,42 @@ mod tests {
     }
 
     #[test]
-    fn the_plain_path_answers_only_as_serde_does() {
+    fn the_plain_path_answers_only_as_python_does() {
         let mut state = 0x0dd_ba11_u64;
         let mut scratch = String::new();
-        let (mut plain, mut nested, mut serde_only, mut refused) = (0, 0, 0, 0);
+        let (mut plain, mut nested, mut general_only, mut refused) = (0, 0, 0, 0);
         for _ in 0..200_000 {
             let line = random_line(&mut state);
             for field in ["text", "id"] {
-                let by_serde = serde_record(&line, field);
+                let by_python = general_record(&line, field);
                 let Some(fast) = plain_record(&line, field, &mut scratch) else {
-                    match by_serde {
-                        Ok(_) => serde_only += 1,
+                    match by_python {
+                        Ok(_) => general_only += 1,
                         Err(_) => refused += 1,
                     }
                     continue;
                 };
                 plain += 1;
-                let by_serde =
-                    by_serde.unwrap_or_else(|e| panic!("{line:?}: serde refuses it: {e}"));
-                assert_eq!(fast.text, by_serde.text, "{line:?} {field}");
-                assert_eq!(fast.id, by_serde.id, "{line:?} {field}");
-                let value = serde_json::from_str::<Value>(&line);
-                let value = value.unwrap_or_else(|e| panic!("{line:?}: Value refuses it: {e}"));
-                let compound = |v: &Value| v.is_array() || v.is_object();
-                nested += usize::from(value.as_object().is_some_and(|o| o.values().any(compound)));
+                let by_python = by_python
+                    .unwrap_or_else(|e| panic!("{line:?}: Python's decoder refuses it: {e:?}"));
+                assert_eq!(fast.text, by_python.text, "{line:?} {field}");
+                assert_eq!(fast.id, by_python.id, "{line:?} {field}");
+                assert_eq!(fast.hashable, by_python.hashable, "{line:?} {field}");
+                let value = loads(&line).unwrap_or_else(|e| panic!("{line:?}: {e}"));
+                let PyValue::Dict(items) = value else {
+                    panic!("{line:?}: not a dict")
+                };
+                nested += usize::from(
+                    items
+                        .iter()
+                        .any(|(_, v)| matches!(v, PyValue::List(_) | PyValue::Dict(_))),
+                );
             }
         }
         // Each path is taken often, so the comparison means something.
         assert!(
-            plain > 50_000 && nested > 2_000 && serde_only > 20_000 && refused > 20_000,
-            "{plain} {nested} {serde_only} {refused}"
+            plain > 50_000 && nested > 2_000 && general_only > 20_000 && refused > 20_000,
+            "{plain} {nested} {general_only} {refused}"
         );
     }
 

@@ -19,7 +19,8 @@
 //! most an eighth of `memory_per_worker`, [`whole_gzip`]).
 //!
 //! * [`spec`]: the job file; [`protocol`]: stages, tasks, results, file names.
-//! * [`source`]: JSONL / gzip / zstd / Parquet records; [`records`]: dataset names,
+//! * [`source`]: JSONL / gzip / zstd / Parquet records; [`py_json`]: JSON read as
+//!   Python reads it; [`records`]: dataset names,
 //!   record ids, the stable hash; [`tokenize`]: the tokenizers, with Python's
 //!   `str.lower()` and `\s` semantics exactly; [`ngrams`]: n-grams and the index.
 //! * [`index`], [`scan`], [`report`]: the three tasks; [`gzip_jsonl`]: their
@@ -31,6 +32,7 @@ pub mod json_record;
 pub mod lines;
 pub mod ngrams;
 pub mod protocol;
+pub mod py_json;
 pub mod records;
 pub mod report;
 pub mod scan;

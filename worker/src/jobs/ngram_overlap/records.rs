@@ -11,9 +11,9 @@
 //!   sorted, every integer in its smallest encoding, every float as float64).
 //! * [`stable_hash`]: `blake2b(text.encode(), digest_size=8)` read big-endian.
 
+use super::py_json::{float_repr, PyStr, PyValue};
 use blake2::digest::consts::U8;
 use blake2::{Blake2b, Digest};
-use serde_json::{Map, Value};
 
 use crate::error::{Result, WorkerError};
 
@@ -56,66 +56,101 @@ fn strip_any<'a>(name: &'a str, suffixes: &[&str]) -> &'a str {
         .unwrap_or(name)
 }
 
-/// A record's id: its `id` (a string as is, any other value as Python's `str()` of a
-/// JSON scalar would print it), else the hash of its deterministic msgpack encoding.
-pub fn record_id(record: &Map<String, Value>) -> Result<String> {
+/// A record's id (a Python dict from [`super::py_json::loads`] or a Parquet row): its
+/// `id` when present and not None, as Python's `str()` prints it (a str as is, an
+/// int in decimal, a float as `repr` writes it, a bool as `True`/`False`), else the
+/// hash of its deterministic msgpack encoding. An `id` that is a list, a dict or a
+/// str with a lone surrogate is [`WorkerError::BadRecord`]; a record to hash that
+/// msgpack cannot encode is [`WorkerError::UnhashableRecord`].
+pub fn record_id(record: &PyValue) -> Result<String> {
     match record.get("id") {
-        Some(Value::String(s)) => Ok(s.clone()),
-        Some(Value::Number(n)) => Ok(n.to_string()),
-        Some(Value::Bool(b)) => Ok(if *b { "True" } else { "False" }.to_string()),
-        Some(Value::Null) | None => {
+        Some(PyValue::None) | None => {
             let mut bytes = Vec::new();
-            encode_map(&mut bytes, record)?;
+            encode_msgpack(&mut bytes, record)?;
             Ok(blake2b_u64(&bytes).to_string())
         }
-        Some(other) => Err(WorkerError::BadRecord(format!(
-            "a record's id must be a string or a number, got {other}"
-        ))),
+        Some(id) => python_str(id).ok_or_else(|| {
+            WorkerError::BadRecord(format!(
+                "a record's id must be a string, a number or a boolean, got {id:?}"
+            ))
+        }),
     }
 }
 
-/// msgspec's deterministic msgpack encoding of a JSON value, appended to `out`.
-pub fn encode_msgpack(out: &mut Vec<u8>, value: &Value) -> Result<()> {
+/// Python's `str()` of a scalar value; `None` for a list, a dict, None, or a str no
+/// Rust string can hold.
+pub fn python_str(value: &PyValue) -> Option<String> {
+    Some(match value {
+        PyValue::Str(s) => s.as_str()?.to_string(),
+        PyValue::Int(i) => i.to_string(),
+        PyValue::BigInt(digits) => digits.to_string(),
+        PyValue::Float(f) => float_repr(*f),
+        PyValue::Bool(b) => if *b { "True" } else { "False" }.to_string(),
+        PyValue::None | PyValue::List(_) | PyValue::Dict(_) => return None,
+    })
+}
+
+/// msgspec's deterministic msgpack encoding of a value, appended to `out`.
+pub fn encode_msgpack(out: &mut Vec<u8>, value: &PyValue) -> Result<()> {
+    let unhashable = |what: String| WorkerError::UnhashableRecord(what);
     match value {
-        Value::Null => out.push(0xc0),
-        Value::Bool(false) => out.push(0xc2),
-        Value::Bool(true) => out.push(0xc3),
-        Value::Number(n) => {
-            if let Some(u) = n.as_u64() {
+        PyValue::None => out.push(0xc0),
+        PyValue::Bool(false) => out.push(0xc2),
+        PyValue::Bool(true) => out.push(0xc3),
+        PyValue::Int(i) => {
+            if let Ok(u) = u64::try_from(*i) {
                 encode_uint(out, u);
-            } else if let Some(i) = n.as_i64() {
+            } else if let Ok(i) = i64::try_from(*i) {
                 encode_int(out, i);
-            } else if let Some(f) = n.as_f64() {
-                out.push(0xcb);
-                out.extend_from_slice(&f.to_be_bytes());
             } else {
-                return Err(WorkerError::BadRecord(format!(
-                    "a number msgpack cannot hold: {n}"
+                return Err(unhashable(format!(
+                    "the integer {i} is outside msgpack's range"
                 )));
             }
         }
-        Value::String(s) => encode_str(out, s),
-        Value::Array(items) => {
+        PyValue::BigInt(digits) => {
+            return Err(unhashable(format!(
+                "an integer of {} digits is outside msgpack's range",
+                digits.trim_start_matches('-').len()
+            )))
+        }
+        PyValue::Float(f) => {
+            out.push(0xcb);
+            out.extend_from_slice(&f.to_be_bytes());
+        }
+        PyValue::Str(s) => encode_str(out, py_str(s)?),
+        PyValue::List(items) => {
             encode_len(out, items.len(), 0x90, 15, 0xdc, 0xdd)?;
             for item in items {
                 encode_msgpack(out, item)?;
             }
         }
-        Value::Object(map) => encode_map(out, map)?,
+        PyValue::Dict(items) => {
+            // Python sorts str keys by code point (the order of their bytes); a dict
+            // holds the last of repeated keys.
+            let mut keys: Vec<(&PyStr, &PyValue)> = Vec::with_capacity(items.len());
+            for (k, v) in items.iter().rev() {
+                keys.push((k, v));
+            }
+            keys.sort_by(|a, b| a.0.cmp(b.0));
+            keys.dedup_by(|next, kept| next.0 == kept.0);
+            encode_len(out, keys.len(), 0x80, 15, 0xde, 0xdf)?;
+            for (k, v) in keys {
+                encode_str(out, py_str(k)?);
+                encode_msgpack(out, v)?;
+            }
+        }
     }
     Ok(())
 }
 
-fn encode_map(out: &mut Vec<u8>, map: &Map<String, Value>) -> Result<()> {
-    encode_len(out, map.len(), 0x80, 15, 0xde, 0xdf)?;
-    let mut keys: Vec<&String> = map.keys().collect();
-    // Python sorts str keys by code point: the order of their UTF-8 bytes.
-    keys.sort();
-    for k in keys {
-        encode_str(out, k);
-        encode_msgpack(out, &map[k])?;
-    }
-    Ok(())
+/// A str msgpack can hold (UTF-8): one with a lone surrogate cannot be encoded.
+fn py_str(s: &PyStr) -> Result<&str> {
+    s.as_str().ok_or_else(|| {
+        WorkerError::UnhashableRecord(format!(
+            "the string {s:?} holds a lone surrogate, which UTF-8 cannot encode"
+        ))
+    })
 }
 
 fn encode_len(
@@ -198,11 +233,8 @@ fn encode_int(out: &mut Vec<u8>, i: i64) {
 mod tests {
     use super::*;
 
-    fn object(json: &str) -> Map<String, Value> {
-        match serde_json::from_str(json).unwrap() {
-            Value::Object(m) => m,
-            _ => unreachable!(),
-        }
+    fn object(json: &str) -> PyValue {
+        super::super::py_json::loads(json).unwrap()
     }
 
     /// Bytes and ids written by Python: `msgspec.msgpack.encode(r, order="deterministic")`
@@ -225,7 +257,7 @@ mod tests {
         for (json, hex, id) in cases {
             let record = object(json);
             let mut bytes = Vec::new();
-            encode_msgpack(&mut bytes, &Value::Object(record.clone())).unwrap();
+            encode_msgpack(&mut bytes, &record).unwrap();
             let got: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
             assert_eq!(got, hex, "{json}");
             assert_eq!(record_id(&record).unwrap(), id, "{json}");
@@ -243,6 +275,51 @@ mod tests {
             "17"
         );
         assert!(record_id(&object(r#"{"id": [1], "text": "x"}"#)).is_err());
+        // As Python's str() prints them (checked against Python 3.11).
+        for (id, want) in [
+            ("-0", "0"),
+            ("-0.0", "-0.0"),
+            ("1E2", "100.0"),
+            ("1e16", "1e+16"),
+            ("2.5e-7", "2.5e-07"),
+            ("1e400", "inf"),
+            ("NaN", "nan"),
+            ("true", "True"),
+            (
+                "123456789012345678901234567890123456789012",
+                "123456789012345678901234567890123456789012",
+            ),
+        ] {
+            let record = object(&format!(r#"{{"id": {id}, "text": "x"}}"#));
+            assert_eq!(record_id(&record).unwrap(), want, "{id}");
+        }
+        assert!(record_id(&object(r#"{"id": "\ud800", "text": "x"}"#)).is_err());
+    }
+
+    #[test]
+    fn repeated_keys_hash_as_the_dict_python_keeps() {
+        // msgspec.msgpack.encode(json.loads('{"b": 1, "a": 2, "b": 3}'), order="deterministic")
+        let mut bytes = Vec::new();
+        encode_msgpack(&mut bytes, &object(r#"{"b": 1, "a": 2, "b": 3}"#)).unwrap();
+        assert_eq!(bytes, b"\x82\xa1a\x02\xa1b\x03");
+    }
+
+    #[test]
+    fn what_msgpack_cannot_hold_is_unhashable() {
+        for json in [
+            r#"{"text": "x", "n": 18446744073709551616}"#,
+            r#"{"text": "x", "n": -9223372036854775809}"#,
+            r#"{"text": "x", "s": ["\udfff"]}"#,
+            r#"{"text": "x", "\ud800": 1}"#,
+        ] {
+            assert!(
+                matches!(
+                    record_id(&object(json)),
+                    Err(WorkerError::UnhashableRecord(_))
+                ),
+                "{json}"
+            );
+        }
     }
 
     #[test]

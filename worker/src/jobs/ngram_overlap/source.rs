@@ -21,13 +21,13 @@ use bytes::Bytes;
 use futures::stream::BoxStream;
 use futures::StreamExt;
 use object_store::ObjectStoreExt;
-use serde_json::{Map, Value};
 use tokio::runtime::Handle;
 
-use super::json_record::{light_record, JsonKind, JsonValue};
+use super::json_record::{light_record, IdKind, JsonValue, NotARecord};
 use super::lines::LineReader;
 use super::protocol::{InputFile, RowCounts};
-use super::records::record_id;
+use super::py_json::{self, PyValue};
+use super::records::{python_str, record_id};
 use super::whole_gzip;
 use crate::engine::store::{PartWriter, StoreUrl};
 use crate::error::{Result, WorkerError};
@@ -63,6 +63,7 @@ pub enum Reason {
     NoText,
     TextNotAString,
     BadId,
+    Unhashable,
 }
 
 impl Reason {
@@ -74,6 +75,7 @@ impl Reason {
             Reason::NoText => "no_text_field",
             Reason::TextNotAString => "text_not_a_string",
             Reason::BadId => "bad_id",
+            Reason::Unhashable => "unhashable_record",
         }
     }
 }
@@ -86,16 +88,17 @@ pub struct Record<'a> {
 }
 
 enum IdSource<'a> {
-    /// A JSONL line, decoded whole the first time its id is asked for.
+    /// A JSONL line, decoded whole (by Python's rules) the first time its id is asked
+    /// for.
     Line {
-        line: &'a [u8],
-        parsed: &'a mut Option<Map<String, Value>>,
+        line: &'a str,
+        parsed: &'a mut Option<PyValue>,
         file: &'a str,
     },
+    /// A Parquet row, read from its Arrow arrays as `to_pylist()` gives it.
     Parquet {
         batch: &'a RecordBatch,
         index: usize,
-        json: &'a mut Option<Vec<Map<String, Value>>>,
         file: &'a str,
     },
 }
@@ -106,38 +109,20 @@ impl Record<'_> {
         match &mut self.id {
             IdSource::Line { line, parsed, file } => {
                 if parsed.is_none() {
-                    match serde_json::from_slice::<Value>(line) {
-                        Ok(Value::Object(map)) => **parsed = Some(map),
-                        Ok(_) => {
-                            return Err(WorkerError::Corrupt {
-                                file: file.to_string(),
-                                what: "a line read as an object decodes as another value".into(),
-                            })
-                        }
-                        Err(e) => return Err(WorkerError::UndecodableRecord(e.to_string())),
-                    }
+                    // The light decode read this line with the same rules, so it decodes.
+                    let value = py_json::loads(line).map_err(|e| {
+                        WorkerError::Job(format!(
+                            "{file}: a line read as a record does not decode: {e}"
+                        ))
+                    })?;
+                    **parsed = Some(value);
                 }
                 match parsed.as_ref() {
-                    Some(map) => record_id(map),
+                    Some(record) => record_id(record),
                     None => Err(WorkerError::Job("no record".into())),
                 }
             }
-            IdSource::Parquet {
-                batch,
-                index,
-                json,
-                file,
-            } => {
-                if json.is_none() {
-                    **json = Some(batch_as_json(file, batch)?);
-                }
-                let rows = json.as_ref().map_or(&[][..], |v| v.as_slice());
-                let row = rows.get(*index).ok_or_else(|| WorkerError::Corrupt {
-                    file: file.to_string(),
-                    what: "a Parquet batch converted to fewer JSON rows than it has".into(),
-                })?;
-                record_id(row)
-            }
+            IdSource::Parquet { batch, index, file } => parquet_id(file, batch, *index),
         }
     }
 }
@@ -356,18 +341,18 @@ fn read_jsonl(
         // `scratch`); the whole record only when its id is asked for.
         let light = match light_record(line_text, text_field, &mut scratch) {
             Ok(light) => light,
-            Err(_) => {
-                let reason = match serde_json::from_slice::<Value>(line) {
-                    Ok(_) => Reason::NotAnObject,
-                    Err(_) => Reason::InvalidJson,
+            Err(e) => {
+                let reason = match e {
+                    NotARecord::NotAnObject => Reason::NotAnObject,
+                    NotARecord::NotJson(_) => Reason::InvalidJson,
                 };
                 rejected.add(&file.url, this, reason, line);
                 continue;
             }
         };
-        // An id no rule turns into a string is refused whether or not the row is
-        // ever asked for its id (a training document only is when it overlaps).
-        if light.id == Some(JsonKind::Compound) {
+        // A row without a usable id is refused whether or not it is ever asked for its
+        // id (a training document only is when it overlaps).
+        if light.id == Some(IdKind::Unusable) {
             rejected.add(&file.url, this, Reason::BadId, line);
             continue;
         }
@@ -382,20 +367,24 @@ fn read_jsonl(
                 continue;
             }
         };
+        if matches!(light.id, None | Some(IdKind::Null)) && !light.hashable {
+            rejected.add(&file.url, this, Reason::Unhashable, line);
+            continue;
+        }
         let mut parsed = None;
         match each(Record {
             row: this,
             text: &text,
             id: IdSource::Line {
-                line,
+                line: line_text,
                 parsed: &mut parsed,
                 file: &file.url,
             },
         }) {
             Ok(()) => {}
             Err(WorkerError::BadRecord(_)) => rejected.add(&file.url, this, Reason::BadId, line),
-            Err(WorkerError::UndecodableRecord(_)) => {
-                rejected.add(&file.url, this, Reason::InvalidJson, line)
+            Err(WorkerError::UnhashableRecord(_)) => {
+                rejected.add(&file.url, this, Reason::Unhashable, line)
             }
             Err(e) => return Err(e),
         }
@@ -446,11 +435,30 @@ fn read_parquet(
             .as_any()
             .downcast_ref::<arrow::array::StringArray>()
             .ok_or_else(|| WorkerError::Job("a Utf8 cast gave no StringArray".into()))?;
-        let mut json = None;
+        // An id no rule turns into a string is refused whether or not the row is ever
+        // asked for its id (a training document only is when it overlaps).
+        let compound_ids = match batch.schema().column_with_name("id") {
+            None => None,
+            Some((at, field)) => match field.data_type() {
+                t if is_compound(t) => Some(batch.column(at).clone()),
+                t if python_value_type(t) => None,
+                t => return Err(WorkerError::Schema {
+                    file: file.url.clone(),
+                    what: format!(
+                        "column \"id\" is {t}, whose str() in Python the job does not reproduce; \
+                             write ids as strings or integers"
+                    ),
+                }),
+            },
+        };
         for i in 0..batch.num_rows() {
             let this = row + i as u64;
             if texts.is_null(i) {
                 rejected.add(&file.url, this, Reason::TextNotAString, b"null");
+                continue;
+            }
+            if compound_ids.as_ref().is_some_and(|ids| ids.is_valid(i)) {
+                rejected.add(&file.url, this, Reason::BadId, b"id: a list or a struct");
                 continue;
             }
             match each(Record {
@@ -459,7 +467,6 @@ fn read_parquet(
                 id: IdSource::Parquet {
                     batch: &batch,
                     index: i,
-                    json: &mut json,
                     file: &file.url,
                 },
             }) {
@@ -475,56 +482,167 @@ fn read_parquet(
     Ok(row)
 }
 
-/// Whether a column's values come out of `to_pylist()` as what JSON gives us (str,
-/// int, float, bool, None, and lists and dicts of those), so a record hash over them
-/// is Python's.
-fn hashable(t: &DataType) -> bool {
+fn is_compound(t: &DataType) -> bool {
+    matches!(
+        t,
+        DataType::List(_) | DataType::LargeList(_) | DataType::Struct(_)
+    )
+}
+
+/// Whether a column's values come out of `to_pylist()` as the values Python's
+/// `json.loads` makes (str, int, float, bool, None, and lists and dicts of those), so
+/// the job reads them as Python holds them.
+fn python_value_type(t: &DataType) -> bool {
     use DataType as D;
     match t {
         D::Null | D::Boolean | D::Float64 | D::Utf8 | D::LargeUtf8 | D::Utf8View => true,
         D::Int8 | D::Int16 | D::Int32 | D::Int64 => true,
         D::UInt8 | D::UInt16 | D::UInt32 | D::UInt64 => true,
-        D::List(f) | D::LargeList(f) => hashable(f.data_type()),
-        D::Struct(fields) => fields.iter().all(|f| hashable(f.data_type())),
+        D::List(f) | D::LargeList(f) => python_value_type(f.data_type()),
+        D::Struct(fields) => fields.iter().all(|f| python_value_type(f.data_type())),
         _ => false,
     }
 }
 
-/// A batch's rows as JSON objects (every column, nulls included).
-fn batch_as_json(file: &str, batch: &RecordBatch) -> Result<Vec<Map<String, Value>>> {
-    if let Some(f) = batch
-        .schema()
+/// A Parquet row's id: `str()` of its `id` when not null, else the hash of the
+/// whole row as `to_pylist()` gives it (every column, nulls included), read from the
+/// Arrow arrays directly (no text round trip).
+fn parquet_id(file: &str, batch: &RecordBatch, index: usize) -> Result<String> {
+    let schema = batch.schema();
+    if let Some((at, _)) = schema.column_with_name("id") {
+        let id = arrow_value(batch.column(at).as_ref(), index)?;
+        if id != PyValue::None {
+            return python_str(&id).ok_or_else(|| {
+                WorkerError::BadRecord(format!("a record's id must be a scalar, got {id:?}"))
+            });
+        }
+    }
+    if let Some(f) = schema
         .fields()
         .iter()
-        .find(|f| !hashable(f.data_type()))
+        .find(|f| !python_value_type(f.data_type()))
     {
         return Err(WorkerError::Schema {
             file: file.to_string(),
             what: format!(
                 "records without an id are identified by a hash of the whole record, and column {:?} ({}) \
-                 has no JSON form Python's would equal; add an `id` column",
+                 has no value Python's json would give; add an `id` column",
                 f.name(),
                 f.data_type()
             ),
         });
     }
-    let mut out = Vec::new();
-    {
-        let mut w = arrow::json::WriterBuilder::new()
-            .with_explicit_nulls(true)
-            .build::<_, arrow::json::writer::LineDelimited>(&mut out);
-        w.write(batch)?;
-        w.finish()?;
-    }
-    out.split(|&b| b == b'\n')
-        .filter(|l| !l.is_empty())
-        .map(|l| {
-            serde_json::from_slice(l).map_err(|e| WorkerError::Corrupt {
-                file: file.to_string(),
-                what: format!("a row converted to JSON does not parse: {e}"),
-            })
+    let row = schema
+        .fields()
+        .iter()
+        .zip(batch.columns())
+        .map(|(f, column)| {
+            Ok((
+                f.name().as_str().into(),
+                arrow_value(column.as_ref(), index)?,
+            ))
         })
-        .collect()
+        .collect::<Result<Vec<_>>>()?;
+    record_id(&PyValue::Dict(row))
+}
+
+/// Value `i` of an array as `to_pylist()` gives it, for the types of
+/// [`python_value_type`].
+fn arrow_value(array: &dyn Array, i: usize) -> Result<PyValue> {
+    use arrow::array::{
+        AsArray, BooleanArray, Float64Array, GenericListArray, LargeStringArray, StringArray,
+        StringViewArray, StructArray,
+    };
+    use arrow::datatypes as t;
+    if array.is_null(i) {
+        return Ok(PyValue::None);
+    }
+    fn int<T: t::ArrowPrimitiveType>(array: &dyn Array, i: usize) -> PyValue
+    where
+        T::Native: Into<i128>,
+    {
+        PyValue::Int(array.as_primitive::<T>().value(i).into())
+    }
+    fn list<O: arrow::array::OffsetSizeTrait>(array: &dyn Array, i: usize) -> Result<PyValue> {
+        let items = array
+            .as_any()
+            .downcast_ref::<GenericListArray<O>>()
+            .ok_or_else(|| WorkerError::Job("a list column is not a list array".into()))?
+            .value(i);
+        (0..items.len())
+            .map(|k| arrow_value(items.as_ref(), k))
+            .collect::<Result<Vec<_>>>()
+            .map(PyValue::List)
+    }
+    let mismatch = || WorkerError::Job(format!("an array of {} is not", array.data_type()));
+    Ok(match array.data_type() {
+        DataType::Null => PyValue::None,
+        DataType::Boolean => PyValue::Bool(
+            array
+                .as_any()
+                .downcast_ref::<BooleanArray>()
+                .ok_or_else(mismatch)?
+                .value(i),
+        ),
+        DataType::Int8 => int::<t::Int8Type>(array, i),
+        DataType::Int16 => int::<t::Int16Type>(array, i),
+        DataType::Int32 => int::<t::Int32Type>(array, i),
+        DataType::Int64 => int::<t::Int64Type>(array, i),
+        DataType::UInt8 => int::<t::UInt8Type>(array, i),
+        DataType::UInt16 => int::<t::UInt16Type>(array, i),
+        DataType::UInt32 => int::<t::UInt32Type>(array, i),
+        DataType::UInt64 => int::<t::UInt64Type>(array, i),
+        DataType::Float64 => PyValue::Float(
+            array
+                .as_any()
+                .downcast_ref::<Float64Array>()
+                .ok_or_else(mismatch)?
+                .value(i),
+        ),
+        DataType::Utf8 => PyValue::Str(
+            array
+                .as_any()
+                .downcast_ref::<StringArray>()
+                .ok_or_else(mismatch)?
+                .value(i)
+                .into(),
+        ),
+        DataType::LargeUtf8 => PyValue::Str(
+            array
+                .as_any()
+                .downcast_ref::<LargeStringArray>()
+                .ok_or_else(mismatch)?
+                .value(i)
+                .into(),
+        ),
+        DataType::Utf8View => PyValue::Str(
+            array
+                .as_any()
+                .downcast_ref::<StringViewArray>()
+                .ok_or_else(mismatch)?
+                .value(i)
+                .into(),
+        ),
+        DataType::List(_) => list::<i32>(array, i)?,
+        DataType::LargeList(_) => list::<i64>(array, i)?,
+        DataType::Struct(fields) => {
+            let s = array
+                .as_any()
+                .downcast_ref::<StructArray>()
+                .ok_or_else(mismatch)?;
+            let items = fields
+                .iter()
+                .zip(s.columns())
+                .map(|(f, c)| Ok((f.name().as_str().into(), arrow_value(c.as_ref(), i)?)))
+                .collect::<Result<Vec<_>>>()?;
+            PyValue::Dict(items)
+        }
+        other => {
+            return Err(WorkerError::Job(format!(
+                "a {other} value has no Python form the job reproduces"
+            )))
+        }
+    })
 }
 
 #[cfg(test)]
