@@ -18,7 +18,9 @@ import shutil
 import signal
 import string
 import subprocess
+import sys
 import time
+import unicodedata
 from collections import defaultdict
 from pathlib import Path
 
@@ -200,6 +202,7 @@ SPECIAL = [
     "next\u0085line and\u00a0no-break space",
     "Straße ﬁne ǅemal ΐ",                  # lowering that changes length or is special
     "tab\tvertical\x0bform\x0creturn\r end",
+    "\U00010d50Σ \ua7cbΣ aΣ\U00010d70 aΣ\u0897 a\U00010efcΣ aΣ' ΣΣ",  # sigma by Unicode 14 only
 ]
 
 
@@ -366,6 +369,10 @@ def check_against_reference(out: Path, eval_files, train_files) -> None:
         assert got_inst == want, f"training file {t}"
     summary = json.loads((out / "progress_summary.json").read_text())
     assert summary["totals"]["eval_rejected"] + summary["totals"]["train_rejected"] == rejected
+    # The output says which Python's text semantics it has; the reference ran on it.
+    assert summary["text_semantics"] == {"python": "3.11", "unicode": "14.0.0"}
+    if sys.version_info[:2] == (3, 11):
+        assert unicodedata.unidata_version == "14.0.0"
     return details, stats
 
 

@@ -33,6 +33,7 @@ pub mod lines;
 pub mod ngrams;
 pub mod protocol;
 pub mod py_json;
+pub mod python_unicode;
 pub mod records;
 pub mod report;
 pub mod scan;
@@ -491,6 +492,12 @@ impl OverlapDriver {
             "index_groups": self.groups,
             "n": self.settings.n,
             "tokenizer": self.settings.tokenizer,
+            // The rules' text semantics (str.lower(), \s, the final sigma), so a user
+            // comparing with another Python knows which it equals.
+            "text_semantics": {
+                "python": python_unicode::PYTHON_VERSION,
+                "unicode": python_unicode::UNICODE_VERSION,
+            },
             "totals": self.progress.totals,
             "completed_outputs": outputs,
         })

@@ -19,7 +19,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::hash::{BuildHasherDefault, Hasher};
 
-use super::tokenize::{python_lower_char, Token, TokenizerKind, CONTEXT_LOWERED};
+use super::tokenize::{lower_sigma, python_lower_char, Token, TokenizerKind, CONTEXT_LOWERED};
 
 /// One eval n-gram of one row: the configured lengths it stands for (bit set) and its
 /// occurrences `[start, end)` in code points of the original text.
@@ -676,33 +676,16 @@ fn low_bits(len: usize) -> u64 {
 }
 
 /// The forms `str.lower()` gives the capital sigmas of `text`, in order (`ς` at a
-/// word's end, else `σ`): the whole text lowered once, as
-/// [`super::tokenize::python_lower`] does, and read where each sigma's form is (the
-/// whole text's lowering maps every other character as it maps it alone, and an ASCII
-/// byte to one byte).
+/// word's end, else `σ`: [`lower_sigma`]).
 fn sigma_forms(text: &str, out: &mut Vec<char>) {
-    let whole = text.to_lowercase();
-    let bytes = text.as_bytes();
-    let (mut at, mut lowered_at) = (0usize, 0usize);
-    while at < bytes.len() {
-        let ascii = bytes[at..].iter().take_while(|b| b.is_ascii()).count();
-        at += ascii;
-        lowered_at += ascii;
-        let Some(c) = text[at..].chars().next() else {
-            break;
-        };
-        let lowered = if c == CONTEXT_LOWERED {
-            let form = whole.get(lowered_at..).and_then(|w| w.chars().next());
-            debug_assert!(form.is_some(), "the lowered text is read at a character");
-            let form = form.unwrap_or(CONTEXT_LOWERED);
-            out.push(form);
-            form.len_utf8()
-        } else {
-            c.to_lowercase().map(char::len_utf8).sum()
-        };
-        at += c.len_utf8();
-        lowered_at += lowered;
-    }
+    let chars: Vec<char> = text.chars().collect();
+    out.extend(
+        chars
+            .iter()
+            .enumerate()
+            .filter(|&(_, &c)| c == CONTEXT_LOWERED)
+            .map(|(at, _)| lower_sigma(&chars, at)),
+    );
 }
 
 /// Hashes u64 keys that are hashes already.

@@ -442,13 +442,15 @@ fn read_parquet(
             Some((at, field)) => match field.data_type() {
                 t if is_compound(t) => Some(batch.column(at).clone()),
                 t if python_value_type(t) => None,
-                t => return Err(WorkerError::Schema {
-                    file: file.url.clone(),
-                    what: format!(
+                t => {
+                    return Err(WorkerError::Schema {
+                        file: file.url.clone(),
+                        what: format!(
                         "column \"id\" is {t}, whose str() in Python the job does not reproduce; \
                              write ids as strings or integers"
                     ),
-                }),
+                    })
+                }
             },
         };
         for i in 0..batch.num_rows() {

@@ -6,13 +6,19 @@
 //! re.split(rf"[\s{re.escape(string.punctuation)}]+", text.lower())   # empty strings kept
 //! ```
 //!
-//! Rust's defaults differ from Python's in three places, all handled here:
-//! * `\s` (Python: `str.isspace()`) also matches U+001C–U+001F, which Rust's
-//!   `char::is_whitespace` does not;
-//! * `str.lower()` follows Python 3.11's Unicode 14.0: characters that later Unicode
-//!   versions (Rust's) give a lowercase form are left as they are ([`PYTHON_UNCASED`]);
-//! * both lowercase a capital sigma by context (final `ς`) and `İ` to two characters,
-//!   which is why every token also carries its span in the *original* text.
+//! Every character property used here comes from one Unicode version, Python 3.11's
+//! (Unicode 14.0), through the tables of [`super::python_unicode`], generated from that
+//! Python: never from Rust's own tables, which follow a later Unicode and differ from
+//! Python's in what they lowercase, in what `\s` matches (U+001C–U+001F) and in which
+//! letters are cased and which marks case-ignorable:
+//! * [`python_lower_char`]: `str.lower()` of one character (`İ` gives two);
+//! * [`python_isspace`]: `str.isspace()`, what `\s` matches;
+//! * [`lower_sigma`]: the capital sigma's form, which depends on its neighbours
+//!   (final `ς` after a cased letter and not before one, case-ignorables skipped),
+//!   exactly as CPython decides it.
+//!
+//! Lowering can change a text's length, which is why every token also carries its span
+//! in the *original* text.
 //!
 //! Every token knows the code-point range `[start, end)` of the original text it came
 //! from, so overlap offsets point into what the user wrote, not into the lowered copy.
@@ -22,6 +28,8 @@
 use std::ops::Range;
 
 use serde::{Deserialize, Serialize};
+
+use super::python_unicode::{CASED, CASE_IGNORABLE, LOWER, SPACE};
 
 /// Which tokenizer a job uses (`tokenizer` in the job file).
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -44,20 +52,9 @@ pub struct Token {
     pub span: Range<usize>,
 }
 
-/// Characters Rust lowercases but Python 3.11 (Unicode 14.0) leaves as they are:
-/// letters of later Unicode versions. Sorted, for binary search.
-pub const PYTHON_UNCASED: [u32; 55] = [
-    0x1c89, 0xa7cb, 0xa7cc, 0xa7ce, 0xa7d2, 0xa7d4, 0xa7da, 0xa7dc, 0x10d50, 0x10d51, 0x10d52,
-    0x10d53, 0x10d54, 0x10d55, 0x10d56, 0x10d57, 0x10d58, 0x10d59, 0x10d5a, 0x10d5b, 0x10d5c,
-    0x10d5d, 0x10d5e, 0x10d5f, 0x10d60, 0x10d61, 0x10d62, 0x10d63, 0x10d64, 0x10d65, 0x16ea0,
-    0x16ea1, 0x16ea2, 0x16ea3, 0x16ea4, 0x16ea5, 0x16ea6, 0x16ea7, 0x16ea8, 0x16ea9, 0x16eaa,
-    0x16eab, 0x16eac, 0x16ead, 0x16eae, 0x16eaf, 0x16eb0, 0x16eb1, 0x16eb2, 0x16eb3, 0x16eb4,
-    0x16eb5, 0x16eb6, 0x16eb7, 0x16eb8,
-];
-
 /// Python's `str.isspace()` (what `\s` matches in a `str` pattern).
 pub fn python_isspace(c: char) -> bool {
-    c.is_whitespace() || ('\u{1c}'..='\u{1f}').contains(&c)
+    SPACE.binary_search(&(c as u32)).is_ok()
 }
 
 /// A character of `string.punctuation`.
@@ -68,34 +65,76 @@ fn ascii_punctuation(c: char) -> bool {
 /// Python's `text.lower()`, each resulting character with the index of the original
 /// character (code point) it came from.
 pub fn python_lower(text: &str) -> Vec<(char, usize)> {
-    // The whole-string lowering applies the final-sigma rule; lowering each character
-    // alone gives the same number of characters per source character.
-    let whole: Vec<char> = text.to_lowercase().chars().collect();
-    let mut out = Vec::with_capacity(whole.len());
-    let mut k = 0;
-    for (i, c) in text.chars().enumerate() {
-        let n = c.to_lowercase().count();
-        if PYTHON_UNCASED.binary_search(&(c as u32)).is_ok() {
-            out.push((c, i));
+    let chars: Vec<char> = text.chars().collect();
+    let mut out = Vec::with_capacity(chars.len());
+    for (i, &c) in chars.iter().enumerate() {
+        if c == CONTEXT_LOWERED {
+            out.push((lower_sigma(&chars, i), i));
         } else {
-            out.extend(whole[k..k + n].iter().map(|&l| (l, i)));
+            out.extend(python_lower_char(c).map(|l| (l, i)));
         }
-        k += n;
     }
     out
 }
 
 /// Python's lowercase of `c` alone: what `str.lower()` gives for every character
-/// but the capital sigma, whose lowercase depends on its neighbours (see
-/// [`python_lower`], [`CONTEXT_LOWERED`]).
+/// but the capital sigma, whose lowercase depends on its neighbours
+/// ([`lower_sigma`]).
 pub fn python_lower_char(c: char) -> impl Iterator<Item = char> {
-    let uncased = PYTHON_UNCASED.binary_search(&(c as u32)).is_ok();
-    let (kept, lowered) = if uncased {
-        (Some(c), None)
-    } else {
-        (None, Some(c.to_lowercase()))
+    let (first, second) = match LOWER.binary_search_by_key(&(c as u32), |&(from, _, _)| from) {
+        Ok(i) => {
+            let (_, first, second) = LOWER[i];
+            (
+                char::from_u32(first).unwrap_or(c),
+                char::from_u32(second).filter(|&s| s != '\0'),
+            )
+        }
+        Err(_) => (c, None),
     };
-    kept.into_iter().chain(lowered.into_iter().flatten())
+    std::iter::once(first).chain(second)
+}
+
+/// The lowercase `str.lower()` gives the capital sigma at `chars[at]`: final `ς` when
+/// the nearest character before it that is not case-ignorable is cased, and the
+/// nearest after it that is not case-ignorable is not cased (or there is none); else
+/// `σ` (CPython's `handle_capital_sigma`).
+pub fn lower_sigma(chars: &[char], at: usize) -> char {
+    let before = chars[..at].iter().rev().find(|&&c| !case_ignorable(c));
+    let after = chars
+        .get(at + 1..)
+        .and_then(|rest| rest.iter().find(|&&c| !case_ignorable(c)));
+    let is_final = before.is_some_and(|&c| cased(c)) && !after.is_some_and(|&c| cased(c));
+    if is_final {
+        'ς'
+    } else {
+        'σ'
+    }
+}
+
+/// Whether the final-sigma rule counts `c` as a cased letter (it asks only of a
+/// character that is not case-ignorable).
+fn cased(c: char) -> bool {
+    in_ranges(&CASED, c)
+}
+
+/// Whether the final-sigma rule skips `c`.
+fn case_ignorable(c: char) -> bool {
+    in_ranges(&CASE_IGNORABLE, c)
+}
+
+fn in_ranges(ranges: &[(u32, u32)], c: char) -> bool {
+    let c = c as u32;
+    ranges
+        .binary_search_by(|&(first, last)| {
+            if last < c {
+                std::cmp::Ordering::Less
+            } else if first > c {
+                std::cmp::Ordering::Greater
+            } else {
+                std::cmp::Ordering::Equal
+            }
+        })
+        .is_ok()
 }
 
 /// The one character whose lowercase depends on its neighbours (final `ς` or `σ`).
@@ -191,6 +230,8 @@ mod tests {
         unicode: String,
         lower: BTreeMap<String, Vec<u32>>,
         space: Vec<u32>,
+        cased: Vec<(u32, u32)>,
+        case_ignorable: Vec<(u32, u32)>,
         cases: Vec<Case>,
     }
 
@@ -206,6 +247,7 @@ mod tests {
     fn lowercasing_matches_python_for_every_code_point() {
         let r = reference();
         assert_eq!(r.unicode, "14.0.0");
+        assert_eq!(r.unicode, super::super::python_unicode::UNICODE_VERSION);
         for c in all_chars() {
             let got: Vec<u32> = python_lower(&c.to_string())
                 .iter()
@@ -241,6 +283,39 @@ mod tests {
                 assert_eq!(alone, in_word, "U+{:04X}", c as u32);
             }
         }
+    }
+
+    #[test]
+    fn the_final_sigma_rule_matches_python_for_every_code_point() {
+        let r = reference();
+        let within = |ranges: &[(u32, u32)], c: char| {
+            ranges.iter().any(|&(a, b)| (a..=b).contains(&(c as u32)))
+        };
+        let lower_last = |text: &[char]| {
+            let lowered = python_lower(&text.iter().collect::<String>());
+            lowered.last().map(|&(l, _)| l)
+        };
+        let (mut cased, mut ignorable) = (0, 0);
+        for c in all_chars() {
+            let (is_cased, is_ignorable) = (within(&r.cased, c), within(&r.case_ignorable, c));
+            cased += usize::from(is_cased);
+            ignorable += usize::from(is_ignorable);
+            // Python: `a<c>Σ` ends in ς for both kinds, `<c>Σ` for a cased c only.
+            let after_letter = lower_last(&['a', c, CONTEXT_LOWERED]) == Some('ς');
+            let alone = lower_last(&[c, CONTEXT_LOWERED]) == Some('ς');
+            assert_eq!(alone, is_cased, "U+{:04X}", c as u32);
+            assert_eq!(after_letter, is_cased || is_ignorable, "U+{:04X}", c as u32);
+            // After the sigma: a cased letter keeps it from being final, an ignorable
+            // character is skipped.
+            let chars = ['a', CONTEXT_LOWERED, c];
+            let sigma = python_lower(&chars.iter().collect::<String>())
+                .iter()
+                .find(|&&(_, at)| at == 1)
+                .map(|&(l, _)| l);
+            let want = if is_cased { 'σ' } else { 'ς' };
+            assert_eq!(sigma, Some(want), "U+{:04X}", c as u32);
+        }
+        assert!(cased > 2_000 && ignorable > 2_000, "{cased} {ignorable}");
     }
 
     #[test]
