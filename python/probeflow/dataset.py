@@ -257,15 +257,22 @@ class Dataset:
         return batch
 
     def get_state(self) -> dict[str, Any]:
-        """The state after the last batch returned: a small JSON-serialisable dict."""
+        """The state after the last batch returned: a small JSON-serialisable dict.
+
+        It records which rows it belongs to (``rows_digest``: a digest of the split's
+        shards, each by its blake3, in order), not where they are stored: it restores
+        into the same output, or a copy of it in another directory or on an object
+        store, and into nothing else."""
         return json.loads(self._loader.state_json())
 
     def set_state(self, state: dict[str, Any]) -> None:
         """Continue from ``state`` (from ``get_state``); prefetched batches are dropped.
 
-        Raises InvalidInputError if the state belongs to differently configured
-        iterator (seed, ranks, rows, seq_len, batch_size, packing, block_rows), or a
-        mixture's state to other sources (a mixture's weights may differ: see
+        Raises InvalidInputError if the state was taken on other rows (another
+        output, even one of as many rows, such as the same input with another shard
+        count; or a state of an older probeflow, which does not say), by a differently
+        configured iterator (seed, ranks, seq_len, batch_size, packing, block_rows), or
+        a mixture's state on other sources (a mixture's weights may differ: see
         :meth:`mixture`)."""
         self._loader.set_state_json(json.dumps(state))
 
@@ -288,7 +295,8 @@ class Dataset:
         (``"version": 2``) and restores exactly with :meth:`set_state`.
 
         Raises InvalidInputError when a rank's state is missing or repeated, or the
-        states belong to another dataset or configuration."""
+        states were taken on other rows (see :meth:`set_state`) or another
+        configuration."""
         self._loader.set_states_json(json.dumps(list(states)))
 
     def close(self) -> None:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import glob
 import json
 import os
+import shutil
 
 import numpy as np
 import pytest
@@ -155,6 +157,51 @@ def test_elastic_resume_refuses_incomplete_or_foreign_states(shards):
         dataset(path, shard_count=2, seed=4).set_states(states)
     with pytest.raises(probeflow.InvalidInputError, match="not a list of probeflow iterator states"):
         target.set_states([{"epoch": 0}])
+
+
+def reshard(path: str, out, count: int) -> str:
+    """The rows of the shards at `path`, dealt round-robin into `count` shards in `out`:
+    the same rows (and number of rows) in another order, as another shard count of the
+    same input gives."""
+    rows = [r for f in sorted(glob.glob(path)) for r in probeflow.ArrayRecordReader(f)]
+    out.mkdir()
+    for s in range(count):
+        with probeflow.ArrayRecordWriter(out / f"shard-{s:05d}.array_record", "group_size:1,uncompressed") as w:
+            for r in rows[s::count]:
+                w.write(r)
+    return str(out / "shard-*.array_record")
+
+
+def test_a_state_restores_only_into_the_rows_it_was_taken_on(shards, tmp_path):
+    """A state taken on one output is refused by another output of as many rows (the
+    same input with another shard count), by set_state and by set_states, and it
+    restores into a copy of the same output in another directory."""
+    path, _ = shards
+    other = reshard(path, tmp_path / "four", 4)
+    ds = dataset(path)
+    take(ds, 5)
+    state = ds.get_state()
+    assert len(state["rows_digest"]) == 64
+    expected = take(ds, 10)
+    foreign = dataset(other)
+    assert foreign.num_rows == ds.num_rows
+    with pytest.raises(probeflow.InvalidInputError, match="other rows"):
+        foreign.set_state(state)
+    with pytest.raises(probeflow.InvalidInputError, match="other rows"):
+        foreign.set_states([state])
+    with pytest.raises(probeflow.InvalidInputError, match="other rows"):
+        dataset(other, shard_count=2).set_states([state])
+    copy = tmp_path / "copy"
+    copy.mkdir()
+    for f in glob.glob(path):
+        shutil.copy(f, copy)
+    moved = dataset(str(copy / "shard-*.array_record"))
+    moved.set_state(state)
+    assert same(take(moved, 10), expected)
+    # A state of an older version says nothing of its rows: refused, saying why.
+    old = {k: v for k, v in state.items() if k != "rows_digest"}
+    with pytest.raises(probeflow.InvalidInputError, match="no rows_digest"):
+        dataset(path).set_state(old)
 
 
 def test_finite_epochs_end_and_closed_datasets_refuse(shards):

@@ -121,7 +121,7 @@ def test_set_weights_changes_the_picks_from_the_last_batch_returned(sources):
         ds.set_weights([0.0, 0.0])
 
 
-def test_states_that_do_not_fit_are_refused(sources):
+def test_states_that_do_not_fit_are_refused(sources, tmp_path):
     a, b, _ = sources
     ds = mixture(sources, (1.0, 1.0))
     take(ds, 3)
@@ -136,6 +136,16 @@ def test_states_that_do_not_fit_are_refused(sources):
     )
     with pytest.raises(probeflow.InvalidInputError, match="source 0 .*rows"):
         swapped.set_state(state)
+    # Source A as another output of as many rows (another shard count): refused.
+    from test_dataset import reshard
+    other = probeflow.Dataset.mixture(
+        [(reshard(a, tmp_path / "a4", 4), 1.0), (b, 1.0)],
+        seq_len=256, batch_size=4, block_rows=8, shard_index=0, shard_count=1,
+    )
+    with pytest.raises(probeflow.InvalidInputError, match="source 0 .*other rows"):
+        other.set_state(state)
+    with pytest.raises(probeflow.InvalidInputError, match="source 0 .*other rows"):
+        other.set_states([state])
     with pytest.raises(probeflow.InvalidInputError, match="finite number"):
         mixture(sources, (1.0, -1.0))
     # Weights are checked before any source is opened.

@@ -39,9 +39,11 @@ use crate::error::{Error, Result};
 use crate::mixture::{
     source_seed, LoaderState, MixtureSourceState, MixtureState, Weights, MIXTURE_STATE_VERSION,
 };
+use crate::output::ResolvedShard;
 use crate::packing::{pack, Batch};
 use crate::rng::{key, CounterRng, Permutation};
 use crate::row::decode_row;
+use crate::row_identity::rows_digest;
 use crate::sampler::{sample_row_with, Contexts, SamplerOptions, SamplerScratch};
 
 /// The shards of one split, with a global row index: rows are numbered shard after
@@ -52,6 +54,8 @@ pub struct RowSource {
     pub(crate) shards: Shards,
     /// First global row of each shard, plus the total at the end.
     pub(crate) starts: Vec<u64>,
+    /// Which rows these are ([`crate::row_identity`]).
+    pub(crate) digest: String,
 }
 
 pub(crate) enum Shards {
@@ -99,15 +103,42 @@ impl RowSource {
         crate::output::resolve(&[path.to_string()], split, false)
     }
 
-    /// Opens (memory-maps) the given shard files.
+    /// Opens (memory-maps) the given shard files (each hashed, for the rows digest).
     pub fn open(files: &[PathBuf]) -> Result<Self> {
+        let shards: Vec<ResolvedShard> = files
+            .iter()
+            .map(|f| ResolvedShard {
+                path: f.clone(),
+                blake3: None,
+            })
+            .collect();
+        Self::open_resolved(&shards)
+    }
+
+    /// Opens (memory-maps) resolved shard files; a file without a manifest blake3 is
+    /// hashed, for the rows digest.
+    pub fn open_resolved(files: &[ResolvedShard]) -> Result<Self> {
         let readers = files
             .iter()
-            .map(ArrayRecordReader::open)
+            .map(|f| ArrayRecordReader::open(&f.path))
             .collect::<Result<Vec<_>>>()?;
+        let hashes = files
+            .iter()
+            .map(|f| match &f.blake3 {
+                Some(h) => Ok(h.clone()),
+                None => crate::output::hash_file(&f.path).map(|(_, h)| h),
+            })
+            .collect::<Result<Vec<_>>>()?;
+        let digest = rows_digest(
+            hashes
+                .iter()
+                .map(String::as_str)
+                .zip(readers.iter().map(|r| r.len())),
+        );
         Ok(RowSource {
             starts: starts_of(readers.iter().map(|r| r.len())),
             shards: Shards::Local(readers),
+            digest,
         })
     }
 
@@ -124,7 +155,7 @@ impl RowSource {
     ) -> Result<Self> {
         match crate::output::remote_output(paths)? {
             Some(url) => Self::open_remote(url, split, verify, cache),
-            None => Self::open(&crate::output::resolve(paths, split, verify)?),
+            None => Self::open_resolved(&crate::output::resolve_shards(paths, split, verify)?),
         }
     }
 
@@ -132,11 +163,13 @@ impl RowSource {
     fn open_remote(url: &str, split: &str, verify: bool, cache: &CacheOptions) -> Result<Self> {
         let output = crate::remote::output::RemoteOutput::open(url)?;
         let shards = output.split(split)?;
+        let digest = rows_digest(shards.iter().map(|s| (s.blake3.as_str(), s.rows)));
         let shards =
             crate::remote::RemoteShards::new(shards, output.bucket.clone(), cache.open(verify)?)?;
         Ok(RowSource {
             starts: starts_of(shards.rows()),
             shards: Shards::Remote(shards),
+            digest,
         })
     }
 
@@ -151,6 +184,11 @@ impl RowSource {
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
+    }
+
+    /// Which rows these are: the rows digest ([`crate::row_identity`]).
+    pub fn digest(&self) -> &str {
+        &self.digest
     }
 
     pub fn num_shards(&self) -> usize {
@@ -315,6 +353,10 @@ pub struct IteratorState {
     pub shard_index: u64,
     pub shard_count: u64,
     pub rows: u64,
+    /// Which rows the state is for ([`crate::row_identity`]); empty in states of
+    /// older versions, which are refused.
+    #[serde(default)]
+    pub rows_digest: String,
     pub seq_len: usize,
     pub batch_size: usize,
     pub packing: bool,
@@ -825,6 +867,28 @@ fn first_difference(
     .find(|(_, a, b)| a != b)
 }
 
+/// Refuses a state taken on other rows than `mine`'s (another output, or another
+/// shard count of the same input), or one that does not say which rows it is for.
+fn check_rows(state: &IteratorState, mine: &IteratorState) -> Result<()> {
+    if state.rows_digest.is_empty() {
+        return Err(Error::Input(
+            "iterator state has no rows_digest (it was taken by an older probeflow): it \
+             does not say which rows it is for, so it cannot be checked against this \
+             output; resume with the probeflow version that took it"
+                .into(),
+        ));
+    }
+    if state.rows_digest != mine.rows_digest {
+        return Err(Error::Input(format!(
+            "iterator state was taken on other rows (rows_digest {}, {} rows) than this \
+             iterator reads (rows_digest {}, {} rows): a state restores only into the \
+             output and split it was taken on, or a copy of it",
+            state.rows_digest, state.rows, mine.rows_digest, mine.rows
+        )));
+    }
+    Ok(())
+}
+
 fn check_version(state: &IteratorState) -> Result<()> {
     let expected = if state.changes.is_empty() {
         STATE_VERSION
@@ -1173,6 +1237,7 @@ impl Loader {
             shard_index: o.shard_index,
             shard_count: o.shard_count,
             rows: self.sources[i].rows.len(),
+            rows_digest: self.sources[i].rows.digest().to_string(),
             seq_len: o.sampler.context_len,
             batch_size: o.batch_size,
             packing: o.packing,
@@ -1213,6 +1278,7 @@ impl Loader {
     fn checked_source_state(&self, i: usize, state: &IteratorState) -> Result<(Position, Changes)> {
         let mine = self.source_state(i);
         check_version(state)?;
+        check_rows(state, &mine)?;
         if let Some((what, a, b)) = first_difference(state, &mine, true) {
             return Err(Error::Input(format!(
                 "iterator state is for {what} = {a}, this iterator has {b}"
@@ -1470,6 +1536,7 @@ impl Loader {
                 ));
             }
             *slot = Some(s);
+            check_rows(s, &mine).map_err(|e| about("iterator states", e))?;
             if let Some((what, a, b)) = first_difference(s, &mine, false) {
                 return bad(format!(
                     "a state is for {what} = {a}, this iterator has {b}"

@@ -13,6 +13,8 @@
 //!   the checks (`_SUCCESS`, versions, split, one output, checksums) before reading.
 //! * [`dataset`]: a split's shards, per-rank epoch order, blocks of rows, batches, the
 //!   resumable iterator state and the background producer.
+//! * [`row_identity`]: the rows digest that ties an iterator state to the rows it was
+//!   taken on.
 //! * [`epoch_layout`]: how an epoch's rows are dealt to ranks when the number of ranks
 //!   changes mid-epoch (elastic resume).
 //! * `remote` (feature `remote`): outputs on `s3://` and `gs://`, read through a
@@ -35,6 +37,7 @@ pub mod packing;
 pub mod remote;
 pub mod rng;
 pub mod row;
+pub mod row_identity;
 pub mod sampler;
 pub mod tokenizer;
 pub mod units;

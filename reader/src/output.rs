@@ -458,6 +458,14 @@ pub fn splits_of(paths: &[String]) -> Result<BTreeSet<Split>> {
 /// check above; `verify` also checks every file's size, blake3 and rows against the
 /// manifest.
 pub fn resolve(paths: &[String], split: &str, verify: bool) -> Result<Vec<PathBuf>> {
+    Ok(resolve_shards(paths, split, verify)?
+        .into_iter()
+        .map(|s| s.path)
+        .collect())
+}
+
+/// [`resolve`], each file with its manifest blake3 where it has one.
+pub fn resolve_shards(paths: &[String], split: &str, verify: bool) -> Result<Vec<ResolvedShard>> {
     if paths.is_empty() {
         return Err(Error::Input("no paths given".into()));
     }
@@ -584,7 +592,24 @@ pub fn resolve(paths: &[String], split: &str, verify: bool) -> Result<Vec<PathBu
             verify_shard(f, entry)?;
         }
     }
-    Ok(files.into_iter().map(|(f, _)| f).collect())
+    Ok(files
+        .into_iter()
+        .map(|(f, root)| {
+            let blake3 = root
+                .as_ref()
+                .and_then(|r| outputs[r].entry(&f))
+                .map(|e| e.blake3.clone());
+            ResolvedShard { path: f, blake3 }
+        })
+        .collect())
+}
+
+/// A shard file [`resolve_shards`] found, with its blake3 when its output's manifest
+/// records it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ResolvedShard {
+    pub path: PathBuf,
+    pub blake3: Option<String>,
 }
 
 #[cfg(test)]

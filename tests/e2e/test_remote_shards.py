@@ -28,6 +28,8 @@ ds = probeflow.Dataset(args["path"], args.get("split", "train"), seq_len=256, ba
                        seed=5, shard_index=args.get("rank", 0), shard_count=args.get("ranks", 1),
                        block_rows=args.get("block_rows", 64), num_epochs=1,
                        **args.get("options", {}))
+if "state" in args:
+    ds.set_state(args["state"])
 h = hashlib.blake2b(digest_size=16)
 batches = 0
 for batch in ds:
@@ -35,8 +37,10 @@ for batch in ds:
         h.update(key.encode())
         h.update(batch[key].tobytes())
     batches += 1
+    if batches == args.get("stop_after"):
+        break
 print(json.dumps({"digest": h.hexdigest(), "batches": batches, "files": ds.files if ds.weights is None else None,
-                  "stats": probeflow.cache_stats()}))
+                  "stats": probeflow.cache_stats(), "state": ds.get_state()}))
 """
 
 
@@ -124,6 +128,28 @@ def test_cold_then_warm_cache_gives_the_local_batches_downloading_each_shard_onc
             read(env, remote, cache, rank=rank, ranks=2)["digest"]
             == read(env, str(output), rank=rank, ranks=2)["digest"]
         )
+
+
+def test_a_state_resumes_on_a_copy_of_its_output_wherever_it_is_stored(
+    s3, output, remote, tmp_path  # noqa: F811
+):
+    """A state is tied to the output's rows, not to where they are stored: taken on the
+    local output, it resumes on the object store's copy and on a glob of the local
+    files, with the same batches; and the other way round."""
+    _, env = s3
+    cache = tmp_path / "cache"
+    local = read(env, str(output), stop_after=3)
+    rest = read(env, str(output), state=local["state"])
+    assert rest["batches"] > 0
+    assert read(env, remote, cache, state=local["state"])["digest"] == rest["digest"]
+    files = str(output / "train" / "shard-*.array_record")
+    assert read(env, files, state=local["state"])["digest"] == rest["digest"]
+    from_store = read(env, remote, cache, stop_after=3)
+    assert from_store["state"] == local["state"]
+    assert read(env, str(output), state=from_store["state"])["digest"] == rest["digest"]
+    # The other split has other rows: refused, saying so.
+    other = run_reader(env, str(output), None, {"split": "test", "state": local["state"]})
+    assert other.returncode != 0 and "other rows" in other.stderr, other.stderr[-2000:]
 
 
 def test_four_processes_share_one_cold_cache_and_download_each_shard_once(
@@ -239,7 +265,8 @@ def test_remote_errors_are_clear_and_leave_nothing_behind(s3, output, tmp_path):
     assert "FormatError" in err and f"{tampered}/{first['path']}" in err, err
     assert "does not match the manifest" in err, err
     assert f"{first['blake3']}.array_record" not in cached_files(cache)
-    assert not list((cache / "shards").glob("*.part-*"))
+    parts = list((cache / "shards").glob("*.part-*"))
+    assert not parts, (parts, first["blake3"], [s["blake3"] for s in split_shards(output, "train")])
     # A shard on the store shorter than the manifest says: not downloaded, refused.
     short = upload(client, output, "short/out")
     client.put_object(Bucket=BUCKET, Key=f"short/out/{first['path']}", Body=b"too short")

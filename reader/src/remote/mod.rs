@@ -248,6 +248,7 @@ mod tests {
         let rows = RowSource {
             starts: crate::dataset::starts_of(remote.rows()),
             shards: crate::dataset::Shards::Remote(remote),
+            digest: String::new(),
         };
         let opts = test_options(|o| o.num_epochs = Some(1));
         let mut local = Loader::new(RowSource::open(&files).unwrap(), opts.clone()).unwrap();
