@@ -291,7 +291,7 @@ def make_corpus(root: Path) -> tuple[list[Path], list[Path]]:
 
 
 def overlap_job(path: Path, eval_urls, train_urls, output, mode="local", workers=2, port=0,
-                index_memory=None) -> Path:
+                index_memory=None, lease=60) -> Path:
     memory = "" if index_memory is None else f'memory = "{index_memory}"\n'
     path.write_text(f"""
 kind = "ngram_overlap"
@@ -311,7 +311,7 @@ workers = {workers}
 listen = "127.0.0.1:{port}"
 memory_per_worker = "256MiB"
 scratch = "{path.parent / 'scratch'}"
-lease_seconds = 60
+lease_seconds = {lease}
 """)
     return path
 
@@ -491,6 +491,33 @@ def test_sigkill_a_worker_and_the_coordinator_then_the_same_bytes(corpus, local_
     assert c.coordinator.returncode == 0, log[-3000:]
     assert "resumed from the journal" in log
     assert output_files(out) == output_files(local_run)
+
+
+def test_a_worker_away_at_the_end_learns_the_overlap_job_is_done(corpus, local_run, tmp_path):
+    """A cluster worker paused past its lease while the job finishes without it finds,
+    when it comes back to no coordinator, this kind's completion marker (`.SUCCESS`)
+    and exits 0 at once, not after --give-up-after."""
+    from test_cluster import Cluster, wait_for
+    root, eval_files, train_files = corpus
+    port = free_port()
+    out = tmp_path / "out"
+    spec = overlap_job(tmp_path / "away.toml", eval_files, [root / "in" / "train"], out,
+                       mode="cluster", port=port, lease=3)
+    c = Cluster(tmp_path, spec, port)
+    try:
+        away = c.start_worker("away", give_up=120)
+        wait_for(lambda: re.search(r"running.*(index|scan)-", c.log("away")) is not None)
+        away.send_signal(signal.SIGSTOP)
+        c.start_worker("w1")
+        c.coordinator.wait(timeout=180)  # the job ends, and the coordinator exits, without it
+        away.send_signal(signal.SIGCONT)
+        away.wait(timeout=30)  # far less than --give-up-after
+    finally:
+        c.kill_all()
+    assert c.coordinator.returncode == 0
+    assert output_files(out) == output_files(local_run)
+    assert away.returncode == 0, c.log("away")[-3000:]
+    assert "the job finished while this worker was away" in c.log("away")
 
 
 def test_an_unhashable_row_is_rejected_whether_or_not_it_overlaps(tmp_path):

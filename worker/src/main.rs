@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{bail, Context};
 use clap::Parser;
-use probeflow_worker::engine::actor::{CoordinatorMsg, Wire, WorkerActor, WorkerArgs};
+use probeflow_worker::engine::actor::{CoordinatorMsg, JobOutput, Wire, WorkerActor, WorkerArgs};
 use probeflow_worker::engine::cluster;
 use probeflow_worker::engine::fault::Faults;
 use probeflow_worker::engine::job::WorkerConfig;
@@ -177,7 +177,7 @@ async fn run(plan: Plan, cookie: String) -> anyhow::Result<()> {
     .await?;
     let mut backoff = Duration::from_millis(200);
     let mut unreachable_since = Instant::now();
-    let job_output = Arc::new(std::sync::OnceLock::new());
+    let job = Arc::new(std::sync::OnceLock::new());
     loop {
         // Connect (again) and wait for the coordinator actor to show up in the group.
         let connected = match &plan.tls {
@@ -212,8 +212,8 @@ async fn run(plan: Plan, cookie: String) -> anyhow::Result<()> {
             }
         };
         let Some(coordinator) = coordinator else {
-            if job_finished(&job_output).await {
-                tracing::info!(worker = %plan.name, "the job finished while this worker was away (its output has _SUCCESS)");
+            if let Some(marker) = job_finished(&job).await {
+                tracing::info!(worker = %plan.name, "the job finished while this worker was away (its output has {marker})");
                 return Ok(());
             }
             if unreachable_since.elapsed() > plan.give_up_after {
@@ -277,7 +277,7 @@ async fn run(plan: Plan, cookie: String) -> anyhow::Result<()> {
                 timing,
                 done: done.clone(),
                 faults: plan.faults,
-                job_output: job_output.clone(),
+                job: job.clone(),
                 kinds: probeflow_worker::jobs::KINDS,
             };
             let (_, handle) = Actor::spawn(None, WorkerActor, args)
@@ -297,22 +297,20 @@ async fn run(plan: Plan, cookie: String) -> anyhow::Result<()> {
     }
 }
 
-/// Whether the output of the job this worker worked for is complete. The coordinator
-/// writes `_SUCCESS` after the manifest, when no task is left, so a worker that lost the coordinator at the end of the job
-/// can tell "done" from "coordinator down". False when unknown (no task seen yet, or the
+/// Whether the output of the job this worker worked for is complete: its kind's
+/// completion marker (written last, when no task is left), if the output has it, so a
+/// worker that lost the coordinator at the end of the job can tell "done" from
+/// "coordinator down". `None` when unknown (no task seen yet, an unknown kind, or the
 /// store cannot be read).
-async fn job_finished(job_output: &std::sync::OnceLock<String>) -> bool {
-    let Some(url) = job_output.get() else {
-        return false;
-    };
-    let Ok(output) = StoreUrl::parse(url) else {
-        return false;
-    };
-    match output.exists(&output.child("_SUCCESS")).await {
-        Ok(found) => found,
+async fn job_finished(job: &std::sync::OnceLock<JobOutput>) -> Option<&'static str> {
+    let job = job.get()?;
+    let marker = probeflow_worker::jobs::kind(&job.kind)?.completion_marker();
+    let output = StoreUrl::parse(&job.output).ok()?;
+    match output.exists(&output.child(marker)).await {
+        Ok(found) => found.then_some(marker),
         Err(e) => {
-            tracing::debug!(output = %url, error = %e, "cannot check the job's output");
-            false
+            tracing::debug!(output = %job.output, error = %e, "cannot check the job's output");
+            None
         }
     }
 }

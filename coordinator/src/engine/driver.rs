@@ -774,7 +774,7 @@ async fn run_owned(
             timing: WorkerTiming::for_lease(spec.lease()),
             done: Default::default(),
             faults: Faults::none(),
-            job_output: Default::default(),
+            job: Default::default(),
             kinds: probeflow_worker::jobs::KINDS,
         };
         let (worker, h) = Actor::spawn(None, WorkerActor, args)

@@ -121,6 +121,13 @@ pub enum WorkerMsg {
     Poll,
 }
 
+/// The job a worker works for: its kind and its output URL.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JobOutput {
+    pub kind: String,
+    pub output: String,
+}
+
 pub struct WorkerArgs {
     pub name: String,
     pub coordinator: ActorRef<CoordinatorMsg>,
@@ -130,9 +137,9 @@ pub struct WorkerArgs {
     /// Set when the coordinator said the job is done (the other way a worker stops is
     /// losing the coordinator).
     pub done: Arc<AtomicBool>,
-    /// The job's output URL, from the first task (lets a worker that lost the
-    /// coordinator see whether the job finished without it).
-    pub job_output: Arc<std::sync::OnceLock<String>>,
+    /// The job's kind and output URL, from the first task (lets a worker that lost
+    /// the coordinator see whether the job finished without it).
+    pub job: Arc<std::sync::OnceLock<JobOutput>>,
     /// Fault injection (test builds only; see [`crate::engine::fault`]).
     pub faults: Faults,
     /// The job kinds this worker runs tasks of (`crate::jobs::KINDS`).
@@ -221,7 +228,10 @@ impl Actor for WorkerActor {
                 let task = assignment.task.id();
                 let attempt = assignment.attempt;
                 let lease = assignment.lease.clone();
-                let _ = state.job_output.set(assignment.job.output.clone());
+                let _ = state.job.set(JobOutput {
+                    kind: assignment.job.kind.clone(),
+                    output: assignment.job.output.clone(),
+                });
                 tracing::debug!(worker = %name, %task, attempt, "running");
                 let started = std::time::Instant::now();
                 let beat = {

@@ -30,6 +30,10 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 pub trait JobKind: Sync {
     /// Its name in job files (`kind = "..."`).
     fn name(&self) -> &'static str;
+    /// The file a finished output of this kind has, written last (relative to the
+    /// output root): how a worker that lost the coordinator tells "the job is done"
+    /// from "the coordinator is down".
+    fn completion_marker(&self) -> &'static str;
     /// Reads and validates job file `file` (its text): the kind's own sections (the
     /// engine reads `kind` and `[run]`, which the kind's type accepts and ignores, see
     /// [`EngineKeys`]); unknown keys are errors with their line and column.

@@ -83,6 +83,10 @@ impl JobKind for NgramOverlap {
         NAME
     }
 
+    fn completion_marker(&self) -> &'static str {
+        SUCCESS
+    }
+
     fn load(&self, file: &str, text: &str) -> Result<Box<dyn JobFile>> {
         let spec: OverlapFile = parse_job_file(file, text, |s: &OverlapFile| s.validate())?;
         Ok(Box::new(spec))

@@ -57,6 +57,10 @@ impl JobKind for ProbeRows {
         NAME
     }
 
+    fn completion_marker(&self) -> &'static str {
+        manifest::SUCCESS
+    }
+
     fn load(&self, file: &str, text: &str) -> Result<Box<dyn JobFile>> {
         let spec: ProbeRowsFile = parse_job_file(file, text, |s: &ProbeRowsFile| s.validate())?;
         Ok(Box::new(spec))
