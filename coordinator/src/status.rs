@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
+use probeflow_worker::engine::protocol::{Payload, TaskId};
 use probeflow_worker::engine::store::StoreUrl;
 use probeflow_worker::jobs;
 
@@ -50,14 +51,20 @@ pub async fn status(output_url: &str) -> Result<String> {
     for task in journal.tasks.keys() {
         *done.entry(task.stage.as_str()).or_default() += 1;
     }
-    let planned = kind.planned_tasks(&job.plan);
+    let results: Vec<(TaskId, &Payload)> = journal
+        .tasks
+        .iter()
+        .map(|(task, record)| (*task, &record.output))
+        .collect();
+    let planned = kind.planned_tasks(&job.spec, &job.plan, &results);
     let mut stages: Vec<String> = planned
         .iter()
         .map(|(stage, n)| {
-            format!(
-                "{stage} tasks {}/{n}",
-                done.get(stage).copied().unwrap_or(0)
-            )
+            let done = done.get(stage).copied().unwrap_or(0);
+            match n {
+                Some(n) => format!("{stage} tasks {done}/{n}"),
+                None => format!("{stage} tasks {done}/? (known when the stage before is done)"),
+            }
         })
         .collect();
     for (stage, n) in &done {

@@ -419,11 +419,26 @@ def test_same_bytes_with_one_worker_and_with_index_groups(corpus, local_run, tmp
     out = tmp_path / "out-groups"
     spec = overlap_job(tmp_path / "groups.toml", eval_files, [root / "in" / "train"], out,
                        index_memory="4KiB")
-    run(["run", str(spec)])
+    proc = run(["run", str(spec)])
     summary = json.loads((out / "progress_summary.json").read_text())
     assert summary["index_groups"] == 8, summary
+    # The progress counts a scan task per training file and index group.
+    scans = 8 * len(train_files)
+    log = proc.stdout + proc.stderr
+    assert f"scan {scans}/{scans} " in log, log[-2000:]
     assert len(list((out / "_job" / "journal").glob("scan-*.json"))) == 8 * len(train_files)
     assert output_files(out) == output_files(local_run)
+    # `status` of such a job stopped in its scan stage counts a scan task per training
+    # file and index group.
+    (out / ".SUCCESS").unlink()
+    (out / "_job" / "journal" / "report-00000.json").unlink()
+    scans = sorted((out / "_job" / "journal").glob("scan-*.json"))
+    for f in scans[5:]:
+        f.unlink()
+    status = run(["status", str(out)]).stdout
+    assert f"index tasks {len(eval_files)}/{len(eval_files)}" in status, status
+    assert f"scan tasks 5/{8 * len(train_files)}" in status, status
+    assert "report tasks 0/1" in status, status
 
 
 def test_a_finished_output_over_changed_input_is_refused(corpus, tmp_path):

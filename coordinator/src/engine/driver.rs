@@ -175,6 +175,10 @@ impl CoordinatorState {
                     return Ok(Some(summary));
                 }
                 Some(tasks) => {
+                    if let Some(first) = tasks.first() {
+                        self.progress
+                            .stage_planned(first.id.stage.as_str(), tasks.len() as u64);
+                    }
                     let pending: Vec<_> = tasks
                         .into_iter()
                         .filter(|t| !self.accepted.contains(&t.id))

@@ -67,6 +67,25 @@ impl Progress {
         m
     }
 
+    /// Stage `stage` was made with `tasks` tasks: the count replaces the plan's (a
+    /// stage's count may depend on an earlier stage's results, such as the overlap
+    /// scan's index groups).
+    pub fn stage_planned(&self, stage: &str, tasks: u64) {
+        let total = {
+            let Ok(mut c) = self.counts.lock() else {
+                return;
+            };
+            match c.stages.iter_mut().find(|(name, _, _)| name == stage) {
+                Some(s) => s.2 = tasks,
+                None => c.stages.push((stage.to_string(), 0, tasks)),
+            }
+            c.stages.iter().map(|s| s.2).sum::<u64>()
+        };
+        if let Some(bar) = &self.bar {
+            bar.set_length(total);
+        }
+    }
+
     /// A task of stage `stage` finished (or was found in the journal).
     pub fn task_done(&self, stage: &str, p: Progressed) {
         let (done, message) = {

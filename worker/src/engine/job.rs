@@ -47,9 +47,16 @@ pub trait JobKind: Sync {
         &'a self,
         output: &'a StoreUrl,
     ) -> BoxFuture<'a, Result<Option<Vec<String>>>>;
-    /// For `coordinator status`: each stage's task count in a journaled plan, where
-    /// known from the plan alone.
-    fn planned_tasks(&self, plan: &Payload) -> Vec<(&'static str, u64)>;
+    /// For `coordinator status`: each stage's task count in a journaled job (`spec`:
+    /// the kind's job file sections, `plan`: its plan), given the results journaled so
+    /// far (`results`); `None` for a count not known yet (one that depends on the
+    /// results of an earlier stage still running).
+    fn planned_tasks(
+        &self,
+        spec: &Payload,
+        plan: &Payload,
+        results: &[(TaskId, &Payload)],
+    ) -> Vec<(&'static str, Option<u64>)>;
 }
 
 impl std::fmt::Debug for dyn JobKind {

@@ -110,15 +110,34 @@ impl JobKind for NgramOverlap {
         })
     }
 
-    fn planned_tasks(&self, plan: &Payload) -> Vec<(&'static str, u64)> {
-        match plan.decode::<Plan>() {
-            Ok(p) => vec![
-                (INDEX, p.eval.len() as u64),
-                (SCAN, p.train.len() as u64),
-                (REPORT, 1),
-            ],
-            Err(_) => Vec::new(),
-        }
+    fn planned_tasks(
+        &self,
+        spec: &Payload,
+        plan: &Payload,
+        results: &[(TaskId, &Payload)],
+    ) -> Vec<(&'static str, Option<u64>)> {
+        let Ok(p) = plan.decode::<Plan>() else {
+            return Vec::new();
+        };
+        // One scan task per training file and index group; the groups are known once
+        // every index task is done.
+        let scans = || -> Option<u64> {
+            let partitions = spec.decode::<OverlapFile>().ok()?.index.partitions;
+            let index = results
+                .iter()
+                .filter(|(task, _)| task.stage.as_str() == INDEX)
+                .map(|(_, output)| output.decode::<IndexOutput>().ok())
+                .collect::<Option<Vec<_>>>()?;
+            (index.len() == p.eval.len()).then(|| {
+                let encoded = index.iter().map(|o| o.index_bytes).sum();
+                p.train.len() as u64 * u64::from(index_groups(encoded, p.index_budget, partitions))
+            })
+        };
+        vec![
+            (INDEX, Some(p.eval.len() as u64)),
+            (SCAN, scans()),
+            (REPORT, Some(1)),
+        ]
     }
 }
 
@@ -363,6 +382,13 @@ struct ProgressLog {
 /// How often a snapshot file is written while a stage runs.
 const SNAPSHOT_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
 
+/// Index groups for an index of `encoded` bytes: enough that one group's entries (in
+/// memory about 4× their encoded size) fit in `budget`, at most one per partition.
+fn index_groups(encoded: u64, budget: u64, partitions: u32) -> u32 {
+    let groups = (encoded.saturating_mul(4)).div_ceil(budget.max(1));
+    groups.clamp(1, u64::from(partitions)) as u32
+}
+
 /// A planned overlap job on the coordinator.
 struct OverlapDriver {
     settings: Settings,
@@ -377,12 +403,9 @@ struct OverlapDriver {
 }
 
 impl OverlapDriver {
-    /// Index groups: enough that one group's entries (in memory about 4× their
-    /// encoded size) fit in the plan's budget.
     fn index_groups(&self) -> u32 {
         let encoded: u64 = self.index.values().map(|o| o.index_bytes).sum();
-        let groups = (encoded.saturating_mul(4)).div_ceil(self.plan.index_budget.max(1));
-        groups.clamp(1, u64::from(self.settings.partitions)) as u32
+        index_groups(encoded, self.plan.index_budget, self.settings.partitions)
     }
 
     fn scan_tasks(&mut self) -> Result<Vec<TaskSpec>> {

@@ -99,9 +99,17 @@ impl JobKind for ProbeRows {
         })
     }
 
-    fn planned_tasks(&self, plan: &Payload) -> Vec<(&'static str, u64)> {
+    fn planned_tasks(
+        &self,
+        _spec: &Payload,
+        plan: &Payload,
+        _results: &[(TaskId, &Payload)],
+    ) -> Vec<(&'static str, Option<u64>)> {
         match plan.decode::<Plan>() {
-            Ok(p) => vec![(MAP, p.maps.len() as u64), (REDUCE, u64::from(p.shards))],
+            Ok(p) => vec![
+                (MAP, Some(p.maps.len() as u64)),
+                (REDUCE, Some(u64::from(p.shards))),
+            ],
             Err(_) => Vec::new(),
         }
     }
