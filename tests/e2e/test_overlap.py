@@ -457,6 +457,24 @@ def test_a_finished_output_over_changed_input_is_refused(corpus, tmp_path):
     assert str(victim) in again.stderr and "changed" in again.stderr, again.stderr
 
 
+def test_an_unfinished_run_of_another_version_exits_2(corpus, tmp_path):
+    """An output holding an unfinished run planned by another probeflow (other
+    intermediate files) is not this job's to resume: exit 2, as docs/job.md promises
+    for an output that is not this job's, naming the output and both formats."""
+    root, eval_files, _ = corpus
+    out = tmp_path / "out"
+    spec = overlap_job(tmp_path / "old.toml", eval_files, [root / "in" / "train"], out)
+    run(["run", str(spec)])
+    (out / ".SUCCESS").unlink()
+    job = out / "_job" / "journal" / "job.json"
+    record = json.loads(job.read_text())
+    record["plan"]["intermediate_format"] = 1
+    job.write_text(json.dumps(record))
+    proc = run(["run", str(spec)], check=False)
+    assert proc.returncode == 2, proc.stdout + proc.stderr
+    assert "planned by another version" in proc.stderr and str(out) in proc.stderr, proc.stderr
+
+
 def test_input_on_the_s3_server(corpus, local_run, s3):
     client, env = s3
     root, eval_files, train_files = corpus

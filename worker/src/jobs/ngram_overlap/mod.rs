@@ -187,7 +187,7 @@ impl Plan {
         if self.intermediate_format == INTERMEDIATE_FORMAT_VERSION {
             return Ok(());
         }
-        Err(WorkerError::Job(format!(
+        Err(WorkerError::Conflict(format!(
             "{} holds an unfinished run planned by another version of probeflow \
              (intermediate files of format {}; this one reads format {}): finish it \
              with that version, or delete the output directory and run again",
@@ -941,10 +941,10 @@ mod tests {
         }))
         .unwrap();
         assert_eq!((old.intermediate_format, old.whole_gzip_max), (1, 0));
-        let err = old
-            .check_intermediate_format(&output)
-            .unwrap_err()
-            .to_string();
+        let err = old.check_intermediate_format(&output).unwrap_err();
+        // Not this job's output to resume (exit 2), not a failed job (exit 1).
+        assert!(matches!(err, WorkerError::Conflict(_)), "{err:?}");
+        let err = err.to_string();
         assert!(
             err.contains("/tmp/out")
                 && err.contains("format 1")
