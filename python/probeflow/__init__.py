@@ -55,6 +55,7 @@ from .errors import (
     OutputError,
     ProbeflowError,
     RemoteError,
+    ThreadError,
 )
 
 __all__ = [
@@ -71,6 +72,7 @@ __all__ = [
     "OutputError",
     "ProbeflowError",
     "RemoteError",
+    "ThreadError",
     "build_rows",
     "cache_stats",
     "canonical_addr",

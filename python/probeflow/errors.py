@@ -16,6 +16,9 @@ hierarchy (and onto Python's own ``OSError`` family and ``IndexError``):
 * :class:`RemoteError` — an object store (``s3://``, ``gs://``) could not be reached
   or refused a request (credentials, permissions, network), or a remote URL is
   malformed. Also an ``OSError``. A missing object raises ``FileNotFoundError``.
+* :class:`ThreadError` — a thread the reader needs could not be started (the system
+  refused it: too many threads, no memory for its stack) or a background thread
+  stopped unexpectedly. Nothing is wrong with the input. Also a ``RuntimeError``.
 
 I/O problems raise ``FileNotFoundError``, ``PermissionError`` or ``OSError``; an
 index out of range raises ``IndexError``.
@@ -30,6 +33,7 @@ __all__ = [
     "OptionsError",
     "OutputError",
     "RemoteError",
+    "ThreadError",
 ]
 
 
@@ -57,3 +61,8 @@ class OutputError(ProbeflowError, ValueError):
 class RemoteError(ProbeflowError, OSError):
     """An object store could not be reached or refused a request, or a remote URL is
     malformed."""
+
+
+class ThreadError(ProbeflowError, RuntimeError):
+    """A thread the reader needs could not be started, or a background thread stopped
+    unexpectedly (not an input problem)."""

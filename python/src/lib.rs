@@ -44,6 +44,7 @@ fn py_err(e: Error) -> PyErr {
         Error::Input(_) => "InvalidInputError",
         Error::Output { .. } => "OutputError",
         Error::Remote { .. } => "RemoteError",
+        Error::Thread(_) => "ThreadError",
         Error::Arrow(_) => "ProbeflowError",
     };
     Python::attach(|py| {

@@ -6,6 +6,8 @@ import glob
 import json
 import os
 import shutil
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -202,6 +204,34 @@ def test_a_state_restores_only_into_the_rows_it_was_taken_on(shards, tmp_path):
     old = {k: v for k, v in state.items() if k != "rows_digest"}
     with pytest.raises(probeflow.InvalidInputError, match="no rows_digest"):
         dataset(path).set_state(old)
+
+
+THREADS_CANNOT_START = r"""
+import json, resource, sys
+import probeflow
+path = sys.argv[1]
+opts = dict(seq_len=256, batch_size=4, block_rows=16, shard_index=0, shard_count=1)
+next(probeflow.Dataset(path, num_threads=1, **opts))
+vm = next(int(l.split()[1]) * 1024 for l in open("/proc/self/status") if l.startswith("VmSize"))
+# Address space for a few more thread stacks, not for 200.
+resource.setrlimit(resource.RLIMIT_AS, (vm + 64 * 2**20, resource.RLIM_INFINITY))
+try:
+    next(probeflow.Dataset(path, num_threads=200, **opts))
+    print(json.dumps(None))
+except Exception as e:
+    print(json.dumps([type(e).__name__, [c.__name__ for c in type(e).__mro__], str(e)]))
+"""
+
+
+def test_threads_that_cannot_start_are_not_an_input_error(shards):
+    """Sampler threads the system refuses to start raise probeflow.ThreadError (a
+    RuntimeError), not InvalidInputError: nothing is wrong with the input."""
+    path, _ = shards
+    proc = subprocess.run([sys.executable, "-c", THREADS_CANNOT_START, path],
+                          capture_output=True, text=True, check=True)
+    name, mro, message = json.loads(proc.stdout)
+    assert name == "ThreadError" and "RuntimeError" in mro and "ValueError" not in mro, (name, mro)
+    assert "cannot start sampler threads" in message, message
 
 
 def test_finite_epochs_end_and_closed_datasets_refuse(shards):

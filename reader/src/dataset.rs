@@ -778,7 +778,7 @@ impl BatchStream {
                     .num_threads(opts.num_threads)
                     .thread_name(|i| format!("probeflow-sampler-{i}"))
                     .build()
-                    .map_err(|e| Error::Input(format!("cannot start sampler threads: {e}")))?,
+                    .map_err(|e| Error::Thread(format!("cannot start sampler threads: {e}")))?,
             )
         } else {
             None
@@ -1138,7 +1138,7 @@ impl Loader {
                     break;
                 }
             })
-            .map_err(|e| Error::Input(format!("cannot start the producer thread: {e}")))?;
+            .map_err(|e| Error::Thread(format!("cannot start the producer thread: {e}")))?;
         self.producer = Some(Producer {
             rx,
             stop,
@@ -1194,8 +1194,8 @@ impl Loader {
             }
             match self.producer.as_ref().map(|p| p.rx.recv()) {
                 Some(Ok(item)) => item,
-                _ => Err(Error::Input(
-                    "the batch producer stopped unexpectedly".into(),
+                _ => Err(Error::Thread(
+                    "the batch producer thread stopped unexpectedly (it panicked)".into(),
                 )),
             }
         };

@@ -87,6 +87,11 @@ pub enum Error {
     #[error("{url}: {what}")]
     Remote { url: String, what: String },
 
+    /// A thread the reader needs could not be started (the system refused it), or a
+    /// background thread stopped unexpectedly: nothing is wrong with the input.
+    #[error("{0}")]
+    Thread(String),
+
     /// An error from the Arrow library while encoding a row.
     #[error("arrow: {0}")]
     Arrow(#[from] arrow_schema::ArrowError),
