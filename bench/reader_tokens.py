@@ -150,7 +150,7 @@ def python_tokens(path: str, seconds: float, seq_len: int) -> tuple[float, float
 
 
 # --- a faithful pure-Python port of the same sampler and packer -------------------------
-# The Rust sampler's rules (ARCHITECTURE.md, "The sampler"): exact token budgets while
+# The Rust sampler's rules (docs/architecture.md, "The sampler"): exact token budgets while
 # drawing, partial mode with a drawn drop rate and random interleaving, context splits,
 # best-fit-decreasing packing per block of rows, and the six MaxText arrays in numpy.
 

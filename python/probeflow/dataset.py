@@ -77,7 +77,7 @@ class Dataset:
         block_rows: rows whose contexts are shuffled and packed together.
         contexts_per_row, measurements_per_context, tokens_per_measurement,
         timestamp_modes, partial_drop, strategy: the sampler's numbers (see
-            ARCHITECTURE.md, "The sampler"); ``strategy`` is ``"window"`` or
+            docs/architecture.md, "The sampler"); ``strategy`` is ``"window"`` or
             ``"geometric_stride"``.
         verify: check every shard against the output's manifest (size, blake3, rows)
             before reading; for an output on an object store, hash every cached shard

@@ -1,6 +1,7 @@
 //! The sampler: training contexts (token sequences of at most `context_len`) from one row.
 //!
-//! For a row of `n` measurements visited in epoch `e` (ARCHITECTURE.md, "The sampler"):
+//! For a row of `n` measurements visited in epoch `e` (docs/architecture.md, "The
+//! sampler"):
 //!
 //! * **small row** (`n < context_len / tokens_per_measurement`): all measurements, in
 //!   the context's order; what overflows `context_len` starts another context;

@@ -72,7 +72,7 @@ mod tests {
         RttCode::from_ms(ms).unwrap().unwrap()
     }
 
-    /// The definition from ARCHITECTURE.md, step by step.
+    /// The definition of docs/format.md, section 4.6, step by step.
     fn by_halving(ms: f64) -> RttCode {
         let mut value = (ms * 1000.0).max(1.0);
         let mut e = 0u16;
