@@ -653,3 +653,76 @@ scratch = "{tmp_path / 'scratch'}"
     # And the bytes are what the manifest says.
     for s in manifest["shards"]:
         assert blake3.blake3((out / s["path"]).read_bytes()).hexdigest() == s["blake3"]
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+    """A real 1 MiB filesystem (tmpfs, mounted in a mount namespace of its own would
+    need the job inside it; as root a plain mount under tmp_path is enough and is
+    unmounted after the test)."""
+    mnt = tmp_path / "small"
+    mnt.mkdir()
+    proc = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mnt)],
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        pytest.skip(f"cannot mount a tmpfs here: {proc.stderr.strip()}")
+    try:
+        yield mnt
+    finally:
+        subprocess.run(["umount", "-l", str(mnt)], check=False)
+
+
+def test_a_full_scratch_disk_names_the_directory_and_what_the_task_needed(tmp_path, small_disk):
+    """A reduce whose scratch fills a real (tmpfs) disk fails with a message that names
+    the directory, the filesystem's space and how much the task had written: not a bare
+    "No space left on device"."""
+    out = tmp_path / "out"
+    spec = tmp_path / "job.toml"
+    spec.write_text(
+        f"""
+[input]
+synthetic = {{ rows = 300_000, seed = 3 }}
+[output]
+url = "{out}"
+shards = 2
+[run]
+workers = 1
+memory_per_worker = "256MiB"
+scratch = "{small_disk / 'scratch'}"
+"""
+    )
+    proc = run(["run", str(spec)], check=False)
+    assert proc.returncode == 1, proc.stdout + proc.stderr
+    log = proc.stdout + proc.stderr
+    assert "No space left on device" in log, log[-3000:]
+    line = next(l for l in log.splitlines() if "No space left on device" in l)
+    assert str(small_disk / "scratch") in line, line
+    assert "free of" in line and "had written" in line, line
+
+
+def test_the_smallest_memory_setting_sorts_a_partition_larger_than_it(tmp_path):
+    """`memory_per_worker = "64MiB"`, the least the job accepts, with one partition of
+    1.5M rows (67 MB of sort keys, more than the whole setting): the sort spills and
+    completes, and the shards are byte-identical to a run that sorts in memory."""
+    outs = {}
+    for memory in ("64MiB", "1GiB"):
+        out = tmp_path / f"out-{memory}"
+        spec = tmp_path / f"job-{memory}.toml"
+        spec.write_text(
+            f"""
+[input]
+synthetic = {{ rows = 1_500_000, seed = 11 }}
+[output]
+url = "{out}"
+shards = 1
+[run]
+workers = 1
+memory_per_worker = "{memory}"
+scratch = "{tmp_path / 'scratch'}"
+"""
+        )
+        proc = run(["run", str(spec)], check=False)
+        assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
+        manifest = json.loads((out / "manifest.json").read_text())
+        outs[memory] = [(s["path"], s["blake3"]) for s in manifest["shards"]]
+    assert outs["64MiB"] == outs["1GiB"]

@@ -55,6 +55,19 @@ pub enum WorkerError {
         source: std::io::Error,
     },
 
+    /// A task's scratch disk filled ([`ScratchFull`]).
+    #[error(transparent)]
+    ScratchFull(Box<ScratchFull>),
+
+    /// A task needs more memory than `[run] memory_per_worker` lets it use: the same
+    /// input and setting fail alike on every attempt.
+    #[error("{what}: {cause}; raise [run] memory_per_worker (now {memory})")]
+    OutOfMemory {
+        what: String,
+        memory: String,
+        cause: String,
+    },
+
     /// The shard format layer.
     /// A job file (or its kind's sections) is invalid.
     #[error("{file}: {what}")]
@@ -96,6 +109,24 @@ pub enum WorkerError {
     Arrow(#[from] arrow::error::ArrowError),
 }
 
+/// A task's scratch disk filled: which directory, the filesystem's space, what the
+/// task had written there and what it needs.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "{dir}: No space left on device: its filesystem has {free} free of {total}, and this \
+     task had written {written} there when it failed ({need}); free space there or point \
+     the scratch (`[run] scratch`, a worker's `--scratch`) at a larger disk (cause: \
+     {cause})"
+)]
+pub struct ScratchFull {
+    pub dir: String,
+    pub free: String,
+    pub total: String,
+    pub written: String,
+    pub need: String,
+    pub cause: String,
+}
+
 impl WorkerError {
     /// Whether another attempt of the task could succeed. Errors that follow from the
     /// input and the job file alone (a missing column, implausible values) fail every
@@ -108,6 +139,7 @@ impl WorkerError {
                 | WorkerError::InputChanged { .. }
                 | WorkerError::Spec { .. }
                 | WorkerError::Conflict(_)
+                | WorkerError::OutOfMemory { .. }
         )
     }
 

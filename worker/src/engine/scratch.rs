@@ -17,7 +17,8 @@ use std::fs::{File, OpenOptions};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use crate::error::{Result, WorkerError};
+use crate::engine::units::format_bytes;
+use crate::error::{Result, ScratchFull, WorkerError};
 
 const OWNER_FILE: &str = ".owner";
 
@@ -120,14 +121,98 @@ impl JobScratch {
     }
 
     /// A fresh, empty directory for one task attempt inside this run's scratch.
-    pub fn task_dir(&self, name: &str) -> Result<PathBuf> {
+    pub fn task_dir(&self, name: &str) -> Result<TaskDir> {
         let dir = self.dir.join(name);
         if dir.exists() {
             std::fs::remove_dir_all(&dir).map_err(|e| scratch_err(&dir, e))?;
         }
         std::fs::create_dir(&dir).map_err(|e| scratch_err(&dir, e))?;
-        Ok(dir)
+        Ok(TaskDir { path: dir })
     }
+}
+
+/// One task attempt's scratch directory, removed when dropped. A task that fails
+/// because the disk filled gets its error explained here, while its files are still
+/// there to be measured ([`TaskDir::explain_full_disk`]).
+#[derive(Debug)]
+pub struct TaskDir {
+    path: PathBuf,
+}
+
+impl TaskDir {
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// `e` as a [`WorkerError::ScratchFull`] when a full disk (ENOSPC) caused it,
+    /// naming this directory, its filesystem's free and total space, what the task
+    /// had written here and `need` (what the task needs, in words); else `e`.
+    pub fn explain_full_disk(&self, e: WorkerError, need: impl FnOnce() -> String) -> WorkerError {
+        if !is_disk_full(&e) {
+            return e;
+        }
+        let (free, total) = filesystem_space(&self.path).map_or_else(
+            || ("unknown".to_string(), "unknown".to_string()),
+            |(free, total)| (format_bytes(free), format_bytes(total)),
+        );
+        WorkerError::ScratchFull(Box::new(ScratchFull {
+            dir: self.path.display().to_string(),
+            free,
+            total,
+            written: format_bytes(bytes_under(&self.path)),
+            need: need(),
+            cause: e.to_string(),
+        }))
+    }
+}
+
+impl Drop for TaskDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.path);
+    }
+}
+
+/// Whether `e` comes from a full disk: an `ENOSPC` anywhere in its chain of causes, or
+/// in its text (libraries that keep only the message).
+fn is_disk_full(e: &WorkerError) -> bool {
+    let mut cause: Option<&(dyn std::error::Error + 'static)> = Some(e);
+    while let Some(c) = cause {
+        if let Some(io) = c.downcast_ref::<std::io::Error>() {
+            if io.kind() == std::io::ErrorKind::StorageFull || io.raw_os_error() == Some(28) {
+                return true;
+            }
+        }
+        cause = c.source();
+    }
+    e.to_string().contains("No space left on device")
+}
+
+/// (free, total) bytes of the filesystem holding `path`.
+fn filesystem_space(path: &Path) -> Option<(u64, u64)> {
+    use std::os::unix::ffi::OsStrExt;
+    let c_path = std::ffi::CString::new(path.as_os_str().as_bytes()).ok()?;
+    // SAFETY: statvfs fills the zeroed struct it is given; the path is NUL-terminated.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    let rc = unsafe { libc::statvfs(c_path.as_ptr(), &mut st) };
+    (rc == 0).then(|| {
+        let unit = st.f_frsize as u64;
+        (st.f_bavail as u64 * unit, st.f_blocks as u64 * unit)
+    })
+}
+
+/// Bytes of the files under `dir` (what is there now; unreadable entries count 0).
+fn bytes_under(dir: &Path) -> u64 {
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .map(|entry| match entry.file_type() {
+            Ok(t) if t.is_dir() => bytes_under(&entry.path()),
+            Ok(_) => entry.metadata().map_or(0, |m| m.len()),
+            Err(_) => 0,
+        })
+        .sum()
 }
 
 impl Drop for JobScratch {
@@ -184,10 +269,10 @@ mod tests {
         assert_ne!(a.path(), b.path());
         assert!(a.path().starts_with(root.path()));
         let t = a.task_dir("reduce-00000-a1").unwrap();
-        std::fs::write(t.join("x"), b"1").unwrap();
+        std::fs::write(t.path().join("x"), b"1").unwrap();
         // The same name again starts empty.
         let t = a.task_dir("reduce-00000-a1").unwrap();
-        assert!(!t.join("x").exists());
+        assert!(!t.path().join("x").exists());
         let (pa, pb, pc) = (
             a.path().to_owned(),
             b.path().to_owned(),
@@ -196,6 +281,48 @@ mod tests {
         drop(a);
         assert!(!pa.exists());
         assert!(pb.exists() && pc.exists(), "a live run's directory stays");
+    }
+
+    #[test]
+    fn a_full_disk_is_explained_with_the_directory_and_what_was_written() {
+        let root = tempfile::tempdir().unwrap();
+        let run = JobScratch::create(root.path(), "cccccccccccccccccccc").unwrap();
+        let t = run.task_dir("reduce-00003-a1").unwrap();
+        std::fs::create_dir(t.path().join("spill")).unwrap();
+        std::fs::write(t.path().join("spill").join("run-0"), vec![0u8; 3000]).unwrap();
+        std::fs::write(t.path().join("train.array_record"), vec![0u8; 100]).unwrap();
+        let enospc = || std::io::Error::from_raw_os_error(28);
+        // Wherever the ENOSPC is: our own error, DataFusion's (its text says only
+        // "IO error: No space left on device"), Arrow's.
+        for e in [
+            WorkerError::Scratch {
+                path: "x".into(),
+                source: enospc(),
+            },
+            WorkerError::DataFusion(datafusion::error::DataFusionError::IoError(enospc())),
+            WorkerError::Arrow(arrow::error::ArrowError::IoError("spill".into(), enospc())),
+        ] {
+            let explained = t.explain_full_disk(e, || "it sorts 10 rows".into());
+            let WorkerError::ScratchFull(full) = &explained else {
+                panic!("{explained:?}")
+            };
+            assert_eq!(full.dir, t.path().display().to_string());
+            assert_eq!(full.written, "3.0 KiB");
+            let text = explained.to_string();
+            assert!(
+                text.contains("No space left on device")
+                    && text.contains(" free of ")
+                    && text.contains("it sorts 10 rows"),
+                "{text}"
+            );
+        }
+        // Anything else is left as it is.
+        let other = t.explain_full_disk(WorkerError::Job("no".into()), || unreachable!());
+        assert!(matches!(other, WorkerError::Job(_)));
+        // The directory goes with the TaskDir.
+        let dir = t.path().to_owned();
+        drop(t);
+        assert!(!dir.exists());
     }
 
     #[test]
