@@ -33,6 +33,7 @@ use tokio::sync::oneshot;
 use crate::engine::journal::{self, JobRecord, Journal, TaskRecord};
 use crate::engine::leases::{AfterFailure, Grant, Lease, LeaseBoard, Refused, Revoked};
 use crate::engine::output_lock::OutputLock;
+use crate::engine::output_writer::OutputWriter;
 use crate::engine::progress::Progress;
 use crate::engine::schedule::{worker_of, RetryPolicy};
 use crate::error::{JobError, Result};
@@ -82,6 +83,8 @@ pub struct CoordinatorState {
     lease_tokens: u64,
     /// Checked results whose journal entry is being written, with the write's nonce.
     journaling: HashMap<TaskId, (u32, Payload, String)>,
+    /// Writes the kind's progress files off the actor.
+    writer: OutputWriter,
 }
 
 pub struct CoordinatorActor;
@@ -171,6 +174,8 @@ impl CoordinatorState {
         loop {
             match self.driver.stage(self.stage)? {
                 None => {
+                    // The kind's progress files first: its final outputs come last.
+                    self.writer.flush().await?;
                     let summary = self.driver.finish(&self.output).await?;
                     return Ok(Some(summary));
                 }
@@ -184,9 +189,8 @@ impl CoordinatorState {
                         .filter(|t| !self.accepted.contains(&t.id))
                         .collect();
                     if pending.is_empty() {
-                        self.driver
-                            .record_progress(&self.output, Some(self.stage))
-                            .await?;
+                        self.writer
+                            .write(self.driver.record_progress(Some(self.stage)));
                         self.stage += 1;
                         continue;
                     }
@@ -238,7 +242,7 @@ impl CoordinatorState {
     /// Takes a journaled result.
     async fn accept(&mut self, task: TaskId, output: Payload) -> Result<()> {
         let progressed = self.driver.accept(task, output)?;
-        self.driver.record_progress(&self.output, None).await?;
+        self.writer.write(self.driver.record_progress(None));
         self.progress.task_done(task.stage.as_str(), progressed);
         self.accepted.insert(task);
         self.stage_pending.remove(&task);
@@ -715,6 +719,7 @@ async fn run_owned(
         workers: HashMap::new(),
         lock_lost,
         journaling: HashMap::new(),
+        writer: OutputWriter::start(output.clone()),
     };
     if let Some(summary) = state.advance().await? {
         // Crashed after the last task but before the job's final outputs.

@@ -10,10 +10,12 @@
 //! * [`journal`]: the per-task journal under `<output>/_job/journal/` (resume).
 //! * [`output_lock`]: one coordinator per output (an atomic, renewed lock object).
 //! * [`progress`]: the progress bar or log lines.
+//! * [`output_writer`]: the job kind's progress files, written off the actor, in order.
 
 pub mod driver;
 pub mod journal;
 pub mod leases;
 pub mod output_lock;
+pub mod output_writer;
 pub mod progress;
 pub mod schedule;

@@ -93,11 +93,10 @@ pub enum CoordinatorMsg {
     /// A result's journal entry was written (`error`: or could not be): sent by the
     /// coordinator to itself, with the secret `nonce` it gave that write, so the
     /// result is only taken once it is journaled and the journal write does not hold
-    /// up the actor. The actor does await the job kind's own writes: its progress
-    /// files when a result is taken (the overlap job's snapshot, at most every 10 s)
-    /// and at each stage's end, and its final outputs; heartbeats wait behind those
-    /// (a store slower than the lease can expire a lease, and the task is re-run: the
-    /// same bytes, more work).
+    /// up the actor. The job kind's progress files are written off the actor too (in
+    /// order, by the coordinator's output writer), so heartbeats never wait on the
+    /// store while tasks run; the actor awaits the store only at the end, for the
+    /// kind's final outputs, when no task is left to lease.
     Journaled {
         task: Wire<TaskId>,
         nonce: String,

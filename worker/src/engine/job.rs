@@ -138,15 +138,13 @@ pub trait JobDriver: Send {
     /// Takes an accepted result (already journaled; also each journaled result on
     /// resume). An error means the result cannot be used (its task is redone).
     fn accept(&mut self, task: TaskId, output: Payload) -> Result<Progressed>;
-    /// Writes the kind's own progress files, if it keeps any: after each accepted
-    /// result (`stage_done` = `None`; not for results replayed on resume) and when
-    /// stage `k` is complete (`Some(k)`, also on resume). The default writes nothing.
-    fn record_progress<'a>(
-        &'a mut self,
-        _output: &'a StoreUrl,
-        _stage_done: Option<usize>,
-    ) -> BoxFuture<'a, Result<()>> {
-        Box::pin(async { Ok(()) })
+    /// The kind's own progress files to write, if it keeps any: asked after each
+    /// accepted result (`stage_done` = `None`; not for results replayed on resume) and
+    /// when stage `k` is complete (`Some(k)`, also on resume). The engine writes them
+    /// off the coordinator's actor, in the order asked, all before [`Self::finish`]
+    /// (whose start waits for them). The default writes nothing.
+    fn record_progress(&mut self, _stage_done: Option<usize>) -> Vec<ProgressFile> {
+        Vec::new()
     }
     /// After the last stage: writes the job's final outputs (completion marker last)
     /// and returns a one-line summary.
@@ -167,6 +165,14 @@ pub struct TaskEnv<'a> {
     pub config: &'a WorkerConfig,
     /// This job run's local scratch directory on the worker.
     pub scratch: &'a JobScratch,
+}
+
+/// A progress file a job kind has the engine write to its output.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProgressFile {
+    /// Relative to the output root.
+    pub path: String,
+    pub bytes: Vec<u8>,
 }
 
 /// Runs one job kind's tasks on a worker.

@@ -49,7 +49,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::engine::job::{
     decode_payload as decode, encode_payload as encode, parse_job_file, BoxFuture, JobDriver,
-    JobFile, JobKind, PlanHints, ProgressPlan, Progressed, TaskEnv, TaskRunner,
+    JobFile, JobKind, PlanHints, ProgressFile, ProgressPlan, Progressed, TaskEnv, TaskRunner,
 };
 use crate::engine::protocol::{Assignment, JobContext, Payload, TaskId, TaskSpec};
 use crate::engine::store::{self, StoreUrl};
@@ -530,19 +530,16 @@ impl OverlapDriver {
         })
     }
 
-    async fn write_snapshot(&mut self, output: &StoreUrl) -> Result<()> {
+    /// The progress lines since the last snapshot, as the next snapshot file.
+    fn snapshot(&mut self) -> Option<ProgressFile> {
         if self.progress.lines.is_empty() {
-            return Ok(());
+            return None;
         }
-        let name = format!("progress/progress-{:06}.jsonl", self.progress.accepted);
-        output
-            .put(
-                &output.child(&name),
-                std::mem::take(&mut self.progress.lines),
-            )
-            .await?;
         self.progress.last_write = Some(std::time::Instant::now());
-        Ok(())
+        Some(ProgressFile {
+            path: format!("progress/progress-{:06}.jsonl", self.progress.accepted),
+            bytes: std::mem::take(&mut self.progress.lines),
+        })
     }
 }
 
@@ -720,32 +717,31 @@ impl JobDriver for OverlapDriver {
         Ok(progressed)
     }
 
-    fn record_progress<'a>(
-        &'a mut self,
-        output: &'a StoreUrl,
-        stage_done: Option<usize>,
-    ) -> BoxFuture<'a, Result<()>> {
-        Box::pin(async move {
-            match stage_done {
-                None => {
-                    let due = self
-                        .progress
-                        .last_write
-                        .is_none_or(|t| t.elapsed() >= SNAPSHOT_EVERY);
-                    if due {
-                        self.write_snapshot(output).await?;
-                    }
-                }
-                Some(stage) => {
-                    self.write_snapshot(output).await?;
-                    let name = [INDEX, SCAN, REPORT].get(stage).copied().unwrap_or("?");
-                    output
-                        .put_json(PROGRESS_SUMMARY, &self.progress_summary(name))
-                        .await?;
+    fn record_progress(&mut self, stage_done: Option<usize>) -> Vec<ProgressFile> {
+        let mut files = Vec::new();
+        match stage_done {
+            None => {
+                let due = self
+                    .progress
+                    .last_write
+                    .is_none_or(|t| t.elapsed() >= SNAPSHOT_EVERY);
+                if due {
+                    files.extend(self.snapshot());
                 }
             }
-            Ok(())
-        })
+            Some(stage) => {
+                files.extend(self.snapshot());
+                let name = [INDEX, SCAN, REPORT].get(stage).copied().unwrap_or("?");
+                match serde_json::to_vec_pretty(&self.progress_summary(name)) {
+                    Ok(bytes) => files.push(ProgressFile {
+                        path: PROGRESS_SUMMARY.into(),
+                        bytes,
+                    }),
+                    Err(e) => tracing::warn!(error = %e, "cannot encode the progress summary"),
+                }
+            }
+        }
+        files
     }
 
     fn finish<'a>(&'a mut self, output: &'a StoreUrl) -> BoxFuture<'a, Result<String>> {
