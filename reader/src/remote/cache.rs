@@ -8,8 +8,8 @@
 //!      ▼ exclusive lock (other processes wait here)
 //!   leftovers of an interrupted download removed; verified now? ─► hit
 //!   a file without a matching stamp ─► hash it: matches ─► stamp it; else remove it
-//!   download to <blake3>.part-<pid>-<n> (ranged requests), hashing ─► size and blake3
-//!      = the manifest's? ─► rename into place, write the stamp ─► memory-map it
+//!   download into an anonymous file in shards/ (ranged requests), hashing ─► size and
+//!      blake3 = the manifest's? ─► link it into place, write the stamp ─► memory-map it
 //!      ─► unlock ─► evict to the size limit
 //! ```
 //!
@@ -22,6 +22,13 @@
 //! eviction. Eviction never removes a shard this process has in use ([`InUse`]) nor one
 //! whose lock anybody holds (being opened, checked or downloaded); one another process
 //! has open stays readable to it (it is memory-mapped) until it closes it.
+//!
+//! A download is written to an anonymous file (Linux `O_TMPFILE`) that vanishes with
+//! the process writing it, however that process ends (killed, preempted, crashed), so
+//! an interrupted download never leaves a partial file behind; only a verified one is
+//! linked into place ([`PartFile`]). On a filesystem without anonymous files it is a
+//! named `<blake3>.part-<pid>-<n>`, removed when the download fails and, when a process
+//! died mid-download, by the next process that downloads that shard.
 
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
@@ -377,19 +384,13 @@ impl ShardCache {
         let file = self.file(hash);
         let mut last = None;
         for _ in 0..DOWNLOAD_ATTEMPTS {
-            let part = self.shards.join(format!(
-                "{hash}.part-{}-{}",
-                std::process::id(),
-                PART_COUNTER.fetch_add(1, Ordering::Relaxed)
-            ));
-            let mut sink = File::create(&part).map_err(|e| Error::io(&part, e))?;
+            let mut part = PartFile::create(&self.shards, hash)?;
             let mut hasher = blake3::Hasher::new();
-            let got = bucket.download(&shard.url, shard.bytes, &mut sink, &part, &mut hasher);
-            drop(sink);
+            let label = part.label.clone();
+            let got = bucket.download(&shard.url, shard.bytes, &mut part.file, &label, &mut hasher);
             let size = match got {
                 Ok(size) => size,
                 Err(e) => {
-                    let _ = std::fs::remove_file(&part);
                     // Not found, or a local write error: trying again will not help.
                     if matches!(e, Error::Io { .. }) {
                         return Err(e);
@@ -406,11 +407,10 @@ impl ShardCache {
                 shard.bytes,
                 hash,
             ) {
-                let _ = std::fs::remove_file(&part);
                 last = Some(e);
                 continue;
             }
-            std::fs::rename(&part, &file).map_err(|e| Error::io(&file, e))?;
+            part.persist(&file)?;
             self.write_stamp(hash)?;
             DOWNLOADS.fetch_add(1, Ordering::Relaxed);
             DOWNLOADED_BYTES.fetch_add(size, Ordering::Relaxed);
@@ -485,9 +485,127 @@ impl ShardCache {
     }
 }
 
+/// A download in progress in the shards directory: an anonymous file (`O_TMPFILE`,
+/// gone with its process whatever ends it) where the filesystem has them, else a
+/// named `<blake3>.part-<pid>-<n>` removed when dropped. [`PartFile::persist`] puts a
+/// verified one in place.
+struct PartFile {
+    file: File,
+    /// The named file; `None` for an anonymous one.
+    named: Option<PathBuf>,
+    /// What errors call it.
+    label: PathBuf,
+}
+
+impl PartFile {
+    fn create(dir: &Path, hash: &str) -> Result<PartFile> {
+        use std::os::unix::fs::OpenOptionsExt;
+        let label = dir.join(format!("{hash}.part"));
+        // Linking it into place goes through /proc/self/fd (no privilege needed).
+        if Path::new("/proc/self/fd").is_dir() {
+            if let Ok(file) = OpenOptions::new()
+                .write(true)
+                .mode(0o644)
+                .custom_flags(libc::O_TMPFILE)
+                .open(dir)
+            {
+                return Ok(PartFile {
+                    file,
+                    named: None,
+                    label,
+                });
+            }
+        }
+        let named = dir.join(format!(
+            "{hash}.part-{}-{}",
+            std::process::id(),
+            PART_COUNTER.fetch_add(1, Ordering::Relaxed)
+        ));
+        let file = File::create(&named).map_err(|e| Error::io(&named, e))?;
+        Ok(PartFile {
+            file,
+            label: named.clone(),
+            named: Some(named),
+        })
+    }
+
+    /// Makes the written file `to` (replacing a file there).
+    fn persist(mut self, to: &Path) -> Result<()> {
+        if let Some(named) = self.named.take() {
+            return std::fs::rename(&named, to).map_err(|e| Error::io(to, e));
+        }
+        use std::os::fd::AsRawFd;
+        use std::os::unix::ffi::OsStrExt;
+        let from = std::ffi::CString::new(format!("/proc/self/fd/{}", self.file.as_raw_fd()))
+            .map_err(|_| Error::io(to, std::io::Error::other("a NUL in the path")))?;
+        let to_c = std::ffi::CString::new(to.as_os_str().as_bytes())
+            .map_err(|_| Error::io(to, std::io::Error::other("a NUL in the path")))?;
+        let link = || {
+            // SAFETY: both paths are NUL-terminated C strings that outlive the call.
+            let rc = unsafe {
+                libc::linkat(
+                    libc::AT_FDCWD,
+                    from.as_ptr(),
+                    libc::AT_FDCWD,
+                    to_c.as_ptr(),
+                    libc::AT_SYMLINK_FOLLOW,
+                )
+            };
+            if rc == 0 {
+                Ok(())
+            } else {
+                Err(std::io::Error::last_os_error())
+            }
+        };
+        match link() {
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {
+                // A file that failed its check is still there (the caller holds the
+                // shard's lock, so nobody else writes it): replace it.
+                std::fs::remove_file(to).map_err(|e| Error::io(to, e))?;
+                link().map_err(|e| Error::io(to, e))
+            }
+            other => other.map_err(|e| Error::io(to, e)),
+        }
+    }
+}
+
+impl Drop for PartFile {
+    fn drop(&mut self) {
+        if let Some(named) = &self.named {
+            let _ = std::fs::remove_file(named);
+        }
+    }
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+
+    #[test]
+    fn a_download_leaves_nothing_behind_unless_it_is_persisted() {
+        use std::io::Write;
+        let dir = tempfile::tempdir().unwrap();
+        let entries = || std::fs::read_dir(dir.path()).unwrap().count();
+        let hash = "a".repeat(64);
+        let mut part = PartFile::create(dir.path(), &hash).unwrap();
+        // Anonymous where the filesystem has O_TMPFILE (tmpfs, ext4, xfs, btrfs): no
+        // name in the directory, so a killed process leaves nothing.
+        let anonymous = part.named.is_none();
+        assert_eq!(entries(), usize::from(!anonymous));
+        part.file.write_all(b"shard bytes").unwrap();
+        drop(part);
+        assert_eq!(entries(), 0, "a dropped download is gone");
+        let mut part = PartFile::create(dir.path(), &hash).unwrap();
+        part.file.write_all(b"shard bytes").unwrap();
+        let to = dir.path().join(format!("{hash}.array_record"));
+        std::fs::write(&to, b"an old file that failed its check").unwrap();
+        part.persist(&to).unwrap();
+        assert_eq!(std::fs::read(&to).unwrap(), b"shard bytes");
+        assert_eq!(entries(), 1);
+        if !anonymous {
+            eprintln!("no O_TMPFILE on this filesystem: named part files were used");
+        }
+    }
 
     /// Tests that register shards in use take this: the registry is the process's.
     pub(crate) static IN_USE_TESTS: Mutex<()> = Mutex::new(());
