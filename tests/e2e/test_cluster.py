@@ -243,12 +243,33 @@ def test_sigkill_a_worker_reruns_its_task_once(tmp_path, data, moment):
     assert tasks_run(stdout) == planned_tasks(out) + len(requeued)
 
 
-def stopped_in_a_map(c: Cluster, name: str, **worker) -> subprocess.Popen:
-    """Starts worker `name` alone and SIGSTOPs it while it runs its first map task."""
+def stopped_in(c: Cluster, name: str, running: str, **worker) -> subprocess.Popen:
+    """Starts worker `name` alone and SIGSTOPs it once its log matches `running` (a task
+    it runs)."""
     proc = c.start_worker(name, **worker)
-    wait_for(lambda: re.search(r"running.*map-", c.log(name)) is not None)
+    wait_for(lambda: re.search(running, c.log(name)) is not None)
     proc.send_signal(signal.SIGSTOP)
     return proc
+
+
+def stopped_in_a_map(c: Cluster, name: str, **worker) -> subprocess.Popen:
+    """Starts worker `name` alone and SIGSTOPs it while it runs its first map task."""
+    return stopped_in(c, name, r"running.*map-", **worker)
+
+
+def finish_without(c: Cluster, stop) -> subprocess.Popen:
+    """`stop()` starts a worker and stops it mid-task; a worker w1 then runs the job to
+    its end (the coordinator exits) without it; the stopped one is woken and must exit
+    long before its --give-up-after. Returns it (exited)."""
+    try:
+        away = stop()
+        c.start_worker("w1")
+        c.coordinator.wait(timeout=180)  # the job ends, and the coordinator exits, without it
+        away.send_signal(signal.SIGCONT)
+        away.wait(timeout=30)  # far less than --give-up-after
+    finally:
+        c.kill_all()
+    return away
 
 
 def test_sigstop_past_the_lease_late_result_is_refused(tmp_path, data):
@@ -273,14 +294,7 @@ def test_a_worker_away_at_the_end_learns_the_job_is_done(tmp_path, data):
     d, inputs, manifest = data
     c = Cluster.for_job(tmp_path, inputs, "away", lease=3)
     out = c.out
-    try:
-        away = stopped_in_a_map(c, "away", give_up=120)
-        c.start_worker("w1")
-        c.coordinator.wait(timeout=180)  # the job ends, and the coordinator exits, without it
-        away.send_signal(signal.SIGCONT)
-        away.wait(timeout=30)  # far less than --give-up-after
-    finally:
-        c.kill_all()
+    away = finish_without(c, lambda: stopped_in_a_map(c, "away", give_up=120))
     assert c.coordinator.returncode == 0
     same_output(out, manifest)
     assert away.returncode == 0, c.log("away")[-3000:]

@@ -655,6 +655,26 @@ scratch = "{tmp_path / 'scratch'}"
         assert blake3.blake3((out / s["path"]).read_bytes()).hexdigest() == s["blake3"]
 
 
+def synthetic_job(tmp: Path, name: str, rows: int, seed: int, shards: int, memory: str, scratch: Path) -> Path:
+    """A local-mode job file `tmp/<name>.toml` on generated input, one worker, output
+    `tmp/out-<name>`."""
+    spec = tmp / f"{name}.toml"
+    spec.write_text(
+        f"""
+[input]
+synthetic = {{ rows = {rows}, seed = {seed} }}
+[output]
+url = "{tmp / f'out-{name}'}"
+shards = {shards}
+[run]
+workers = 1
+memory_per_worker = "{memory}"
+scratch = "{scratch}"
+"""
+    )
+    return spec
+
+
 @pytest.fixture
 def small_disk(tmp_path):
     """A real 1 MiB filesystem (tmpfs, mounted in a mount namespace of its own would
@@ -676,21 +696,8 @@ def test_a_full_scratch_disk_names_the_directory_and_what_the_task_needed(tmp_pa
     """A reduce whose scratch fills a real (tmpfs) disk fails with a message that names
     the directory, the filesystem's space and how much the task had written: not a bare
     "No space left on device"."""
-    out = tmp_path / "out"
-    spec = tmp_path / "job.toml"
-    spec.write_text(
-        f"""
-[input]
-synthetic = {{ rows = 300_000, seed = 3 }}
-[output]
-url = "{out}"
-shards = 2
-[run]
-workers = 1
-memory_per_worker = "256MiB"
-scratch = "{small_disk / 'scratch'}"
-"""
-    )
+    spec = synthetic_job(tmp_path, "job", rows=300_000, seed=3, shards=2, memory="256MiB",
+                         scratch=small_disk / "scratch")
     proc = run(["run", str(spec)], check=False)
     assert proc.returncode == 1, proc.stdout + proc.stderr
     log = proc.stdout + proc.stderr
@@ -706,23 +713,10 @@ def test_the_smallest_memory_setting_sorts_a_partition_larger_than_it(tmp_path):
     completes, and the shards are byte-identical to a run that sorts in memory."""
     outs = {}
     for memory in ("64MiB", "1GiB"):
-        out = tmp_path / f"out-{memory}"
-        spec = tmp_path / f"job-{memory}.toml"
-        spec.write_text(
-            f"""
-[input]
-synthetic = {{ rows = 1_500_000, seed = 11 }}
-[output]
-url = "{out}"
-shards = 1
-[run]
-workers = 1
-memory_per_worker = "{memory}"
-scratch = "{tmp_path / 'scratch'}"
-"""
-        )
+        spec = synthetic_job(tmp_path, f"job-{memory}", rows=1_500_000, seed=11, shards=1, memory=memory,
+                             scratch=tmp_path / "scratch")
         proc = run(["run", str(spec)], check=False)
         assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
-        manifest = json.loads((out / "manifest.json").read_text())
+        manifest = json.loads((tmp_path / f"out-job-{memory}" / "manifest.json").read_text())
         outs[memory] = [(s["path"], s["blake3"]) for s in manifest["shards"]]
     assert outs["64MiB"] == outs["1GiB"]

@@ -291,7 +291,7 @@ def make_corpus(root: Path) -> tuple[list[Path], list[Path]]:
 
 
 def overlap_job(path: Path, eval_urls, train_urls, output, mode="local", workers=2, port=0,
-                index_memory=None, lease=60) -> Path:
+                index_memory=None, lease=60, n=N_VALUES) -> Path:
     memory = "" if index_memory is None else f'memory = "{index_memory}"\n'
     path.write_text(f"""
 kind = "ngram_overlap"
@@ -300,7 +300,7 @@ paths = {json.dumps([str(u) for u in eval_urls])}
 [train]
 paths = {json.dumps([str(u) for u in train_urls])}
 [ngrams]
-n = {N_VALUES}
+n = {n}
 [index]
 partitions = 8
 {memory}[output]
@@ -530,23 +530,14 @@ def test_a_worker_away_at_the_end_learns_the_overlap_job_is_done(corpus, local_r
     """A cluster worker paused past its lease while the job finishes without it finds,
     when it comes back to no coordinator, this kind's completion marker (`.SUCCESS`)
     and exits 0 at once, not after --give-up-after."""
-    from test_cluster import Cluster, wait_for
+    from test_cluster import Cluster, finish_without, stopped_in
     root, eval_files, train_files = corpus
     port = free_port()
     out = tmp_path / "out"
     spec = overlap_job(tmp_path / "away.toml", eval_files, [root / "in" / "train"], out,
                        mode="cluster", port=port, lease=3)
     c = Cluster(tmp_path, spec, port)
-    try:
-        away = c.start_worker("away", give_up=120)
-        wait_for(lambda: re.search(r"running.*(index|scan)-", c.log("away")) is not None)
-        away.send_signal(signal.SIGSTOP)
-        c.start_worker("w1")
-        c.coordinator.wait(timeout=180)  # the job ends, and the coordinator exits, without it
-        away.send_signal(signal.SIGCONT)
-        away.wait(timeout=30)  # far less than --give-up-after
-    finally:
-        c.kill_all()
+    away = finish_without(c, lambda: stopped_in(c, "away", r"running.*(index|scan)-", give_up=120))
     assert c.coordinator.returncode == 0
     assert output_files(out) == output_files(local_run)
     assert away.returncode == 0, c.log("away")[-3000:]

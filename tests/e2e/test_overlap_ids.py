@@ -26,7 +26,7 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 
 from test_job import run
-from test_overlap import read_jsonl_gz, rejected
+from test_overlap import overlap_job, read_jsonl_gz, rejected
 
 RECORDS = 3000  # per format and side
 
@@ -180,50 +180,23 @@ def random_table(rng: random.Random, rows: int) -> pa.Table:
     })
 
 
-def overlap_ids_job(tmp: Path, eval_files, train_files, out: Path) -> Path:
-    spec = tmp / "ids.toml"
-    spec.write_text(f"""
-kind = "ngram_overlap"
-[eval]
-paths = {json.dumps([str(p) for p in eval_files])}
-[train]
-paths = {json.dumps([str(p) for p in train_files])}
-[ngrams]
-n = [1]
-[output]
-url = "{out}"
-[run]
-workers = 1
-scratch = "{tmp / 'scratch'}"
-""")
-    return spec
-
-
 def test_ids_equal_pythons_for_random_records_in_jsonl_and_parquet(tmp_path):
     rng = random.Random(20261125)
     lines = [random_line(rng, i) for i in range(RECORDS)]
     table = random_table(rng, RECORDS)
     everything = " ".join(f"w{i}" for i in range(RECORDS))
 
-    # Eval side: the random records (one dataset per format) and one row of every word.
-    (tmp_path / "eval").mkdir()
-    (tmp_path / "train").mkdir()
-    ev_jsonl = tmp_path / "eval" / "recs.jsonl"
-    ev_parquet = tmp_path / "eval" / "table.parquet"
-    ev_all = tmp_path / "eval" / "all.jsonl"
-    ev_jsonl.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    pq.write_table(table, ev_parquet)
-    ev_all.write_text(json.dumps({"id": "all", "text": everything}) + "\n")
-    # Training side: the same records, and one document of every word.
-    tr_jsonl = tmp_path / "train" / "recs.jsonl"
-    tr_parquet = tmp_path / "train" / "table.parquet"
-    tr_all = tmp_path / "train" / "all.jsonl"
-    tr_jsonl.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    pq.write_table(table, tr_parquet)
-    tr_all.write_text(json.dumps({"id": "all", "text": everything}) + "\n")
-
+    # Each side: the random records (one dataset per format) and one row of every word.
+    sides = {}
+    for side in ("eval", "train"):
+        d = tmp_path / side
+        d.mkdir()
+        (d / "recs.jsonl").write_text("\n".join(lines) + "\n", encoding="utf-8")
+        pq.write_table(table, d / "table.parquet")
+        (d / "all.jsonl").write_text(json.dumps({"id": "all", "text": everything}) + "\n")
+        sides[side] = [d / "recs.jsonl", d / "table.parquet", d / "all.jsonl"]
     out = tmp_path / "out"
-    spec = overlap_ids_job(tmp_path, [ev_jsonl, ev_parquet, ev_all], [tr_jsonl, tr_parquet, tr_all], out)
+    spec = overlap_job(tmp_path / "ids.toml", sides["eval"], sides["train"], out, workers=1, n=[1])
     proc = run(["run", str(spec)], check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
 
@@ -235,18 +208,13 @@ def test_ids_equal_pythons_for_random_records_in_jsonl_and_parquet(tmp_path):
     want_jsonl = python_rows(lines)
     want_parquet = list(enumerate(python_id(r) for r in table.to_pylist()))
     checked = 0
-    for path, want in [(ev_jsonl, want_jsonl), (ev_parquet, want_parquet)]:
-        for row, expected in want:
-            key = (str(path), row)
-            got = reasons.get(key) or eval_ids.get(key)
-            assert got == expected, f"eval {path.name} row {row}: job {got}, Python {expected}"
-            checked += 1
-    for path, want in [(tr_jsonl, want_jsonl), (tr_parquet, want_parquet)]:
-        for row, expected in want:
-            key = (str(path), row)
-            got = reasons.get(key) or train_ids.get(key)
-            assert got == expected, f"train {path.name} row {row}: job {got}, Python {expected}"
-            checked += 1
+    for side, ids, (jsonl, parquet, _) in [("eval", eval_ids, sides["eval"]), ("train", train_ids, sides["train"])]:
+        for path, want in [(jsonl, want_jsonl), (parquet, want_parquet)]:
+            for row, expected in want:
+                key = (str(path), row)
+                got = reasons.get(key) or ids.get(key)
+                assert got == expected, f"{side} {path.name} row {row}: job {got}, Python {expected}"
+                checked += 1
     assert checked == 4 * RECORDS
     # The draw covers what it is meant to: hashed and id'd records, rejects, -0 ids.
     kinds = [e for _, e in want_jsonl]

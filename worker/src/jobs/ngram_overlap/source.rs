@@ -551,41 +551,28 @@ fn parquet_id(file: &str, batch: &RecordBatch, index: usize) -> Result<String> {
 /// Value `i` of an array as `to_pylist()` gives it, for the types of
 /// [`python_value_type`].
 fn arrow_value(array: &dyn Array, i: usize) -> Result<PyValue> {
-    use arrow::array::{
-        AsArray, BooleanArray, Float64Array, GenericListArray, LargeStringArray, StringArray,
-        StringViewArray, StructArray,
-    };
+    use arrow::array::AsArray;
     use arrow::datatypes as t;
     if array.is_null(i) {
         return Ok(PyValue::None);
     }
-    fn int<T: t::ArrowPrimitiveType>(array: &dyn Array, i: usize) -> PyValue
+    let mismatch = || WorkerError::Job(format!("an array of {} is not", array.data_type()));
+    fn int<T: t::ArrowPrimitiveType>(array: &dyn Array, i: usize) -> Option<PyValue>
     where
         T::Native: Into<i128>,
     {
-        PyValue::Int(array.as_primitive::<T>().value(i).into())
+        Some(PyValue::Int(array.as_primitive_opt::<T>()?.value(i).into()))
     }
-    fn list<O: arrow::array::OffsetSizeTrait>(array: &dyn Array, i: usize) -> Result<PyValue> {
-        let items = array
-            .as_any()
-            .downcast_ref::<GenericListArray<O>>()
-            .ok_or_else(|| WorkerError::Job("a list column is not a list array".into()))?
-            .value(i);
+    let items = |list: Option<arrow::array::ArrayRef>| -> Result<PyValue> {
+        let items = list.ok_or_else(mismatch)?;
         (0..items.len())
             .map(|k| arrow_value(items.as_ref(), k))
             .collect::<Result<Vec<_>>>()
             .map(PyValue::List)
-    }
-    let mismatch = || WorkerError::Job(format!("an array of {} is not", array.data_type()));
-    Ok(match array.data_type() {
-        DataType::Null => PyValue::None,
-        DataType::Boolean => PyValue::Bool(
-            array
-                .as_any()
-                .downcast_ref::<BooleanArray>()
-                .ok_or_else(mismatch)?
-                .value(i),
-        ),
+    };
+    let value = match array.data_type() {
+        DataType::Null => Some(PyValue::None),
+        DataType::Boolean => array.as_boolean_opt().map(|a| PyValue::Bool(a.value(i))),
         DataType::Int8 => int::<t::Int8Type>(array, i),
         DataType::Int16 => int::<t::Int16Type>(array, i),
         DataType::Int32 => int::<t::Int32Type>(array, i),
@@ -594,57 +581,36 @@ fn arrow_value(array: &dyn Array, i: usize) -> Result<PyValue> {
         DataType::UInt16 => int::<t::UInt16Type>(array, i),
         DataType::UInt32 => int::<t::UInt32Type>(array, i),
         DataType::UInt64 => int::<t::UInt64Type>(array, i),
-        DataType::Float64 => PyValue::Float(
-            array
-                .as_any()
-                .downcast_ref::<Float64Array>()
-                .ok_or_else(mismatch)?
-                .value(i),
-        ),
-        DataType::Utf8 => PyValue::Str(
-            array
-                .as_any()
-                .downcast_ref::<StringArray>()
-                .ok_or_else(mismatch)?
-                .value(i)
-                .into(),
-        ),
-        DataType::LargeUtf8 => PyValue::Str(
-            array
-                .as_any()
-                .downcast_ref::<LargeStringArray>()
-                .ok_or_else(mismatch)?
-                .value(i)
-                .into(),
-        ),
-        DataType::Utf8View => PyValue::Str(
-            array
-                .as_any()
-                .downcast_ref::<StringViewArray>()
-                .ok_or_else(mismatch)?
-                .value(i)
-                .into(),
-        ),
-        DataType::List(_) => list::<i32>(array, i)?,
-        DataType::LargeList(_) => list::<i64>(array, i)?,
+        DataType::Float64 => array
+            .as_primitive_opt::<t::Float64Type>()
+            .map(|a| PyValue::Float(a.value(i))),
+        DataType::Utf8 => array
+            .as_string_opt::<i32>()
+            .map(|a| PyValue::Str(a.value(i).into())),
+        DataType::LargeUtf8 => array
+            .as_string_opt::<i64>()
+            .map(|a| PyValue::Str(a.value(i).into())),
+        DataType::Utf8View => array
+            .as_string_view_opt()
+            .map(|a| PyValue::Str(a.value(i).into())),
+        DataType::List(_) => return items(array.as_list_opt::<i32>().map(|l| l.value(i))),
+        DataType::LargeList(_) => return items(array.as_list_opt::<i64>().map(|l| l.value(i))),
         DataType::Struct(fields) => {
-            let s = array
-                .as_any()
-                .downcast_ref::<StructArray>()
-                .ok_or_else(mismatch)?;
+            let s = array.as_struct_opt().ok_or_else(mismatch)?;
             let items = fields
                 .iter()
                 .zip(s.columns())
                 .map(|(f, c)| Ok((f.name().as_str().into(), arrow_value(c.as_ref(), i)?)))
                 .collect::<Result<Vec<_>>>()?;
-            PyValue::Dict(items)
+            Some(PyValue::Dict(items))
         }
         other => {
             return Err(WorkerError::Job(format!(
                 "a {other} value has no Python form the job reproduces"
             )))
         }
-    })
+    };
+    value.ok_or_else(mismatch)
 }
 
 #[cfg(test)]
