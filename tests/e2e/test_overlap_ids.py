@@ -19,7 +19,6 @@ import json
 import math
 import random
 import struct
-from pathlib import Path
 
 import msgspec
 import pyarrow as pa
