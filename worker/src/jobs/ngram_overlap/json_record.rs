@@ -8,8 +8,8 @@
 //!   escapes and whose values, nested ones included (up to a depth of 32), are
 //!   strings (without lone surrogate escapes), `true`, `false`, `null`, arrays, objects, and
 //!   numbers that read the same whatever decodes them (at most 18 digits before the
-//!   point and 18 after it, an exponent of at most 280), which is what training files
-//!   hold: the text's string is scanned 16 bytes at a time for its end, borrowed from
+//!   point and 18 after it, an exponent of at most 280; integers of up to 20 digits
+//!   that msgpack holds), which is what training files hold: the text's string is scanned 16 bytes at a time for its end, borrowed from
 //!   the line when it has no escape and decoded into a buffer the caller keeps when it
 //!   has; every other value is only checked;
 //! * Python's decoder ([`super::py_json::loads`], in [`general_record`]) for
@@ -271,19 +271,29 @@ fn value_end(line: &str, at: usize, depth: usize) -> Option<(Found, usize)> {
 }
 
 /// Where a number starting at `at` ends, if it is one every decoder reads as a
-/// finite value: JSON's grammar with at most 18 digits before the point and 18 after
-/// it and an exponent of at most 280 (so below 10^299); `None` for anything else
-/// (what follows it is checked by the caller).
+/// finite value that msgpack holds: JSON's grammar with at most 18 digits before the
+/// point and 18 after it and an exponent of at most 280 (so below 10^299), or an
+/// integer of 19 or 20 digits within `-2**63 ..= 2**64 - 1` (ids and hashes); `None`
+/// for anything else (what follows it is checked by the caller).
 fn number_end(b: &[u8], at: usize) -> Option<usize> {
     let digits_from = |from: usize| {
         b.get(from..).map_or(0, |rest| {
             rest.iter().take_while(|c| c.is_ascii_digit()).count()
         })
     };
-    let mut end = at + usize::from(b.get(at) == Some(&b'-'));
+    let negative = b.get(at) == Some(&b'-');
+    let mut end = at + usize::from(negative);
     let whole = digits_from(end);
-    if whole == 0 || whole > 18 || (whole > 1 && b[end] == b'0') {
+    if whole == 0 || (whole > 1 && b[end] == b'0') {
         return None;
+    }
+    if whole > 18 {
+        let after = end + whole;
+        if whole > 20 || matches!(b.get(after), Some(b'.' | b'e' | b'E')) {
+            return None;
+        }
+        let value: u64 = std::str::from_utf8(&b[end..after]).ok()?.parse().ok()?;
+        return (!negative || value <= 1 << 63).then_some(after);
     }
     end += whole;
     if b.get(end) == Some(&b'.') {
@@ -581,7 +591,7 @@ mod tests {
             "{}[]:,",
             "\\",
         ];
-        const VALUES: [&str; 60] = [
+        const VALUES: [&str; 65] = [
             "{\"a\": 1]",
             "[1}",
             "{\"a\"}",
@@ -617,6 +627,11 @@ mod tests {
             "123456789012345678",
             "1234567890123456789",
             "99999999999999999999",
+            "18446744073709551615",
+            "-9223372036854775808",
+            "-9223372036854775809",
+            "12345678901234567890.5",
+            "1234567890123456789e2",
             "01",
             "1.5",
             "1e400",
@@ -673,7 +688,7 @@ mod tests {
                 line.push_str(&"[".repeat(depth));
                 line.push_str(&"]".repeat(depth));
             } else {
-                line.push_str(VALUES[next(60)]);
+                line.push_str(VALUES[next(65)]);
             }
             line.push_str(SPACE[next(5)]);
         }
