@@ -1,0 +1,173 @@
+"""The preprocessing job on the multi-host bed (bed.py): coordinator and workers on
+hosts of their own, with private scratch, input and output only on the object store,
+reachable only over the links; and faults made on the links. Each run must end with
+the shards local mode writes from the same input, byte for byte.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import blake3
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
+from bed import Bed, require_namespaces  # noqa: E402
+from test_job import COORDINATOR, run  # noqa: E402
+from test_cluster import COOKIE, WORKER  # noqa: E402
+
+SHARDS = 4
+ROWS = 200_000
+BUCKET = "bed"
+COORDINATOR_PORT = 7400
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """Input Parquet files (made by a local run of the synthetic job) and the shards
+    local mode writes from them: {relative path: blake3}."""
+    root = tmp_path_factory.mktemp("reference")
+    gen = root / "gen.toml"
+    gen.write_text(f"""
+[input]
+synthetic = {{ rows = {ROWS}, seed = 4 }}
+[output]
+url = "{root / 'gen'}"
+shards = {SHARDS}
+[run]
+workers = 2
+memory_per_worker = "256MiB"
+scratch = "{root / 'scratch'}"
+""")
+    run(["run", str(gen)])
+    inputs = root / "input"
+    inputs.mkdir()
+    for f in (root / "gen" / "_job" / "input").glob("*.parquet"):
+        (inputs / f.name).write_bytes(f.read_bytes())
+    local = root / "local.toml"
+    local.write_text(job_text(f"{inputs}/*.parquet", root / "local-out", "local", "", 60))
+    run(["run", str(local)])
+    return inputs, shards_of(json.loads((root / "local-out" / "manifest.json").read_text()))
+
+
+def shards_of(manifest: dict) -> dict[str, str]:
+    return {s["path"]: s["blake3"] for s in manifest["shards"]}
+
+
+def job_text(input_url: str, output: str | Path, mode: str, listen: str, lease: int) -> str:
+    return f"""
+[input]
+url = "{input_url}"
+[output]
+url = "{output}"
+shards = {SHARDS}
+[split]
+test_fraction = 0.1
+seed = 3
+[run]
+mode = "{mode}"
+workers = 2
+memory_per_worker = "256MiB"
+rows_per_map_task = 50000
+lease_seconds = {lease}
+{listen}
+"""
+
+
+@pytest.fixture
+def bed(tmp_path):
+    why = require_namespaces()
+    if why:
+        pytest.skip(why)
+    b = Bed(tmp_path, workers=2)
+    try:
+        yield b
+    finally:
+        b.close()
+
+
+def start_job(bed: Bed, inputs: Path, lease: int = 60) -> subprocess.Popen:
+    """Uploads the input to the store and starts the coordinator on its host."""
+    bed.store("mkbucket", BUCKET)
+    bed.store("upload", str(inputs), f"s3://{BUCKET}/in")
+    coord = bed.hosts["coord"]
+    spec = coord.home / "job.toml"
+    spec.write_text(job_text(
+        f"s3://{BUCKET}/in/*.parquet", f"s3://{BUCKET}/out", "cluster",
+        f'listen = "{coord.address}:{COORDINATOR_PORT}"\nallow_plaintext = true\n'
+        f'scratch = "{coord.home / "scratch"}"', lease))
+    env = {"PROBEFLOW_COOKIE": COOKIE, "NO_COLOR": "1",
+           "RUST_LOG": "info,probeflow_coordinator=debug,ractor_cluster=warn"}
+    return bed.spawn("coord", [str(COORDINATOR), "run", str(spec)], log="coordinator", env=env)
+
+
+def start_worker(bed: Bed, host: str, give_up: int = 120) -> subprocess.Popen:
+    h = bed.hosts[host]
+    env = {"PROBEFLOW_COOKIE": COOKIE, "NO_COLOR": "1", "RUST_LOG": "info,worker=debug,probeflow_worker=debug"}
+    return bed.spawn(host, [str(WORKER), "--join", f"{bed.hosts['coord'].address}:{COORDINATOR_PORT}",
+                            "--name", host, "--memory", "256MiB", "--scratch", str(h.home / "scratch"),
+                            "--give-up-after", str(give_up)], log="worker", env=env)
+
+
+def output_shards(bed: Bed) -> dict[str, str]:
+    """The output's shards, as its manifest on the store lists them, each checked against
+    its bytes on the store."""
+    got = bed.hosts["coord"].home / "fetched"
+    bed.store("download", f"s3://{BUCKET}/out", str(got))
+    shards = shards_of(json.loads((got / "manifest.json").read_text()))
+    for path, digest in shards.items():
+        assert blake3.blake3((got / path).read_bytes()).hexdigest() == digest, path
+    return shards
+
+
+def wait_for(predicate, timeout: float = 120) -> float:
+    start = time.time()
+    while not predicate():
+        if time.time() - start > timeout:
+            raise AssertionError("timed out")
+        time.sleep(0.1)
+    return time.time() - start
+
+
+def test_a_cluster_of_separate_hosts_writes_the_local_bytes(bed, reference):
+    """Coordinator and two workers on hosts of their own, each with private scratch, the
+    input and output only on the store: local mode's shards, byte for byte."""
+    inputs, want = reference
+    coordinator = start_job(bed, inputs)
+    workers = [start_worker(bed, "w1"), start_worker(bed, "w2")]
+    assert coordinator.wait(timeout=300) == 0, bed.log("coord", "coordinator")[-3000:]
+    for w in workers:
+        w.wait(timeout=60)
+    assert output_shards(bed) == want
+    # Each worker used only its own scratch; nothing of one is under another's home.
+    for host in ("w1", "w2"):
+        assert "running" in bed.log(host, "worker"), bed.log(host, "worker")[-2000:]
+
+
+def test_a_worker_partitioned_past_its_lease_is_fenced_and_its_task_done_elsewhere(bed, reference):
+    """w1's link is cut while it holds a task (its packets vanish: no socket closes);
+    its lease expires and w2 does the task; the link heals and w1's late result is
+    refused. The same bytes. Prints the time to detect (lease expiry) and to finish."""
+    inputs, want = reference
+    lease = 4
+    coordinator = start_job(bed, inputs, lease=lease)
+    w1 = start_worker(bed, "w1")
+    wait_for(lambda: re.search(r"running.*(map|reduce)-", bed.log("w1", "worker")) is not None)
+    bed.cut("w1")
+    cut_at = time.time()
+    start_worker(bed, "w2")
+    detect = wait_for(lambda: "lease expired" in bed.log("coord", "coordinator"), timeout=120)
+    time.sleep(2 * lease)
+    bed.heal("w1")
+    assert coordinator.wait(timeout=300) == 0, bed.log("coord", "coordinator")[-3000:]
+    finished = time.time() - cut_at
+    print(f"partition: lease expiry seen {detect:.1f} s after the cut (lease {lease} s); job done {finished:.1f} s after it")
+    w1.wait(timeout=120)
+    assert output_shards(bed) == want
+    log = bed.log("coord", "coordinator")
+    assert re.search(r"lease expired.*w1|w1.*lease expired", log), log[-3000:]
