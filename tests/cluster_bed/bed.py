@@ -32,7 +32,9 @@ from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 STORE_CLIENT = HERE / "store_client.py"
+FAULT_PROXY = HERE / "fault_proxy.py"
 STORE_PORT = 9000
+PROXY_PORT = 9001
 CREDENTIALS = {
     "AWS_ALLOW_HTTP": "true",
     "AWS_ACCESS_KEY_ID": "probeflow",
@@ -128,6 +130,21 @@ class Bed:
                 raise RuntimeError(f"the store never answered: {probe.stderr[-2000:]}")
             time.sleep(0.3)
 
+    def start_proxy(self, **faults) -> dict:
+        """Starts fault_proxy.py on the store's host in front of the store (`faults`:
+        delay_ms, slowdown, error, reset, seed); returns the environment that sends a
+        process's store requests through it."""
+        store = self.hosts["store"]
+        flags = [f"--{k.replace('_', '-')}={v}" for k, v in faults.items()]
+        self.spawn("store", [sys.executable, "-u", str(FAULT_PROXY), store.address, str(PROXY_PORT),
+                             store.address, str(STORE_PORT), *flags], log="proxy")
+        deadline = time.time() + 30
+        while "listening" not in self.log("store", "proxy"):
+            if time.time() > deadline:
+                raise RuntimeError(f"the proxy never started: {self.log('store', 'proxy')[-2000:]}")
+            time.sleep(0.1)
+        return {"AWS_ENDPOINT_URL": f"http://{store.address}:{PROXY_PORT}"}
+
     def command(self, host: str, argv: list[str]) -> list[str]:
         return ["ip", "netns", "exec", self.hosts[host].netns, *argv]
 
@@ -135,7 +152,7 @@ class Bed:
             env: dict | None = None) -> subprocess.CompletedProcess:
         """Runs `argv` on `host` to its end."""
         proc = subprocess.run(self.command(host, argv), capture_output=True, text=True, timeout=timeout,
-                              env=dict(os.environ, **self.env, **(env or {})))
+                              env={**os.environ, **self.env, **(env or {})})
         if check and proc.returncode != 0:
             raise AssertionError(f"{host}: {argv} failed ({proc.returncode}):\n{proc.stderr[-3000:]}")
         return proc
@@ -143,7 +160,7 @@ class Bed:
     def spawn(self, host: str, argv: list[str], log: str, env: dict | None = None) -> subprocess.Popen:
         """Starts `argv` on `host`, its output in `<host home>/<log>.log`."""
         out = open(self.hosts[host].home / f"{log}.log", "w")
-        full_env = dict(os.environ, **self.env, **(env or {}))
+        full_env = {**os.environ, **self.env, **(env or {})}
         proc = subprocess.Popen(self.command(host, argv), stdout=out, stderr=out, env=full_env,
                                 start_new_session=True)
         self.procs.append(proc)

@@ -91,7 +91,7 @@ def bed(tmp_path):
         b.close()
 
 
-def start_job(bed: Bed, inputs: Path, lease: int = 60) -> subprocess.Popen:
+def start_job(bed: Bed, inputs: Path, lease: int = 60, env: dict | None = None) -> subprocess.Popen:
     """Uploads the input to the store and starts the coordinator on its host."""
     bed.store("mkbucket", BUCKET)
     bed.store("upload", str(inputs), f"s3://{BUCKET}/in")
@@ -102,13 +102,14 @@ def start_job(bed: Bed, inputs: Path, lease: int = 60) -> subprocess.Popen:
         f'listen = "{coord.address}:{COORDINATOR_PORT}"\nallow_plaintext = true\n'
         f'scratch = "{coord.home / "scratch"}"', lease))
     env = {"PROBEFLOW_COOKIE": COOKIE, "NO_COLOR": "1",
-           "RUST_LOG": "info,probeflow_coordinator=debug,ractor_cluster=warn"}
+           "RUST_LOG": "info,probeflow_coordinator=debug,ractor_cluster=warn", **(env or {})}
     return bed.spawn("coord", [str(COORDINATOR), "run", str(spec)], log="coordinator", env=env)
 
 
-def start_worker(bed: Bed, host: str, give_up: int = 120) -> subprocess.Popen:
+def start_worker(bed: Bed, host: str, give_up: int = 120, env: dict | None = None) -> subprocess.Popen:
     h = bed.hosts[host]
-    env = {"PROBEFLOW_COOKIE": COOKIE, "NO_COLOR": "1", "RUST_LOG": "info,worker=debug,probeflow_worker=debug"}
+    env = {"PROBEFLOW_COOKIE": COOKIE, "NO_COLOR": "1", "RUST_LOG": "info,worker=debug,probeflow_worker=debug",
+           **(env or {})}
     return bed.spawn(host, [str(WORKER), "--join", f"{bed.hosts['coord'].address}:{COORDINATOR_PORT}",
                             "--name", host, "--memory", "256MiB", "--scratch", str(h.home / "scratch"),
                             "--give-up-after", str(give_up)], log="worker", env=env)
@@ -171,3 +172,24 @@ def test_a_worker_partitioned_past_its_lease_is_fenced_and_its_task_done_elsewhe
     assert output_shards(bed) == want
     log = bed.log("coord", "coordinator")
     assert re.search(r"lease expired.*w1|w1.*lease expired", log), log[-3000:]
+
+
+def test_a_slow_throttling_failing_store_still_gives_the_local_bytes(bed, reference):
+    """Every store request of the coordinator and the workers goes through a proxy that
+    adds 50 ms, answers 10 % with 503 SlowDown, 2 % with 500 and resets 2 % of
+    connections: the job finishes, no task fails for good, the same bytes."""
+    inputs, want = reference
+    through = bed.start_proxy(delay_ms=50, slowdown=0.1, error=0.02, reset=0.02, seed=7)
+    started = time.time()
+    coordinator = start_job(bed, inputs, env=through)
+    workers = [start_worker(bed, "w1", env=through), start_worker(bed, "w2", env=through)]
+    assert coordinator.wait(timeout=600) == 0, bed.log("coord", "coordinator")[-3000:]
+    took = time.time() - started
+    for w in workers:
+        w.wait(timeout=60)
+    assert output_shards(bed) == want
+    faults = [line for line in bed.log("store", "proxy").splitlines() if line.startswith("fault ")]
+    kinds = {line.split()[1] for line in faults}
+    print(f"faulty store: {len(faults)} faults injected ({', '.join(sorted(kinds))}); job {took:.1f} s")
+    assert {"slowdown", "error", "reset"} <= kinds, faults
+    assert "failed after" not in bed.log("coord", "coordinator")
