@@ -14,7 +14,7 @@ namespaces is touched: the veth pairs are created inside them, so no interface e
 appears in the machine's own namespace. :meth:`Bed.close` (also on a failed test, from
 the fixture) kills every process the bed started and deletes its namespaces.
 
-Needs root (`ip netns`). Where namespaces cannot be made, :func:`require_namespaces`
+Needs root (`ip netns`, `unshare`). Where namespaces cannot be made, :func:`require_namespaces`
 fails with the reason, unless PROBEFLOW_NO_NETNS=1 says to skip (for machines without
 root; CI runs as root and does not set it).
 """
@@ -79,6 +79,8 @@ class Host:
 class Bed:
     root: Path
     workers: int
+    #: More hosts (besides store, coord and the workers), e.g. a second coordinator's.
+    extra: tuple[str, ...] = ()
     tag: str = field(default_factory=lambda: secrets.token_hex(2))
     hosts: dict[str, Host] = field(default_factory=dict)
     procs: list[subprocess.Popen] = field(default_factory=list)
@@ -96,6 +98,8 @@ class Bed:
             names = ["store", "coord"] + [f"w{i}" for i in range(1, self.workers + 1)]
             for i, name in enumerate(names):
                 self.add_host(name, f"{self.subnet}.{2 + i if i < 2 else 8 + i}")
+            for i, name in enumerate(self.extra):
+                self.add_host(name, f"{self.subnet}.{100 + i}")
             self.start_store()
         except BaseException:
             self.close()
@@ -123,7 +127,7 @@ class Bed:
         self.spawn("store", [moto, "-H", store.address, "-p", str(STORE_PORT)], log="moto")
         deadline = time.time() + 30
         while True:
-            probe = self.run("coord", [sys.executable, str(STORE_CLIENT), "list", "s3://none"], check=False)
+            probe = self.run("store", [sys.executable, str(STORE_CLIENT), "list", "s3://none"], check=False)
             if "NoSuchBucket" in probe.stderr:
                 return
             if time.time() > deadline:
@@ -146,7 +150,11 @@ class Bed:
         return {"AWS_ENDPOINT_URL": f"http://{store.address}:{PROXY_PORT}"}
 
     def command(self, host: str, argv: list[str]) -> list[str]:
-        return ["ip", "netns", "exec", self.hosts[host].netns, *argv]
+        """`argv` on `host`: in its network namespace and a UTS namespace of its own,
+        whose hostname is the host's name (what a process reports as its host, e.g. in
+        the output lock, differs from host to host as on separate machines)."""
+        return ["ip", "netns", "exec", self.hosts[host].netns, "unshare", "--uts", "sh", "-c",
+                'hostname "$0" && exec "$@"', f"{host}-{self.tag}", *argv]
 
     def run(self, host: str, argv: list[str], check: bool = True, timeout: float = 600,
             env: dict | None = None) -> subprocess.CompletedProcess:
@@ -170,8 +178,8 @@ class Bed:
         return (self.hosts[host].home / f"{name}.log").read_text()
 
     def store(self, *args: str) -> subprocess.CompletedProcess:
-        """`store_client.py ARGS` on the coordinator's host."""
-        return self.run("coord", [sys.executable, str(STORE_CLIENT), *args])
+        """`store_client.py ARGS` on the store's own host (whatever links are cut)."""
+        return self.run("store", [sys.executable, str(STORE_CLIENT), *args])
 
     def cut(self, host: str) -> None:
         """Takes `host`'s link down at the bridge: a partition, not a closed socket."""

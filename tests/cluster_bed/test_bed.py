@@ -59,7 +59,8 @@ def shards_of(manifest: dict) -> dict[str, str]:
     return {s["path"]: s["blake3"] for s in manifest["shards"]}
 
 
-def job_text(input_url: str, output: str | Path, mode: str, listen: str, lease: int) -> str:
+def job_text(input_url: str, output: str | Path, mode: str, listen: str, lease: int,
+             lock: int = 60) -> str:
     return f"""
 [input]
 url = "{input_url}"
@@ -75,6 +76,7 @@ workers = 2
 memory_per_worker = "256MiB"
 rows_per_map_task = 50000
 lease_seconds = {lease}
+output_lock_seconds = {lock}
 {listen}
 """
 
@@ -84,41 +86,44 @@ def bed(tmp_path):
     why = require_namespaces()
     if why:
         pytest.skip(why)
-    b = Bed(tmp_path, workers=2)
+    b = Bed(tmp_path, workers=2, extra=("coord2",))
     try:
         yield b
     finally:
         b.close()
 
 
-def start_job(bed: Bed, inputs: Path, lease: int = 60, env: dict | None = None) -> subprocess.Popen:
-    """Uploads the input to the store and starts the coordinator on its host."""
-    bed.store("mkbucket", BUCKET)
-    bed.store("upload", str(inputs), f"s3://{BUCKET}/in")
-    coord = bed.hosts["coord"]
+def start_job(bed: Bed, inputs: Path, lease: int = 60, env: dict | None = None, host: str = "coord",
+              upload: bool = True, lock: int = 60, log: str = "coordinator") -> subprocess.Popen:
+    """Uploads the input to the store and starts the coordinator on `host`."""
+    if upload:
+        bed.store("mkbucket", BUCKET)
+        bed.store("upload", str(inputs), f"s3://{BUCKET}/in")
+    coord = bed.hosts[host]
     spec = coord.home / "job.toml"
     spec.write_text(job_text(
         f"s3://{BUCKET}/in/*.parquet", f"s3://{BUCKET}/out", "cluster",
         f'listen = "{coord.address}:{COORDINATOR_PORT}"\nallow_plaintext = true\n'
-        f'scratch = "{coord.home / "scratch"}"', lease))
+        f'scratch = "{coord.home / "scratch"}"', lease, lock))
     env = {"PROBEFLOW_COOKIE": COOKIE, "NO_COLOR": "1",
            "RUST_LOG": "info,probeflow_coordinator=debug,ractor_cluster=warn", **(env or {})}
-    return bed.spawn("coord", [str(COORDINATOR), "run", str(spec)], log="coordinator", env=env)
+    return bed.spawn(host, [str(COORDINATOR), "run", str(spec)], log=log, env=env)
 
 
-def start_worker(bed: Bed, host: str, give_up: int = 120, env: dict | None = None) -> subprocess.Popen:
+def start_worker(bed: Bed, host: str, give_up: int = 120, env: dict | None = None,
+                 coordinator: str = "coord", log: str = "worker") -> subprocess.Popen:
     h = bed.hosts[host]
     env = {"PROBEFLOW_COOKIE": COOKIE, "NO_COLOR": "1", "RUST_LOG": "info,worker=debug,probeflow_worker=debug",
            **(env or {})}
-    return bed.spawn(host, [str(WORKER), "--join", f"{bed.hosts['coord'].address}:{COORDINATOR_PORT}",
+    return bed.spawn(host, [str(WORKER), "--join", f"{bed.hosts[coordinator].address}:{COORDINATOR_PORT}",
                             "--name", host, "--memory", "256MiB", "--scratch", str(h.home / "scratch"),
-                            "--give-up-after", str(give_up)], log="worker", env=env)
+                            "--give-up-after", str(give_up)], log=log, env=env)
 
 
 def output_shards(bed: Bed) -> dict[str, str]:
     """The output's shards, as its manifest on the store lists them, each checked against
     its bytes on the store."""
-    got = bed.hosts["coord"].home / "fetched"
+    got = bed.hosts["store"].home / f"fetched-{time.time_ns()}"
     bed.store("download", f"s3://{BUCKET}/out", str(got))
     shards = shards_of(json.loads((got / "manifest.json").read_text()))
     for path, digest in shards.items():
@@ -193,3 +198,37 @@ def test_a_slow_throttling_failing_store_still_gives_the_local_bytes(bed, refere
     print(f"faulty store: {len(faults)} faults injected ({', '.join(sorted(kinds))}); job {took:.1f} s")
     assert {"slowdown", "error", "reset"} <= kinds, faults
     assert "failed after" not in bed.log("coord", "coordinator")
+
+
+def test_a_coordinator_cut_off_is_taken_over_from_another_host_after_its_lock_expires(bed, reference):
+    """The coordinator's host is cut off mid-job. A coordinator started on another host
+    against the same output is refused while the old one's lock lives (exit 2, naming
+    the owner), takes over once it has expired and resumes from the journal with new
+    workers; the old one, healed, finds its lock taken and stops without writing. The
+    same bytes."""
+    inputs, want = reference
+    lock = 6
+    slow = bed.start_proxy(delay_ms=100, seed=3)
+    old = start_job(bed, inputs, env=slow, lock=lock)
+    for w in ("w1", "w2"):
+        start_worker(bed, w, env=slow, give_up=600)
+    wait_for(lambda: "journaled" in bed.log("coord", "coordinator"), timeout=120)
+    bed.cut("coord")
+    cut_at = time.time()
+    early = start_job(bed, inputs, host="coord2", upload=False, lock=lock, log="early")
+    assert early.wait(timeout=120) == 2, bed.log("coord2", "early")[-3000:]
+    assert "coord-" in bed.log("coord2", "early"), bed.log("coord2", "early")[-3000:]  # the owner's host
+    refused_for = time.time() - cut_at
+    time.sleep(max(0.0, lock + 1 - refused_for))
+    new = start_job(bed, inputs, host="coord2", upload=False, lock=lock, log="takeover")
+    for w in ("w1", "w2"):
+        start_worker(bed, w, coordinator="coord2", log="worker-2")
+    assert new.wait(timeout=300) == 0, bed.log("coord2", "takeover")[-3000:]
+    took_over = time.time() - cut_at
+    assert "resum" in bed.log("coord2", "takeover"), bed.log("coord2", "takeover")[-3000:]
+    assert output_shards(bed) == want
+    bed.heal("coord")
+    assert old.wait(timeout=120) != 0, bed.log("coord", "coordinator")[-3000:]
+    assert "lost the output lock" in bed.log("coord", "coordinator"), bed.log("coord", "coordinator")[-3000:]
+    assert output_shards(bed) == want
+    print(f"takeover: refused {refused_for:.1f} s after the cut (lock {lock} s), done {took_over:.1f} s after it")
