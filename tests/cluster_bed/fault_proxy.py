@@ -8,7 +8,9 @@ store, request by request (keep-alive connections included):
 * ``--slowdown``: this fraction is answered ``503 SlowDown`` (S3's throttling reply)
   without reaching the store;
 * ``--error``: this fraction is answered ``500 InternalError``;
-* ``--reset``: this fraction has its connection reset (RST) instead of an answer.
+* ``--reset``: this fraction has its connection reset (RST) instead of an answer;
+* ``--every N``: besides, every Nth request gets a fault, SlowDown, 500 and reset in
+  turn (deterministic, for a run of few requests).
 
 Requests are framed by ``Content-Length`` (what S3 clients send), responses by
 ``Content-Length``, chunked encoding, or the end of the connection. Each injected fault
@@ -111,25 +113,26 @@ async def serve(client_r, client_w, args, rng: random.Random) -> None:
             await copy_body(head, client_r, body, response=False)
             if args.delay_ms:
                 await asyncio.sleep(args.delay_ms / 1000)
-            draw = rng.random()
-            what = f"{method.decode()} {path.decode()[:120]}"
-            if draw < args.reset:
-                COUNTS["reset"] += 1
-                print(f"fault reset {what}", flush=True)
+            COUNTS["requests"] += 1
+            kind = None
+            if args.every and COUNTS["requests"] % args.every == 0:
+                kind = ("slowdown", "error", "reset")[COUNTS["requests"] // args.every % 3]
+            else:
+                draw = rng.random()
+                for name, fraction in (("reset", args.reset), ("slowdown", args.slowdown), ("error", args.error)):
+                    if draw < fraction:
+                        kind = name
+                        break
+                    draw -= fraction
+            if kind is not None:
+                COUNTS[kind] += 1
+                print(f"fault {kind} {method.decode()} {path.decode()[:120]}", flush=True)
+            if kind == "reset":
                 reset(client_w)
                 return
-            draw -= args.reset
-            if draw < args.slowdown:
-                COUNTS["slowdown"] += 1
-                print(f"fault slowdown {what}", flush=True)
-                client_w.write(canned("503 Slow Down", "SlowDown"))
-                await client_w.drain()
-                continue
-            draw -= args.slowdown
-            if draw < args.error:
-                COUNTS["error"] += 1
-                print(f"fault error {what}", flush=True)
-                client_w.write(canned("500 Internal Server Error", "InternalError"))
+            if kind in ("slowdown", "error"):
+                client_w.write(canned("503 Slow Down", "SlowDown") if kind == "slowdown"
+                               else canned("500 Internal Server Error", "InternalError"))
                 await client_w.drain()
                 continue
             COUNTS["forwarded"] += 1
@@ -166,6 +169,7 @@ async def main() -> None:
     ap.add_argument("--error", type=float, default=0)
     ap.add_argument("--reset", type=float, default=0)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--every", type=int, default=0)
     args = ap.parse_args()
     rng = random.Random(args.seed)
     server = await asyncio.start_server(lambda r, w: serve(r, w, args, rng), args.listen_host, args.listen_port)

@@ -7,7 +7,9 @@ the shards local mode writes from the same input, byte for byte.
 from __future__ import annotations
 
 import json
+import os
 import re
+import signal
 import subprocess
 import sys
 import time
@@ -232,3 +234,101 @@ def test_a_coordinator_cut_off_is_taken_over_from_another_host_after_its_lock_ex
     assert "lost the output lock" in bed.log("coord", "coordinator"), bed.log("coord", "coordinator")[-3000:]
     assert output_shards(bed) == want
     print(f"takeover: refused {refused_for:.1f} s after the cut (lock {lock} s), done {took_over:.1f} s after it")
+
+
+def test_a_worker_paused_past_its_lease_is_fenced(bed, reference):
+    """w1 is paused (SIGSTOP: a GC pause, swap, a live migration) while it holds a task,
+    past its lease; w2 does the task; w1 resumes (SIGCONT) and its late result is
+    refused. The same bytes."""
+    inputs, want = reference
+    lease = 4
+    coordinator = start_job(bed, inputs, lease=lease)
+    w1 = start_worker(bed, "w1")
+    wait_for(lambda: re.search(r"running.*(map|reduce)-", bed.log("w1", "worker")) is not None)
+    os.killpg(w1.pid, signal.SIGSTOP)
+    start_worker(bed, "w2")
+    detect = wait_for(lambda: "lease expired" in bed.log("coord", "coordinator"), timeout=120)
+    os.killpg(w1.pid, signal.SIGCONT)
+    assert coordinator.wait(timeout=300) == 0, bed.log("coord", "coordinator")[-3000:]
+    print(f"pause: lease expiry seen {detect:.1f} s after the pause (lease {lease} s)")
+    assert output_shards(bed) == want
+
+
+def test_a_worker_host_that_never_returns_mid_job(bed, reference):
+    """w1's host goes away for good while it holds a task: its link is cut first (no
+    FIN or RST ever reaches the coordinator), then its processes are killed and its
+    namespace deleted. Its lease expires, w2 finishes the job. The same bytes."""
+    inputs, want = reference
+    lease = 4
+    coordinator = start_job(bed, inputs, lease=lease)
+    w1 = start_worker(bed, "w1")
+    wait_for(lambda: re.search(r"running.*(map|reduce)-", bed.log("w1", "worker")) is not None)
+    bed.cut("w1")
+    os.killpg(w1.pid, signal.SIGKILL)
+    w1.wait(timeout=30)
+    subprocess.run(["ip", "netns", "del", bed.hosts["w1"].netns], check=True)
+    gone_at = time.time()
+    start_worker(bed, "w2")
+    assert coordinator.wait(timeout=300) == 0, bed.log("coord", "coordinator")[-3000:]
+    print(f"host gone: job done {time.time() - gone_at:.1f} s after (lease {lease} s)")
+    assert re.search(r"lease expired.*w1", bed.log("coord", "coordinator")), bed.log("coord", "coordinator")[-3000:]
+    assert output_shards(bed) == want
+
+
+def test_a_workers_full_scratch_disk_fails_its_task_there_and_the_job_goes_on(bed, reference):
+    """w1's scratch is a real 256 KiB filesystem: its reduce fails with a full disk,
+    named (directory, space, what it wrote), and the task is done by w2, whose disk has
+    room. The same bytes."""
+    inputs, want = reference
+    scratch = bed.hosts["w1"].home / "scratch"
+    scratch.mkdir()
+    subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", str(scratch)], check=True)
+    try:
+        coordinator = start_job(bed, inputs)
+        start_worker(bed, "w1")
+        start_worker(bed, "w2")
+        assert coordinator.wait(timeout=300) == 0, bed.log("coord", "coordinator")[-3000:]
+        log = bed.log("coord", "coordinator")
+        full = [line for line in log.splitlines() if "No space left on device" in line]
+        assert full and all(str(scratch) in line and " free of " in line for line in full), log[-3000:]
+        assert output_shards(bed) == want
+    finally:
+        bed.close()
+        subprocess.run(["umount", "-l", str(scratch)], check=False)
+
+
+READER = r"""
+import hashlib, json, sys
+import probeflow
+ds = probeflow.Dataset(sys.argv[1], "train", seq_len=256, batch_size=4, seed=5, shard_index=0,
+                       shard_count=1, block_rows=64, num_epochs=1)
+h = hashlib.blake2b(digest_size=16)
+n = 0
+for batch in ds:
+    for key in sorted(batch):
+        h.update(key.encode())
+        h.update(batch[key].tobytes())
+    n += 1
+print(json.dumps({"digest": h.hexdigest(), "batches": n}))
+"""
+
+
+def test_the_reader_through_a_faulty_store_gives_the_same_batches(bed, reference):
+    """A training host reads the output on the store through the fault proxy (50 ms,
+    SlowDown, 500s, resets, and every third request one of them): the same batches as
+    from local disk, no hang."""
+    inputs, _ = reference
+    local_out = inputs.parent / "local-out"
+    bed.store("mkbucket", BUCKET)
+    bed.store("upload", str(local_out), f"s3://{BUCKET}/read")
+    want = json.loads(subprocess.run([sys.executable, "-c", READER, str(local_out)], capture_output=True,
+                                     text=True, check=True).stdout)
+    through = bed.start_proxy(delay_ms=50, slowdown=0.1, error=0.02, reset=0.02, every=3, seed=11)
+    cache = bed.hosts["w1"].home / "cache"
+    started = time.time()
+    got = bed.run("w1", [sys.executable, "-c", READER, f"s3://{BUCKET}/read"], timeout=300,
+                  env={**through, "PROBEFLOW_CACHE_DIR": str(cache)})
+    print(f"reader through faults: {time.time() - started:.1f} s")
+    assert json.loads(got.stdout) == want and want["batches"] > 0
+    faults = [line for line in bed.log("store", "proxy").splitlines() if line.startswith("fault ")]
+    assert faults, "the proxy injected nothing"
