@@ -134,20 +134,20 @@ class Bed:
                 raise RuntimeError(f"the store never answered: {probe.stderr[-2000:]}")
             time.sleep(0.3)
 
-    def start_proxy(self, **faults) -> dict:
-        """Starts fault_proxy.py on the store's host in front of the store (`faults`:
-        delay_ms, slowdown, error, reset, seed); returns the environment that sends a
-        process's store requests through it."""
+    def start_proxy(self, port: int = PROXY_PORT, log: str = "proxy", **faults) -> dict:
+        """Starts fault_proxy.py on the store's host in front of the store, on `port`
+        (`faults`: delay_ms, slowdown, error, reset, stall, every, seed); returns the
+        environment that sends a process's store requests through it."""
         store = self.hosts["store"]
         flags = [f"--{k.replace('_', '-')}={v}" for k, v in faults.items()]
-        self.spawn("store", [sys.executable, "-u", str(FAULT_PROXY), store.address, str(PROXY_PORT),
-                             store.address, str(STORE_PORT), *flags], log="proxy")
+        self.spawn("store", [sys.executable, "-u", str(FAULT_PROXY), store.address, str(port),
+                             store.address, str(STORE_PORT), *flags], log=log)
         deadline = time.time() + 30
-        while "listening" not in self.log("store", "proxy"):
+        while "listening" not in self.log("store", log):
             if time.time() > deadline:
-                raise RuntimeError(f"the proxy never started: {self.log('store', 'proxy')[-2000:]}")
+                raise RuntimeError(f"the proxy never started: {self.log('store', log)[-2000:]}")
             time.sleep(0.1)
-        return {"AWS_ENDPOINT_URL": f"http://{store.address}:{PROXY_PORT}"}
+        return {"AWS_ENDPOINT_URL": f"http://{store.address}:{port}"}
 
     def command(self, host: str, argv: list[str]) -> list[str]:
         """`argv` on `host`: in its network namespace and a UTS namespace of its own,

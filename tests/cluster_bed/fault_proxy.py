@@ -9,6 +9,8 @@ store, request by request (keep-alive connections included):
   without reaching the store;
 * ``--error``: this fraction is answered ``500 InternalError``;
 * ``--reset``: this fraction has its connection reset (RST) instead of an answer;
+* ``--stall``: this fraction is never answered (the connection stays open, silent:
+  a store the client cannot reach though its socket is up);
 * ``--every N``: besides, every Nth request gets a fault, SlowDown, 500 and reset in
   turn (deterministic, for a run of few requests).
 
@@ -119,7 +121,8 @@ async def serve(client_r, client_w, args, rng: random.Random) -> None:
                 kind = ("slowdown", "error", "reset")[COUNTS["requests"] // args.every % 3]
             else:
                 draw = rng.random()
-                for name, fraction in (("reset", args.reset), ("slowdown", args.slowdown), ("error", args.error)):
+                for name, fraction in (("reset", args.reset), ("slowdown", args.slowdown), ("error", args.error),
+                                       ("stall", args.stall)):
                     if draw < fraction:
                         kind = name
                         break
@@ -130,6 +133,8 @@ async def serve(client_r, client_w, args, rng: random.Random) -> None:
             if kind == "reset":
                 reset(client_w)
                 return
+            if kind == "stall":
+                await asyncio.Event().wait()
             if kind in ("slowdown", "error"):
                 client_w.write(canned("503 Slow Down", "SlowDown") if kind == "slowdown"
                                else canned("500 Internal Server Error", "InternalError"))
@@ -170,6 +175,7 @@ async def main() -> None:
     ap.add_argument("--reset", type=float, default=0)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--every", type=int, default=0)
+    ap.add_argument("--stall", type=float, default=0)
     args = ap.parse_args()
     rng = random.Random(args.seed)
     server = await asyncio.start_server(lambda r, w: serve(r, w, args, rng), args.listen_host, args.listen_port)

@@ -332,3 +332,26 @@ def test_the_reader_through_a_faulty_store_gives_the_same_batches(bed, reference
     assert json.loads(got.stdout) == want and want["batches"] > 0
     faults = [line for line in bed.log("store", "proxy").splitlines() if line.startswith("fault ")]
     assert faults, "the proxy injected nothing"
+
+
+@pytest.mark.skipif(os.environ.get("PROBEFLOW_BED_SLOW") != "1",
+                    reason="minutes long (object_store's 3-minute retry budget): PROBEFLOW_BED_SLOW=1 runs it")
+def test_a_worker_cut_off_from_the_store_but_not_the_coordinator(bed, reference):
+    """w1 reaches the coordinator but not the store: every request of its hangs (the
+    proxy in front of it never answers). It heartbeats while its task waits on the
+    store, so its lease lives until the store client gives up; the job must still end,
+    on w2, with the same bytes. Prints how long w1 held its task."""
+    inputs, want = reference
+    stalled = bed.start_proxy(port=9002, log="stall-proxy", stall=1.0)
+    started = time.time()
+    coordinator = start_job(bed, inputs)
+    start_worker(bed, "w1", env=stalled)
+    wait_for(lambda: re.search(r"running.*map-", bed.log("w1", "worker")) is not None)
+    start_worker(bed, "w2")
+    assert coordinator.wait(timeout=1200) == 0, bed.log("coord", "coordinator")[-3000:]
+    log = bed.log("coord", "coordinator")
+    failed = [line for line in log.splitlines() if "task failed" in line and "w1" in line]
+    print(f"store cut off: job done {time.time() - started:.1f} s; w1's failed attempts: {len(failed)}")
+    for line in failed[:3]:
+        print(line[:300])
+    assert output_shards(bed) == want
