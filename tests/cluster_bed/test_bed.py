@@ -142,6 +142,15 @@ def wait_for(predicate, timeout: float = 120) -> float:
     return time.time() - start
 
 
+def w1_holding_a_task(bed: Bed, inputs: Path, lease: int) -> tuple[subprocess.Popen, subprocess.Popen]:
+    """Starts the job (lease `lease` seconds) and worker w1 alone; returns both once w1
+    runs a task."""
+    coordinator = start_job(bed, inputs, lease=lease)
+    w1 = start_worker(bed, "w1")
+    wait_for(lambda: re.search(r"running.*(map|reduce)-", bed.log("w1", "worker")) is not None)
+    return coordinator, w1
+
+
 def test_a_cluster_of_separate_hosts_writes_the_local_bytes(bed, reference):
     """Coordinator and two workers on hosts of their own, each with private scratch, the
     input and output only on the store: local mode's shards, byte for byte."""
@@ -163,9 +172,7 @@ def test_a_worker_partitioned_past_its_lease_is_fenced_and_its_task_done_elsewhe
     refused. The same bytes. Prints the time to detect (lease expiry) and to finish."""
     inputs, want = reference
     lease = 4
-    coordinator = start_job(bed, inputs, lease=lease)
-    w1 = start_worker(bed, "w1")
-    wait_for(lambda: re.search(r"running.*(map|reduce)-", bed.log("w1", "worker")) is not None)
+    coordinator, w1 = w1_holding_a_task(bed, inputs, lease)
     bed.cut("w1")
     cut_at = time.time()
     start_worker(bed, "w2")
@@ -242,9 +249,7 @@ def test_a_worker_paused_past_its_lease_is_fenced(bed, reference):
     refused. The same bytes."""
     inputs, want = reference
     lease = 4
-    coordinator = start_job(bed, inputs, lease=lease)
-    w1 = start_worker(bed, "w1")
-    wait_for(lambda: re.search(r"running.*(map|reduce)-", bed.log("w1", "worker")) is not None)
+    coordinator, w1 = w1_holding_a_task(bed, inputs, lease)
     os.killpg(w1.pid, signal.SIGSTOP)
     start_worker(bed, "w2")
     detect = wait_for(lambda: "lease expired" in bed.log("coord", "coordinator"), timeout=120)
@@ -260,9 +265,7 @@ def test_a_worker_host_that_never_returns_mid_job(bed, reference):
     namespace deleted. Its lease expires, w2 finishes the job. The same bytes."""
     inputs, want = reference
     lease = 4
-    coordinator = start_job(bed, inputs, lease=lease)
-    w1 = start_worker(bed, "w1")
-    wait_for(lambda: re.search(r"running.*(map|reduce)-", bed.log("w1", "worker")) is not None)
+    coordinator, w1 = w1_holding_a_task(bed, inputs, lease)
     bed.cut("w1")
     os.killpg(w1.pid, signal.SIGKILL)
     w1.wait(timeout=30)
