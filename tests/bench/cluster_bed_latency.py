@@ -1,0 +1,88 @@
+"""What store latency costs the preprocessing job on the multi-host bed (a benchmark, not
+a test; needs root):
+
+    .venv/bin/python tests/bench/cluster_bed_latency.py [--rows 2000000] [--shards 16]
+        [--delays 0,50,200] [--bin target/release]
+
+Generates ROWS rows once, then for each delay runs the job in cluster mode on the bed
+(tests/cluster_bed): a coordinator and 2 workers on hosts of their own, input and output
+on the store host, every store request of the job through fault_proxy.py adding the
+delay (no other fault). Prints the wall time per delay and its ratio to the first, and
+checks every run wrote the same shards.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+sys.path.insert(0, str(ROOT / "tests" / "cluster_bed"))
+sys.path.insert(0, str(ROOT / "tests" / "e2e"))
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--rows", type=int, default=2_000_000)
+    ap.add_argument("--shards", type=int, default=16)
+    ap.add_argument("--delays", default="0,50,200")
+    ap.add_argument("--bin", type=Path, default=ROOT / "target" / "release")
+    args = ap.parse_args()
+    os.environ["PROBEFLOW_COORDINATOR"] = str(args.bin / "coordinator")
+    os.environ["PROBEFLOW_WORKER"] = str(args.bin / "worker")
+    from bed import Bed, require_namespaces  # noqa: E402
+    import test_bed  # noqa: E402
+
+    require_namespaces()
+    test_bed.SHARDS = args.shards
+    work = Path(tempfile.mkdtemp(prefix="bed-latency-"))
+    gen = work / "gen.toml"
+    gen.write_text(f"""
+[input]
+synthetic = {{ rows = {args.rows}, seed = 4 }}
+[output]
+url = "{work / 'gen'}"
+shards = 1
+[run]
+workers = 2
+scratch = "{work / 'scratch'}"
+""")
+    subprocess.run([str(args.bin / "coordinator"), "run", str(gen)], check=True, capture_output=True)
+    inputs = work / "input"
+    inputs.mkdir()
+    for f in (work / "gen" / "_job" / "input").glob("*.parquet"):
+        f.rename(inputs / f.name)
+    results = []
+    for delay in [int(d) for d in args.delays.split(",")]:
+        bed = Bed(work / f"bed-{delay}", workers=2)
+        try:
+            through = bed.start_proxy(delay_ms=delay)
+            started = time.time()
+            coordinator = test_bed.start_job(bed, inputs, env=through)
+            for w in ("w1", "w2"):
+                test_bed.start_worker(bed, w, env=through)
+            rc = coordinator.wait(timeout=3600)
+            took = time.time() - started
+            if rc != 0:
+                sys.exit(bed.log("coord", "coordinator")[-3000:])
+            shards = test_bed.output_shards(bed)
+            tasks = re.search(r"\((\d+) tasks run", bed.log("coord", "coordinator"))
+            results.append((delay, took, shards, tasks.group(1) if tasks else "?"))
+        finally:
+            bed.close()
+    base = results[0][1]
+    print(f"{args.rows} rows, {args.shards} shards, 2 workers on the bed; store requests through the proxy")
+    for delay, took, shards, tasks in results:
+        print(f"  {delay:4d} ms per request: {took:7.1f} s  ({took / base:4.1f}x the first)  tasks {tasks}")
+    assert all(r[2] == results[0][2] for r in results), "the runs wrote different shards"
+    print("  every run wrote the same shards")
+
+
+if __name__ == "__main__":
+    main()
