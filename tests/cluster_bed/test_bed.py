@@ -6,6 +6,7 @@ the shards local mode writes from the same input, byte for byte.
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import re
@@ -142,11 +143,12 @@ def wait_for(predicate, timeout: float = 120) -> float:
     return time.time() - start
 
 
-def w1_holding_a_task(bed: Bed, inputs: Path, lease: int) -> tuple[subprocess.Popen, subprocess.Popen]:
-    """Starts the job (lease `lease` seconds) and worker w1 alone; returns both once w1
-    runs a task."""
+def w1_holding_a_task(bed: Bed, inputs: Path, lease: int,
+                      env: dict | None = None) -> tuple[subprocess.Popen, subprocess.Popen]:
+    """Starts the job (lease `lease` seconds) and worker w1 alone (`env`: its own
+    environment, e.g. a slow store); returns both once w1 runs a task."""
     coordinator = start_job(bed, inputs, lease=lease)
-    w1 = start_worker(bed, "w1")
+    w1 = start_worker(bed, "w1", env=env)
     wait_for(lambda: re.search(r"running.*(map|reduce)-", bed.log("w1", "worker")) is not None)
     return coordinator, w1
 
@@ -357,4 +359,29 @@ def test_a_worker_cut_off_from_the_store_but_not_the_coordinator(bed, reference)
     print(f"store cut off: job done {time.time() - started:.1f} s; w1's failed attempts: {len(failed)}")
     for line in failed[:3]:
         print(line[:300])
+    assert output_shards(bed) == want
+
+
+def test_a_worker_partition_healed_before_its_lease_expires_redoes_nothing(bed, reference):
+    """w1's link is cut for 3 s, well within its 10 s lease, while it holds a task (its
+    store requests are slowed to 300 ms, so the task outlasts the cut): TCP delivers
+    the held-up heartbeats once the link is back, the lease never expires, w1's task is
+    taken after the heal and no task runs twice. The same bytes."""
+    inputs, want = reference
+    slow = bed.start_proxy(delay_ms=300)
+    coordinator, w1 = w1_holding_a_task(bed, inputs, lease=10, env=slow)
+    leased = re.search(r"leased worker=w1 task=(\S+) attempt=1", bed.log("coord", "coordinator"))
+    assert leased, bed.log("coord", "coordinator")[-2000:]
+    bed.cut("w1")
+    time.sleep(3)
+    bed.heal("w1")
+    healed = datetime.datetime.now(datetime.timezone.utc)
+    start_worker(bed, "w2")
+    assert coordinator.wait(timeout=300) == 0, bed.log("coord", "coordinator")[-3000:]
+    log = bed.log("coord", "coordinator")
+    assert "lease expired" not in log and "re-queued" not in log, log[-3000:]
+    journaled = re.search(rf"^(\S+) .*journaled task={re.escape(leased.group(1))} attempt=1", log, re.M)
+    assert journaled, log[-3000:]
+    at = datetime.datetime.fromisoformat(journaled.group(1).replace("Z", "+00:00"))
+    assert at > healed, f"w1's task was done before the cut ({at} <= {healed}): the test tested nothing"
     assert output_shards(bed) == want
