@@ -27,7 +27,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{Receiver, SyncSender};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 
 use serde::{Deserialize, Serialize};
 
@@ -54,8 +54,13 @@ pub struct RowSource {
     pub(crate) shards: Shards,
     /// First global row of each shard, plus the total at the end.
     pub(crate) starts: Vec<u64>,
-    /// Which rows these are ([`crate::row_identity`]).
-    pub(crate) digest: String,
+    /// Each local shard's blake3 where its manifest gives it (a shard without one is
+    /// hashed from its mapped bytes when the digest is first asked for); remote shards
+    /// carry theirs.
+    pub(crate) blake3: Vec<Option<String>>,
+    /// Which rows these are ([`crate::row_identity`]), computed on first use: only a
+    /// state needs it, and hashing shards without a manifest reads them whole.
+    pub(crate) digest: OnceLock<String>,
 }
 
 pub(crate) enum Shards {
@@ -103,7 +108,7 @@ impl RowSource {
         crate::output::resolve(&[path.to_string()], split, false)
     }
 
-    /// Opens (memory-maps) the given shard files (each hashed, for the rows digest).
+    /// Opens (memory-maps) the given shard files.
     pub fn open(files: &[PathBuf]) -> Result<Self> {
         let shards: Vec<ResolvedShard> = files
             .iter()
@@ -115,30 +120,17 @@ impl RowSource {
         Self::open_resolved(&shards)
     }
 
-    /// Opens (memory-maps) resolved shard files; a file without a manifest blake3 is
-    /// hashed, for the rows digest.
+    /// Opens (memory-maps) resolved shard files, keeping their manifest blake3s.
     pub fn open_resolved(files: &[ResolvedShard]) -> Result<Self> {
         let readers = files
             .iter()
             .map(|f| ArrayRecordReader::open(&f.path))
             .collect::<Result<Vec<_>>>()?;
-        let hashes = files
-            .iter()
-            .map(|f| match &f.blake3 {
-                Some(h) => Ok(h.clone()),
-                None => crate::output::hash_file(&f.path).map(|(_, h)| h),
-            })
-            .collect::<Result<Vec<_>>>()?;
-        let digest = rows_digest(
-            hashes
-                .iter()
-                .map(String::as_str)
-                .zip(readers.iter().map(|r| r.len())),
-        );
         Ok(RowSource {
             starts: starts_of(readers.iter().map(|r| r.len())),
             shards: Shards::Local(readers),
-            digest,
+            blake3: files.iter().map(|f| f.blake3.clone()).collect(),
+            digest: OnceLock::new(),
         })
     }
 
@@ -163,13 +155,14 @@ impl RowSource {
     fn open_remote(url: &str, split: &str, verify: bool, cache: &CacheOptions) -> Result<Self> {
         let output = crate::remote::output::RemoteOutput::open(url)?;
         let shards = output.split(split)?;
-        let digest = rows_digest(shards.iter().map(|s| (s.blake3.as_str(), s.rows)));
+        let blake3 = vec![None; shards.len()];
         let shards =
             crate::remote::RemoteShards::new(shards, output.bucket.clone(), cache.open(verify)?)?;
         Ok(RowSource {
             starts: starts_of(shards.rows()),
             shards: Shards::Remote(shards),
-            digest,
+            blake3,
+            digest: OnceLock::new(),
         })
     }
 
@@ -186,9 +179,22 @@ impl RowSource {
         self.len() == 0
     }
 
-    /// Which rows these are: the rows digest ([`crate::row_identity`]).
+    /// Which rows these are: the rows digest ([`crate::row_identity`]), from the
+    /// manifest's blake3s, or for a local shard without one from its mapped bytes
+    /// (hashed once, when first asked).
     pub fn digest(&self) -> &str {
-        &self.digest
+        self.digest.get_or_init(|| {
+            let hashes: Vec<String> = (0..self.num_shards())
+                .map(|i| match (&self.blake3[i], &self.shards) {
+                    (Some(known), _) => known.clone(),
+                    (None, Shards::Local(readers)) => readers[i].content_blake3(),
+                    #[cfg(feature = "remote")]
+                    (None, Shards::Remote(remote)) => remote.blake3(i).to_string(),
+                })
+                .collect();
+            let rows = self.starts.windows(2).map(|w| w[1] - w[0]);
+            rows_digest(hashes.iter().map(String::as_str).zip(rows))
+        })
     }
 
     pub fn num_shards(&self) -> usize {

@@ -23,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
 from bed import Bed, require_namespaces  # noqa: E402
 from test_job import COORDINATOR, run  # noqa: E402
 from test_cluster import COOKIE, WORKER  # noqa: E402
+from test_remote_shards import READER  # noqa: E402
 
 SHARDS = 4
 ROWS = 200_000
@@ -302,22 +303,6 @@ def test_a_workers_full_scratch_disk_fails_its_task_there_and_the_job_goes_on(be
         subprocess.run(["umount", "-l", str(scratch)], check=False)
 
 
-READER = r"""
-import hashlib, json, sys
-import probeflow
-ds = probeflow.Dataset(sys.argv[1], "train", seq_len=256, batch_size=4, seed=5, shard_index=0,
-                       shard_count=1, block_rows=64, num_epochs=1)
-h = hashlib.blake2b(digest_size=16)
-n = 0
-for batch in ds:
-    for key in sorted(batch):
-        h.update(key.encode())
-        h.update(batch[key].tobytes())
-    n += 1
-print(json.dumps({"digest": h.hexdigest(), "batches": n}))
-"""
-
-
 def test_the_reader_through_a_faulty_store_gives_the_same_batches(bed, reference):
     """A training host reads the output on the store through the fault proxy (50 ms,
     SlowDown, 500s, resets, and every third request one of them): the same batches as
@@ -326,15 +311,18 @@ def test_the_reader_through_a_faulty_store_gives_the_same_batches(bed, reference
     local_out = inputs.parent / "local-out"
     bed.store("mkbucket", BUCKET)
     bed.store("upload", str(local_out), f"s3://{BUCKET}/read")
-    want = json.loads(subprocess.run([sys.executable, "-c", READER, str(local_out)], capture_output=True,
-                                     text=True, check=True).stdout)
+    def batches(out: dict) -> tuple:
+        return out["digest"], out["batches"]
+
+    want = json.loads(subprocess.run([sys.executable, "-c", READER, json.dumps({"path": str(local_out)})],
+                                     capture_output=True, text=True, check=True).stdout)
     through = bed.start_proxy(delay_ms=50, slowdown=0.1, error=0.02, reset=0.02, every=3, seed=11)
     cache = bed.hosts["w1"].home / "cache"
     started = time.time()
-    got = bed.run("w1", [sys.executable, "-c", READER, f"s3://{BUCKET}/read"], timeout=300,
-                  env={**through, "PROBEFLOW_CACHE_DIR": str(cache)})
+    got = bed.run("w1", [sys.executable, "-c", READER, json.dumps({"path": f"s3://{BUCKET}/read"})],
+                  timeout=300, env={**through, "PROBEFLOW_CACHE_DIR": str(cache)})
     print(f"reader through faults: {time.time() - started:.1f} s")
-    assert json.loads(got.stdout) == want and want["batches"] > 0
+    assert batches(json.loads(got.stdout)) == batches(want) and want["batches"] > 0
     faults = [line for line in bed.log("store", "proxy").splitlines() if line.startswith("fault ")]
     assert faults, "the proxy injected nothing"
 

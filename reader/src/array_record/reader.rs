@@ -170,6 +170,11 @@ impl ArrayRecordReader {
     }
 
     /// The path or name given at open.
+    /// The blake3 of the file's bytes (lower-case hex), as the manifest records it.
+    pub fn content_blake3(&self) -> String {
+        blake3::hash(self.source.bytes()).to_hex().to_string()
+    }
+
     pub fn name(&self) -> &str {
         &self.name
     }

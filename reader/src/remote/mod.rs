@@ -87,6 +87,11 @@ impl RemoteShards {
         self.shards.iter().map(|s| s.rows)
     }
 
+    /// Shard `i`'s blake3, as the manifest says.
+    pub fn blake3(&self, i: usize) -> &str {
+        &self.shards[i].blake3
+    }
+
     /// Shard `i`'s URL.
     pub fn name(&self, i: usize) -> &str {
         &self.names[i]
@@ -247,8 +252,9 @@ mod tests {
         // The loader over the remote shards gives the batches of the local files.
         let rows = RowSource {
             starts: crate::dataset::starts_of(remote.rows()),
+            blake3: vec![None; shards.len()],
             shards: crate::dataset::Shards::Remote(remote),
-            digest: String::new(),
+            digest: Default::default(),
         };
         let opts = test_options(|o| o.num_epochs = Some(1));
         let mut local = Loader::new(RowSource::open(&files).unwrap(), opts.clone()).unwrap();

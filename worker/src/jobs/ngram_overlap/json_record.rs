@@ -87,6 +87,9 @@ pub struct LightRecord<'a> {
     pub text: Option<JsonValue<'a>>,
     pub id: Option<IdKind>,
     pub hashable: bool,
+    /// The whole record where the general path decoded it (so its id needs no second
+    /// decode); `None` from the plain path.
+    pub record: Option<PyValue>,
 }
 
 /// [`light_record`] by Python's decoder: any line, and the error for one that is not
@@ -121,6 +124,7 @@ fn general_record<'a>(line: &'a str, text_field: &str) -> Result<LightRecord<'a>
         text,
         id,
         hashable: value.msgpack_encodable(),
+        record: Some(value),
     })
 }
 
@@ -208,6 +212,7 @@ fn plain_record<'a>(
         text,
         id,
         hashable: true,
+        record: None,
     })
 }
 
@@ -470,6 +475,7 @@ mod tests {
             }),
             id: record.id,
             hashable: record.hashable,
+            record: record.record,
         })
     }
 

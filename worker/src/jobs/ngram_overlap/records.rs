@@ -92,7 +92,7 @@ pub fn python_str(value: &PyValue) -> Option<String> {
 
 /// msgspec's deterministic msgpack encoding of a value, appended to `out`.
 pub fn encode_msgpack(out: &mut Vec<u8>, value: &PyValue) -> Result<()> {
-    let unhashable = |what: String| WorkerError::UnhashableRecord(what);
+    let unhashable = WorkerError::UnhashableRecord;
     match value {
         PyValue::None => out.push(0xc0),
         PyValue::Bool(false) => out.push(0xc2),
@@ -128,10 +128,8 @@ pub fn encode_msgpack(out: &mut Vec<u8>, value: &PyValue) -> Result<()> {
         PyValue::Dict(items) => {
             // Python sorts str keys by code point (the order of their bytes); a dict
             // holds the last of repeated keys.
-            let mut keys: Vec<(&PyStr, &PyValue)> = Vec::with_capacity(items.len());
-            for (k, v) in items.iter().rev() {
-                keys.push((k, v));
-            }
+            let mut keys: Vec<(&PyStr, &PyValue)> =
+                items.iter().rev().map(|(k, v)| (k, v)).collect();
             keys.sort_by(|a, b| a.0.cmp(b.0));
             keys.dedup_by(|next, kept| next.0 == kept.0);
             encode_len(out, keys.len(), 0x80, 15, 0xde, 0xdf)?;

@@ -371,7 +371,7 @@ fn read_jsonl(
             rejected.add(&file.url, this, Reason::Unhashable, line);
             continue;
         }
-        let mut parsed = None;
+        let mut parsed = light.record;
         match each(Record {
             row: this,
             text: &text,
