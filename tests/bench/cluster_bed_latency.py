@@ -27,12 +27,43 @@ sys.path.insert(0, str(ROOT / "tests" / "cluster_bed"))
 sys.path.insert(0, str(ROOT / "tests" / "e2e"))
 
 
+def summarize(trace: Path, bed) -> None:
+    """Prints, per host and kind of object, the requests, their bytes and the span of
+    time they ran in."""
+    import collections
+    hosts = {h.address: name for name, h in bed.hosts.items()}
+    kinds = collections.defaultdict(lambda: [0, 0, float("inf"), 0.0, 0.0])
+    for line in trace.read_text().splitlines():
+        start, end, peer, method, path, up, down = line.split("\t")
+        path = path.split("?")[0]
+        if "/shuffle/" in path:
+            what = "shuffle index" if path.endswith(".index") else "shuffle"
+        elif "/_job/" in path:
+            what = "_job/" + path.split("/_job/")[1].split("/")[0]
+        elif path.endswith(".array_record"):
+            what = "shard"
+        else:
+            what = path.rsplit("/", 1)[-1][:30] if "." in path.rsplit("/", 1)[-1] else path[:30]
+        k = kinds[(hosts.get(peer, peer), what, method)]
+        k[0] += 1
+        k[1] += int(up) + int(down)
+        k[2] = min(k[2], float(start))
+        k[3] = max(k[3], float(end))
+        k[4] += float(end) - float(start)
+    print(f"{'host':6} {'object':22} {'method':6} {'requests':>8} {'MB':>8} {'first':>7} {'last':>7} {'busy s':>7}")
+    for (host, what, method), (n, b, first, last, busy) in sorted(kinds.items(), key=lambda kv: kv[1][2]):
+        print(f"{host:6} {what:22} {method:6} {n:8d} {b / 1e6:8.1f} {first:7.1f} {last:7.1f} {busy:7.1f}")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--rows", type=int, default=2_000_000)
     ap.add_argument("--shards", type=int, default=16)
     ap.add_argument("--delays", default="0,50,200")
     ap.add_argument("--bin", type=Path, default=ROOT / "target" / "release")
+    ap.add_argument("--trace", type=Path, default=None,
+                    help="a folder: each run's store requests (fault_proxy.py --trace) go to "
+                         "<folder>/<delay>ms.tsv, and a summary by kind of object is printed")
     args = ap.parse_args()
     os.environ["PROBEFLOW_COORDINATOR"] = str(args.bin / "coordinator")
     os.environ["PROBEFLOW_WORKER"] = str(args.bin / "worker")
@@ -62,7 +93,11 @@ scratch = "{work / 'scratch'}"
     for delay in [int(d) for d in args.delays.split(",")]:
         bed = Bed(work / f"bed-{delay}", workers=2)
         try:
-            through = bed.start_proxy(delay_ms=delay)
+            trace = {}
+            if args.trace is not None:
+                args.trace.mkdir(parents=True, exist_ok=True)
+                trace = {"trace": args.trace / f"{delay}ms.tsv"}
+            through = bed.start_proxy(delay_ms=delay, **trace)
             started = time.time()
             coordinator = test_bed.start_job(bed, inputs, env=through)
             for w in ("w1", "w2"):
@@ -74,6 +109,8 @@ scratch = "{work / 'scratch'}"
             shards = test_bed.output_shards(bed)
             tasks = re.search(r"\((\d+) tasks run", bed.log("coord", "coordinator"))
             results.append((delay, took, shards, tasks.group(1) if tasks else "?"))
+            if trace:
+                summarize(trace["trace"], bed)
         finally:
             bed.close()
     base = results[0][1]

@@ -12,7 +12,10 @@ store, request by request (keep-alive connections included):
 * ``--stall``: this fraction is never answered (the connection stays open, silent:
   a store the client cannot reach though its socket is up);
 * ``--every N``: besides, every Nth request gets a fault, SlowDown, 500 and reset in
-  turn (deterministic, for a run of few requests).
+  turn (deterministic, for a run of few requests);
+* ``--trace FILE``: every forwarded request is written to FILE as one tab-separated
+  line: start and end (seconds since the proxy started), client address, method,
+  path, request and response body bytes (for benchmarks that ask where time goes).
 
 Requests are framed by ``Content-Length`` (what S3 clients send), responses by
 ``Content-Length``, chunked encoding, or the end of the connection. Each injected fault
@@ -28,9 +31,11 @@ import signal
 import socket
 import struct
 import sys
+import time
 from collections import Counter
 
 COUNTS: Counter = Counter()
+T0 = time.monotonic()
 
 
 async def read_head(reader: asyncio.StreamReader) -> bytes | None:
@@ -46,6 +51,18 @@ def header(head: bytes, name: bytes) -> bytes | None:
         if key.strip().lower() == name:
             return value.strip()
     return None
+
+
+class CountingWriter:
+    """Passes what is written to it on to `writer`, counting the bytes."""
+
+    def __init__(self, writer) -> None:
+        self.writer = writer
+        self.bytes = 0
+
+    def write(self, data: bytes) -> None:
+        self.bytes += len(data)
+        self.writer.write(data)
 
 
 class Buffer:
@@ -141,6 +158,7 @@ async def serve(client_r, client_w, args, rng: random.Random) -> None:
                 await client_w.drain()
                 continue
             COUNTS["forwarded"] += 1
+            started = time.monotonic() - args.delay_ms / 1000
             if upstream_w is None:
                 upstream_r, upstream_w = await asyncio.open_connection(args.upstream_host, args.upstream_port)
             upstream_w.write(head + b"".join(body.chunks))
@@ -151,8 +169,14 @@ async def serve(client_r, client_w, args, rng: random.Random) -> None:
                 return
             client_w.write(response)
             # A HEAD's answer has a length but no body.
-            keep = method == b"HEAD" or await copy_body(response, upstream_r, client_w, response=True)
+            counted = CountingWriter(client_w)
+            keep = method == b"HEAD" or await copy_body(response, upstream_r, counted, response=True)
             await client_w.drain()
+            if args.trace is not None:
+                peer = client_w.get_extra_info("peername")
+                args.trace.write(f"{started - T0:.4f}\t{time.monotonic() - T0:.4f}\t{peer[0] if peer else '?'}\t"
+                                 f"{method.decode()}\t{path.decode()}\t{sum(map(len, body.chunks))}\t"
+                                 f"{counted.bytes}\n")
             if not keep:
                 client_w.close()
                 return
@@ -176,6 +200,7 @@ async def main() -> None:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--every", type=int, default=0)
     ap.add_argument("--stall", type=float, default=0)
+    ap.add_argument("--trace", type=argparse.FileType("w", bufsize=1), default=None)
     args = ap.parse_args()
     rng = random.Random(args.seed)
     server = await asyncio.start_server(lambda r, w: serve(r, w, args, rng), args.listen_host, args.listen_port)

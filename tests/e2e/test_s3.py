@@ -134,3 +134,41 @@ def test_s3_sigkill_then_resume(tmp_path, s3):
     for s in ref:
         body = client.get_object(Bucket=BUCKET, Key=f"crash-out/{s['path']}")["Body"].read()
         assert body == (local_out / s["path"]).read_bytes(), s["path"]
+
+
+def test_an_input_object_replaced_on_s3_mid_run_is_refused(tmp_path, s3):
+    """Every read of an input object carries the ETag it was planned with (If-Match):
+    the object replaced after planning (the coordinator paused once the plan is in the
+    journal, the last file rewritten with half its rows) fails the job naming it,
+    rather than a map reading the new version's bytes into the old plan."""
+    client, env = s3
+    local_input = tmp_path / "input"
+    run(["generate", "--rows", "60000", "--out", str(local_input), "--seed", "12"])
+    files = sorted(local_input.glob("*.parquet"))
+    for f in files:
+        client.upload_file(str(f), BUCKET, f"replaced-input/{f.name}")
+    spec = job_file(tmp_path, "s3", f"s3://{BUCKET}/replaced-input/*.parquet",
+                    f"s3://{BUCKET}/replaced-out", workers=1)
+    spec.write_text(spec.read_text().replace("rows_per_map_task = 60000", "rows_per_map_task = 5000"))
+    proc = subprocess.Popen([str(COORDINATOR), "run", str(spec)], env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while "replaced-out/_job/journal/job.json" not in keys(client, "replaced-out/_job/journal/"):
+        assert time.time() < deadline and proc.poll() is None, "the job was never planned"
+        time.sleep(0.01)
+    proc.send_signal(signal.SIGSTOP)
+    try:
+        import pyarrow.parquet as pq
+
+        victim = files[-1]
+        half = tmp_path / "half.parquet"
+        table = pq.read_table(victim)
+        pq.write_table(table.slice(0, table.num_rows // 2), half)
+        client.upload_file(str(half), BUCKET, f"replaced-input/{victim.name}")
+    finally:
+        proc.send_signal(signal.SIGCONT)
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode in (1, 2), err
+    assert f"s3://{BUCKET}/replaced-input/{victim.name}" in err, err
+    assert "changed since the job was planned" in err, err
+    assert "replaced-out/_SUCCESS" not in keys(client, "replaced-out/")

@@ -1,5 +1,12 @@
 //! Parquet input over `object_store`: an [`AsyncFileReader`] that fetches the footer and
 //! the projected column chunks with range reads, and names its file in every error.
+//!
+//! A file opened with the ETag it was planned with ([`open`]'s `etag`) is read only as
+//! that version: every range read carries `If-Match`, so a file replaced or removed
+//! since the job was planned fails the read with [`WorkerError::InputChanged`] (no
+//! separate `HEAD` round trips before and after), and its footer, parsed once, is kept
+//! for the next task on the same file ([`FOOTERS_KEPT`] files per process): a map
+//! task over one row group of a file already seen costs one request, not three.
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -9,7 +16,7 @@ use bytes::Bytes;
 use futures::future::BoxFuture;
 use futures::FutureExt;
 use object_store::path::Path;
-use object_store::{ObjectStore, ObjectStoreExt};
+use object_store::{GetOptions, ObjectStore};
 use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions};
 use parquet::arrow::async_reader::{AsyncFileReader, ParquetRecordBatchStreamBuilder};
 use parquet::errors::ParquetError;
@@ -22,25 +29,53 @@ use crate::error::{Result, WorkerError};
 pub struct ParquetSource {
     store: Arc<dyn ObjectStore>,
     path: Path,
+    url: String,
     size: u64,
+    /// The ETag every read must match (`If-Match`), when the file was pinned with one.
+    etag: Option<String>,
     /// Whether to load the offset index (page locations), when the file has one: it
     /// lets a row range be read without fetching its row group's whole column chunks.
     pages: bool,
 }
 
-fn external(e: object_store::Error) -> ParquetError {
-    ParquetError::External(Box::new(e))
+impl ParquetSource {
+    /// Bytes `range` of the file, of the pinned version only.
+    async fn read(&self, range: Range<u64>) -> parquet::errors::Result<Bytes> {
+        let options = GetOptions {
+            range: Some(range.into()),
+            if_match: self.etag.clone(),
+            ..GetOptions::default()
+        };
+        let pinned = |e: object_store::Error| {
+            let changed = |what: &str| {
+                ParquetError::External(Box::new(WorkerError::InputChanged {
+                    file: self.url.clone(),
+                    what: what.to_string(),
+                }))
+            };
+            match e {
+                object_store::Error::Precondition { .. } if self.etag.is_some() => changed(
+                    "changed since the job was planned (its ETag no longer matches); its rows \
+                     would mix two versions: start a new output",
+                ),
+                object_store::Error::NotFound { .. } if self.etag.is_some() => {
+                    changed("removed since the job was planned; start a new output")
+                }
+                e => ParquetError::External(Box::new(e)),
+            }
+        };
+        let got = self
+            .store
+            .get_opts(&self.path, options)
+            .await
+            .map_err(pinned)?;
+        got.bytes().await.map_err(pinned)
+    }
 }
 
 impl AsyncFileReader for ParquetSource {
     fn get_bytes(&mut self, range: Range<u64>) -> BoxFuture<'_, parquet::errors::Result<Bytes>> {
-        async move {
-            self.store
-                .get_range(&self.path, range)
-                .await
-                .map_err(external)
-        }
-        .boxed()
+        async move { self.read(range).await }.boxed()
     }
 
     fn get_byte_ranges(
@@ -48,10 +83,13 @@ impl AsyncFileReader for ParquetSource {
         ranges: Vec<Range<u64>>,
     ) -> BoxFuture<'_, parquet::errors::Result<Vec<Bytes>>> {
         async move {
-            self.store
-                .get_ranges(&self.path, &ranges)
-                .await
-                .map_err(external)
+            let this = &*self;
+            object_store::coalesce_ranges(
+                &ranges,
+                |range| this.read(range),
+                object_store::OBJECT_STORE_COALESCE_DEFAULT,
+            )
+            .await
         }
         .boxed()
     }
@@ -78,29 +116,83 @@ impl AsyncFileReader for ParquetSource {
     }
 }
 
+/// Parsed footers kept per process (the last files opened with an ETag).
+pub const FOOTERS_KEPT: usize = 8;
+
+/// A file's identity for its kept footer: URL, size, ETag, whether with page locations.
+type FooterKey = (String, u64, String, bool);
+
+/// The footers of the last [`FOOTERS_KEPT`] pinned files opened, most recent last.
+static FOOTERS: std::sync::Mutex<Vec<(FooterKey, ArrowReaderMetadata)>> =
+    std::sync::Mutex::new(Vec::new());
+
+fn kept_footer(key: &FooterKey) -> Option<ArrowReaderMetadata> {
+    let kept = FOOTERS.lock().unwrap_or_else(|p| p.into_inner());
+    kept.iter().find(|(k, _)| k == key).map(|(_, m)| m.clone())
+}
+
+fn keep_footer(key: FooterKey, metadata: &ArrowReaderMetadata) {
+    let mut kept = FOOTERS.lock().unwrap_or_else(|p| p.into_inner());
+    kept.retain(|(k, _)| *k != key);
+    if kept.len() >= FOOTERS_KEPT {
+        kept.remove(0);
+    }
+    kept.push((key, metadata.clone()));
+}
+
+/// The error of reading Parquet file `file`: [`WorkerError::InputChanged`] when a read
+/// found the file replaced, otherwise [`WorkerError::Parquet`] naming the file.
+pub fn parquet_error(file: &str, e: ParquetError) -> WorkerError {
+    if let ParquetError::External(inner) = e {
+        return match inner.downcast::<WorkerError>() {
+            Ok(worker) => *worker,
+            Err(other) => WorkerError::Parquet {
+                file: file.to_string(),
+                what: other.to_string(),
+            },
+        };
+    }
+    WorkerError::Parquet {
+        file: file.to_string(),
+        what: e.to_string(),
+    }
+}
+
 /// Opens an input file (reads its footer) as a record-batch stream builder. Utf8
 /// columns named in `as_dictionary` are read as `Dictionary(Int32, Utf8)`, keeping
-/// Parquet's dictionary encoding so each distinct value can be handled once.
+/// Parquet's dictionary encoding so each distinct value can be handled once. With
+/// `etag` (the one the file was planned with) every read is of that version only and
+/// the parsed footer is kept for the next open of the same file.
 pub async fn open(
     url: &str,
     size: u64,
+    etag: Option<&str>,
     as_dictionary: &[&str],
     pages: bool,
 ) -> Result<ParquetRecordBatchStreamBuilder<ParquetSource>> {
-    let parquet_err = |e: ParquetError| WorkerError::Parquet {
-        file: url.to_string(),
-        what: e.to_string(),
-    };
+    let parquet_err = |e: ParquetError| parquet_error(url, e);
     let loc = StoreUrl::parse(url)?;
     let mut source = ParquetSource {
         store: loc.store.clone(),
         path: loc.root.clone(),
+        url: url.to_string(),
         size,
+        etag: etag.map(str::to_string),
         pages,
     };
-    let plain = ArrowReaderMetadata::load_async(&mut source, ArrowReaderOptions::new())
-        .await
-        .map_err(parquet_err)?;
+    let key = etag.map(|e| (url.to_string(), size, e.to_string(), pages));
+    let plain = match key.as_ref().and_then(kept_footer) {
+        Some(kept) => kept,
+        None => {
+            let read = ArrowReaderMetadata::load_async(&mut source, ArrowReaderOptions::new())
+                .await
+                .map_err(parquet_err)?;
+            if let Some(key) = key {
+                keep_footer(key, &read);
+            }
+            read
+        }
+    };
     let schema = plain.schema();
     let fields: Vec<FieldRef> = schema
         .fields()

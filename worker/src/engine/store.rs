@@ -16,7 +16,7 @@
 
 use std::sync::Arc;
 
-use futures::TryStreamExt;
+use futures::{StreamExt, TryStreamExt};
 use object_store::path::Path;
 use object_store::{
     ObjectMeta, ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload, UpdateVersion,
@@ -354,8 +354,22 @@ impl StoreUrl {
 
     /// Deletes everything under `prefix` (relative to the root).
     pub async fn delete_prefix(&self, prefix: &str) -> Result<()> {
-        for meta in self.list(prefix).await? {
-            self.delete(&meta.location).await?;
+        let found = self.list(prefix).await?;
+        self.delete_all(found.into_iter().map(|m| m.location).collect())
+            .await
+    }
+
+    /// Deletes `paths`; missing ones are not an error. On an object store in bulk
+    /// requests (S3: 1 000 keys each, several at once), not one round trip per object:
+    /// a job's shuffle files, removed at its end, are thousands.
+    pub async fn delete_all(&self, paths: Vec<Path>) -> Result<()> {
+        let locations = futures::stream::iter(paths.into_iter().map(Ok)).boxed();
+        let mut deleted = self.store.delete_stream(locations);
+        while let Some(done) = deleted.next().await {
+            match done {
+                Ok(_) | Err(object_store::Error::NotFound { .. }) => {}
+                Err(e) => return Err(WorkerError::store(&self.url, e)),
+            }
         }
         Ok(())
     }

@@ -409,6 +409,7 @@ fn read_parquet(
     let builder = handle.block_on(crate::engine::parquet_source::open(
         &file.url,
         file.size,
+        None,
         &[],
         false,
     ))?;

@@ -156,6 +156,7 @@ async fn remove_losing_rejects(output: &StoreUrl, maps: &BTreeMap<usize, MapOutp
         .values()
         .filter_map(|m| m.rejects_file.as_deref())
         .collect();
+    let mut losers = Vec::new();
     for meta in output.list("rejects").await? {
         let rel = output.relative(&meta.location);
         let planned = meta
@@ -164,10 +165,10 @@ async fn remove_losing_rejects(output: &StoreUrl, maps: &BTreeMap<usize, MapOutp
             .and_then(super::map::parse_rejects_name)
             .is_some_and(|(index, _)| maps.contains_key(&index));
         if planned && !winners.contains(rel.as_str()) {
-            output.delete(&meta.location).await?;
+            losers.push(meta.location);
         }
     }
-    Ok(())
+    output.delete_all(losers).await
 }
 
 /// Reads a finished job's manifest.

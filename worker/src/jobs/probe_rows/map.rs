@@ -92,10 +92,16 @@ pub async fn run_map(
     cache: &mut AddressCache,
 ) -> Result<MapOutput> {
     let output = StoreUrl::parse(&job.output)?;
-    store::check_pinned(&task.file, task.file_size, &task.file_etag).await?;
+    // A file pinned with an ETag is read with If-Match on every request; one without
+    // is checked (size) before and after it is read.
+    let pinned_by_etag = task.file_etag.is_some();
+    if !pinned_by_etag {
+        store::check_pinned(&task.file, task.file_size, &task.file_etag).await?;
+    }
     let builder = crate::engine::parquet_source::open(
         &task.file,
         task.file_size,
+        task.file_etag.as_deref(),
         &[&settings.columns.src_addr, &settings.columns.dst_addr],
         true,
     )
@@ -115,9 +121,8 @@ pub async fn run_map(
         roots.push(i);
     }
     let mask = ProjectionMask::roots(schema, roots);
-    let parquet_err = |e: parquet::errors::ParquetError| WorkerError::Parquet {
-        file: task.file.clone(),
-        what: e.to_string(),
+    let parquet_err = |e: parquet::errors::ParquetError| {
+        crate::engine::parquet_source::parquet_error(&task.file, e)
     };
     let selection = row_selection(&builder, task);
     let mut stream = builder
@@ -189,7 +194,9 @@ pub async fn run_map(
         });
     }
     // Checked again after reading: a file replaced mid-read is refused, not mixed.
-    store::check_pinned(&task.file, task.file_size, &task.file_etag).await?;
+    if !pinned_by_etag {
+        store::check_pinned(&task.file, task.file_size, &task.file_etag).await?;
+    }
     let implausible_times = rejected
         .get(Reason::ImplausibleEventTime.as_str())
         .copied()
@@ -226,18 +233,24 @@ pub async fn run_map(
         kept_rows += rows;
     }
     drop(segment);
-    upload.finish().await?;
-    shuffle::write_index(&output, &shuffle_file, settings.shards, &segments).await?;
-
-    let rejects_file = match rejects_out {
-        Some(mut r) => {
-            let buffered = r.writer.into_inner().map_err(parquet_err)?;
-            r.upload.write(&buffered).await?;
-            r.upload.finish().await?;
-            Some(r.rel)
+    // The shuffle file, its index and the rejects file go out at once: the result that
+    // names them is reported only once all three are durable.
+    let rejects = async {
+        match rejects_out {
+            Some(mut r) => {
+                let buffered = r.writer.into_inner().map_err(parquet_err)?;
+                r.upload.write(&buffered).await?;
+                r.upload.finish().await?;
+                Ok(Some(r.rel))
+            }
+            None => Ok(None),
         }
-        None => None,
     };
+    let ((), (), rejects_file) = futures::try_join!(
+        upload.finish(),
+        shuffle::write_index(&output, &shuffle_file, settings.shards, &segments),
+        rejects,
+    )?;
     tracing::debug!(
         task = task.index,
         scan_s = scan.as_secs_f64(),
@@ -287,7 +300,7 @@ fn row_selection<T>(
 
 /// Row groups and their row counts, from an input file's footer.
 pub async fn row_groups(url: &str, size: u64) -> Result<Vec<u64>> {
-    let builder = crate::engine::parquet_source::open(url, size, &[], false).await?;
+    let builder = crate::engine::parquet_source::open(url, size, None, &[], false).await?;
     Ok(builder
         .metadata()
         .row_groups()

@@ -57,17 +57,31 @@ fn merge_reservation(memory: usize) -> usize {
     (memory / 4).max(10 << 20)
 }
 
-/// Maps whose index entry and segment are fetched at once.
-const FETCHES_IN_FLIGHT: usize = 16;
+/// Index entries fetched at once (24 bytes each: the count of round trips in flight
+/// is what bounds them).
+const INDEX_FETCHES_IN_FLIGHT: usize = 64;
 
-/// Feeds the partition's segment of every map's shuffle file, in map order (a few
-/// fetched ahead), into the sort; counts the rows it read.
+/// Segments fetched at once, at most; their bytes are bounded by [`segment_budget`].
+const SEGMENT_FETCHES_IN_FLIGHT: usize = 64;
+
+/// The bytes of segments fetched ahead of the sort, out of the reduce's `memory`: an
+/// eighth, between 8 and 256 MiB (a segment larger than that is fetched alone).
+fn segment_budget(memory: usize) -> u32 {
+    (memory / 8).clamp(8 << 20, 256 << 20) as u32
+}
+
+/// Feeds the partition's segment of every map's shuffle file, in map order, into the
+/// sort; counts the rows it read. Against a store tens of milliseconds away the time
+/// of a reduce's gather is round trips, not bytes: the index entries are fetched many
+/// at once, then the segments, as many at once as fit [`segment_budget`] bytes (a
+/// segment holds its share of the budget until the sort has taken its rows).
 #[derive(Debug)]
 struct SegmentStream {
     output: StoreUrl,
     partition: u32,
     maps: MapAttempts,
     rows: Arc<AtomicU64>,
+    budget: u32,
 }
 
 impl PartitionStream for SegmentStream {
@@ -79,24 +93,62 @@ impl PartitionStream for SegmentStream {
         let output = self.output.clone();
         let partition = self.partition;
         let rows = self.rows.clone();
+        let budget = self.budget;
+        let in_flight = Arc::new(tokio::sync::Semaphore::new(budget as usize));
         let files: Vec<String> = self
             .maps
             .iter()
             .map(|(i, attempt)| shuffle_path(i, attempt))
             .collect();
-        let batches = futures::stream::iter(files)
-            .map(move |file| {
+        let entries = {
+            let output = output.clone();
+            futures::stream::iter(files)
+                .map(move |file| {
+                    let output = output.clone();
+                    async move {
+                        let entry = shuffle::read_index_entry(&output, &file, partition).await?;
+                        Ok::<_, WorkerError>((file, entry))
+                    }
+                })
+                .buffered(INDEX_FETCHES_IN_FLIGHT)
+        };
+        // Budget is taken in map order, one segment after the other, before its fetch
+        // starts: the first segment not yet taken by the sort always has its share.
+        let batches = entries
+            .and_then(move |(file, entry)| {
+                let in_flight = in_flight.clone();
+                async move {
+                    let share = u32::try_from(entry.len)
+                        .unwrap_or(u32::MAX)
+                        .clamp(1, budget);
+                    let permit = in_flight
+                        .acquire_many_owned(share)
+                        .await
+                        .map_err(|e| WorkerError::Job(format!("segment budget: {e}")))?;
+                    Ok((file, entry, permit))
+                }
+            })
+            .map_ok(move |(file, entry, permit)| {
                 let output = output.clone();
                 let rows = rows.clone();
                 async move {
+                    if entry.rows == 0 {
+                        return Ok(futures::stream::iter(Vec::new()).boxed());
+                    }
                     let batches =
-                        shuffle::read_partition(&output, &file, partition, &key::SCHEMA).await?;
-                    let n: usize = batches.iter().map(|b| b.num_rows()).sum();
-                    rows.fetch_add(n as u64, Ordering::Relaxed);
-                    Ok::<_, WorkerError>(futures::stream::iter(batches.into_iter().map(Ok)))
+                        shuffle::read_segment(&output, &file, &entry, &key::SCHEMA).await?;
+                    rows.fetch_add(entry.rows, Ordering::Relaxed);
+                    // The share goes back once the sort has taken the last batch.
+                    Ok::<_, WorkerError>(
+                        futures::stream::iter(batches.into_iter().map(move |b| {
+                            let _held = &permit;
+                            Ok(b)
+                        }))
+                        .boxed(),
+                    )
                 }
             })
-            .buffered(FETCHES_IN_FLIGHT)
+            .try_buffered(SEGMENT_FETCHES_IN_FLIGHT)
             .try_flatten()
             .map_err(|e: WorkerError| datafusion::error::DataFusionError::External(Box::new(e)));
         Box::pin(RecordBatchStreamAdapter::new(key::SCHEMA.clone(), batches))
@@ -221,6 +273,7 @@ async fn reduce_into(
             partition: task.partition,
             maps: task.maps.clone(),
             rows: read_rows.clone(),
+            budget: segment_budget(config.memory_bytes),
         })],
         None,
         Vec::<LexOrdering>::new(),
@@ -283,22 +336,26 @@ async fn reduce_into(
     }
 
     let grouped = started.elapsed();
-    let mut infos = Vec::new();
+    let mut uploads = Vec::new();
     for shard in shards {
         shard.writer.finish()?;
         let rel = shard_path(shard.split.as_str(), task.partition, job.shards);
-        let (bytes, blake3) = upload(output, &shard.local, &rel).await?;
-        infos.push(ShardInfo {
-            split: shard.split.as_str().to_string(),
-            partition: task.partition,
-            path: rel,
-            rows: shard.rows,
-            sources: shard.sources,
-            measurements: shard.measurements,
-            bytes,
-            blake3,
+        uploads.push(async move {
+            let (bytes, blake3) = upload(output, &shard.local, &rel).await?;
+            Ok::<_, WorkerError>(ShardInfo {
+                split: shard.split.as_str().to_string(),
+                partition: task.partition,
+                path: rel,
+                rows: shard.rows,
+                sources: shard.sources,
+                measurements: shard.measurements,
+                bytes,
+                blake3,
+            })
         });
     }
+    // The splits' shards go up at once (in split order in the result).
+    let infos = futures::future::try_join_all(uploads).await?;
     tracing::debug!(
         partition = task.partition,
         sort_s = sort_wait.as_secs_f64(),
@@ -327,29 +384,40 @@ fn finish_group(g: Group, shards: &mut [ShardFile]) -> Result<()> {
     }
 }
 
-/// Uploads a local file (multipart, 8 MiB parts); returns its size and blake3.
+/// Bytes per part of a shard's multipart upload; a shard no larger is one put.
+const UPLOAD_PART: u64 = 8 << 20;
+
+/// Uploads a local file (one put up to [`UPLOAD_PART`] bytes, else multipart in parts
+/// of that size, several at once); returns its size and blake3.
 async fn upload(output: &StoreUrl, local: &FsPath, rel: &str) -> Result<(u64, String)> {
     let scratch_err = |e: std::io::Error| WorkerError::Scratch {
         path: local.display().to_string(),
         source: e,
     };
     let dest = output.child(rel);
+    let mut file = std::fs::File::open(local).map_err(scratch_err)?;
+    let size = file.metadata().map_err(scratch_err)?.len();
+    let mut hasher = blake3::Hasher::new();
+    if size <= UPLOAD_PART {
+        let mut whole = Vec::with_capacity(size as usize);
+        file.read_to_end(&mut whole).map_err(scratch_err)?;
+        hasher.update(&whole);
+        let total = whole.len() as u64;
+        output.put(&dest, whole).await?;
+        return Ok((total, hasher.finalize().to_hex().to_string()));
+    }
     let upload = output
         .store
         .put_multipart(&dest)
         .await
         .map_err(|e| WorkerError::store(output.display(&dest), e))?;
-    const PART: u64 = 8 << 20;
-    let mut writer = WriteMultipart::new_with_chunk_size(upload, PART as usize);
-    let mut file = std::fs::File::open(local).map_err(scratch_err)?;
-    let mut hasher = blake3::Hasher::new();
-    let size = file.metadata().map_err(scratch_err)?.len();
+    let mut writer = WriteMultipart::new_with_chunk_size(upload, UPLOAD_PART as usize);
     let mut total = 0u64;
     loop {
         // One fresh buffer per part, handed to the upload without copying or zeroing.
-        let mut part = Vec::with_capacity(PART.min(size.saturating_sub(total)) as usize + 1);
+        let mut part = Vec::with_capacity(UPLOAD_PART.min(size.saturating_sub(total)) as usize + 1);
         let n = (&mut file)
-            .take(PART)
+            .take(UPLOAD_PART)
             .read_to_end(&mut part)
             .map_err(scratch_err)?;
         if n == 0 {
@@ -367,5 +435,6 @@ async fn upload(output: &StoreUrl, local: &FsPath, rel: &str) -> Result<(u64, St
         .finish()
         .await
         .map_err(|e| WorkerError::store(output.display(&dest), e))?;
+    output.sync(&dest)?;
     Ok((total, hasher.finalize().to_hex().to_string()))
 }
