@@ -13,13 +13,47 @@ use std::io::Write;
 use std::sync::{Arc, Mutex};
 
 use object_store::path::Path as ObjectPath;
-use object_store::{ObjectStore, ObjectStoreExt};
+use std::time::Duration;
+
+use object_store::{ClientConfigKey, ObjectStore, ObjectStoreExt, RetryConfig};
 
 use crate::error::{Error, Result};
 use crate::output::remote_scheme;
 
+/// The environment variable that sets [`retry_budget`], in seconds.
+pub const RETRY_BUDGET_VARIABLE: &str = "PROBEFLOW_STORE_RETRY_SECONDS";
+
+/// How long one store request may take, its retries included, by default: then it
+/// fails, and the task or read that made it fails with it (object_store's own default,
+/// 3 minutes, kept a worker cut off from the store holding its task's lease that long).
+pub const DEFAULT_RETRY_BUDGET: Duration = Duration::from_secs(60);
+
+/// The longest a single try of a request may take (object_store's default); a budget
+/// below it bounds each try too.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// How long one store request may take, its retries (SlowDown, 5xx, resets, timeouts)
+/// included: [`RETRY_BUDGET_VARIABLE`] if set, else [`DEFAULT_RETRY_BUDGET`].
+pub fn retry_budget() -> std::result::Result<Duration, String> {
+    parse_retry_budget(std::env::var(RETRY_BUDGET_VARIABLE).ok().as_deref())
+}
+
+/// [`retry_budget`] from the variable's value, if set.
+fn parse_retry_budget(value: Option<&str>) -> std::result::Result<Duration, String> {
+    let Some(v) = value else {
+        return Ok(DEFAULT_RETRY_BUDGET);
+    };
+    match v.trim().parse::<f64>() {
+        Ok(s) if (1.0..=3600.0).contains(&s) => Ok(Duration::from_secs_f64(s)),
+        _ => Err(format!(
+            "{RETRY_BUDGET_VARIABLE}={v:?}: expected seconds, from 1 to 3600"
+        )),
+    }
+}
+
 /// The store of `bucket` under `scheme` (`s3://` or `gs://`), configured from the
-/// environment; the reason when it cannot be built.
+/// environment, its requests bounded by [`retry_budget`]; the reason when it cannot be
+/// built.
 pub fn object_store_for(
     scheme: &str,
     bucket: &str,
@@ -27,16 +61,32 @@ pub fn object_store_for(
     if bucket.is_empty() {
         return Err("no bucket name".into());
     }
+    let budget = retry_budget()?;
+    let retry = RetryConfig {
+        retry_timeout: budget,
+        ..RetryConfig::default()
+    };
+    let timeout = format!("{}ms", budget.min(REQUEST_TIMEOUT).as_millis());
     match scheme {
         "s3://" => Ok(Arc::new(
             object_store::aws::AmazonS3Builder::from_env()
                 .with_bucket_name(bucket)
+                .with_retry(retry)
+                .with_config(
+                    object_store::aws::AmazonS3ConfigKey::Client(ClientConfigKey::Timeout),
+                    timeout,
+                )
                 .build()
                 .map_err(|e| e.to_string())?,
         )),
         "gs://" => Ok(Arc::new(
             object_store::gcp::GoogleCloudStorageBuilder::from_env()
                 .with_bucket_name(bucket)
+                .with_retry(retry)
+                .with_config(
+                    object_store::gcp::GoogleConfigKey::Client(ClientConfigKey::Timeout),
+                    timeout,
+                )
                 .build()
                 .map_err(|e| e.to_string())?,
         )),
@@ -293,6 +343,23 @@ impl Bucket {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_retry_budget_is_seconds_from_1_to_3600_with_a_default() {
+        assert_eq!(parse_retry_budget(None), Ok(DEFAULT_RETRY_BUDGET));
+        assert_eq!(parse_retry_budget(Some(" 5 ")), Ok(Duration::from_secs(5)));
+        assert_eq!(
+            parse_retry_budget(Some("2.5")),
+            Ok(Duration::from_millis(2500))
+        );
+        for bad in ["0", "0.5", "3601", "NaN", "inf", "5s", ""] {
+            let err = parse_retry_budget(Some(bad)).unwrap_err();
+            assert!(
+                err.contains(RETRY_BUDGET_VARIABLE) && err.contains("1 to 3600"),
+                "{bad}: {err}"
+            );
+        }
+    }
 
     #[test]
     fn urls_parse_and_compose() {

@@ -6,6 +6,10 @@
 //! again. `Wait` means nothing is runnable yet (reduces wait for all maps); `Done` stops
 //! the worker. A panic inside a task is caught and reported as a failed attempt.
 //!
+//! A task that failed on a store error closes the worker's [`StoreGate`]: it asks for
+//! no task until a probe of the job's output answers (a worker cut off from the store
+//! but not from the coordinator would otherwise take task after task and fail each).
+//!
 //! The same messages travel between processes in cluster mode (`ractor_cluster`): their
 //! payloads are [`Wire`] values, JSON on the wire, carrying only metadata and URIs.
 
@@ -152,6 +156,46 @@ pub struct WorkerArgs {
 
 pub struct WorkerActor;
 
+/// Whether a worker may ask for a task, as far as its store goes: open, or closed
+/// after a task failed on a store error until a probe of the store answers, probing
+/// with a doubling wait. Pure: the actor probes and sleeps.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct StoreGate {
+    /// Closed: the wait before the next probe.
+    closed: Option<Duration>,
+}
+
+impl StoreGate {
+    /// The first wait between probes.
+    const FIRST_WAIT: Duration = Duration::from_secs(1);
+    /// The longest wait between probes.
+    const MAX_WAIT: Duration = Duration::from_secs(30);
+
+    /// A task ended; `on_store`: it failed on a store error.
+    pub fn task_ended(&mut self, on_store: bool) {
+        if on_store && self.closed.is_none() {
+            self.closed = Some(Self::FIRST_WAIT);
+        }
+    }
+
+    /// Whether the store must be probed before asking for a task.
+    pub fn is_closed(&self) -> bool {
+        self.closed.is_some()
+    }
+
+    /// A probe's answer: reachable opens the gate (`None`); otherwise the wait before
+    /// the next probe.
+    pub fn probed(&mut self, reachable: bool) -> Option<Duration> {
+        if reachable {
+            self.closed = None;
+            return None;
+        }
+        let wait = self.closed.unwrap_or(Self::FIRST_WAIT);
+        self.closed = Some((wait * 2).min(Self::MAX_WAIT));
+        Some(wait)
+    }
+}
+
 /// A worker actor's state: its arguments and what it keeps between tasks.
 pub struct WorkerState {
     args: WorkerArgs,
@@ -160,6 +204,8 @@ pub struct WorkerState {
     /// The current job run's scratch directory (made at its first task, removed when
     /// the worker stops or moves on to another job).
     scratch: Option<JobScratch>,
+    /// Closed while the store seems unreachable.
+    store_gate: StoreGate,
 }
 
 impl Actor for WorkerActor {
@@ -177,6 +223,7 @@ impl Actor for WorkerActor {
             args,
             runners: Default::default(),
             scratch: None,
+            store_gate: StoreGate::default(),
         })
     }
 
@@ -190,8 +237,35 @@ impl Actor for WorkerActor {
             args: state,
             runners,
             scratch,
+            store_gate,
         } = state;
         let name = state.name.clone();
+        if store_gate.is_closed() {
+            if state.coordinator.get_status() != ractor::ActorStatus::Running {
+                myself.stop(None);
+                return Ok(());
+            }
+            let probe = match state.job.get() {
+                Some(job) => match crate::engine::store::StoreUrl::parse(&job.output) {
+                    Ok(output) => output.exists(&output.child("_job")).await.map(|_| ()),
+                    Err(e) => Err(e),
+                },
+                None => Ok(()),
+            };
+            if let Some(wait) = store_gate.probed(probe.is_ok()) {
+                if let Err(e) = probe {
+                    tracing::warn!(
+                        worker = %name,
+                        error = %e,
+                        retry_in_s = wait.as_secs(),
+                        "store unreachable: asking for no task until it answers"
+                    );
+                }
+                myself.send_after(wait, || WorkerMsg::Poll);
+                return Ok(());
+            }
+            tracing::info!(worker = %name, "the store answers again: asking for tasks");
+        }
         let reply = state
             .coordinator
             .call(
@@ -323,6 +397,10 @@ impl Actor for WorkerActor {
                 // Heartbeats go on during a (fault-injected) slow report.
                 state.faults.before_report().await;
                 beat.abort();
+                store_gate.task_ended(matches!(
+                    result,
+                    Ok(Err(crate::error::WorkerError::Store { .. }))
+                ));
                 let result = match result {
                     Ok(Ok(output)) => Ok(output),
                     Ok(Err(e)) => Err(TaskFailure {
@@ -411,4 +489,44 @@ fn forge_results(
     });
     tracing::warn!(worker = %name, task = %mine, "fault injection: reporting paths this worker was not given");
     Ok(output)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::StoreGate;
+    use std::time::Duration;
+
+    #[test]
+    fn a_store_failure_closes_the_gate_and_other_failures_do_not() {
+        let mut gate = StoreGate::default();
+        gate.task_ended(false);
+        assert!(!gate.is_closed());
+        gate.task_ended(true);
+        assert!(gate.is_closed());
+    }
+
+    #[test]
+    fn failed_probes_wait_longer_each_time_up_to_the_limit_and_an_answer_opens() {
+        let mut gate = StoreGate::default();
+        gate.task_ended(true);
+        let waits: Vec<u64> = (0..8)
+            .map(|_| gate.probed(false).map(|w| w.as_secs()).unwrap())
+            .collect();
+        assert_eq!(waits, [1, 2, 4, 8, 16, 30, 30, 30]);
+        assert_eq!(gate.probed(true), None);
+        assert!(!gate.is_closed());
+        // Closed again, it starts from the first wait.
+        gate.task_ended(true);
+        assert_eq!(gate.probed(false), Some(Duration::from_secs(1)));
+    }
+
+    #[test]
+    fn a_second_store_failure_while_closed_keeps_the_backoff() {
+        let mut gate = StoreGate::default();
+        gate.task_ended(true);
+        gate.probed(false);
+        gate.probed(false);
+        gate.task_ended(true);
+        assert_eq!(gate.probed(false), Some(Duration::from_secs(4)));
+    }
 }

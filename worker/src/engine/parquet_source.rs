@@ -61,7 +61,7 @@ impl ParquetSource {
                 object_store::Error::NotFound { .. } if self.etag.is_some() => {
                     changed("removed since the job was planned; start a new output")
                 }
-                e => ParquetError::External(Box::new(e)),
+                e => ParquetError::External(Box::new(WorkerError::store(&self.url, e))),
             }
         };
         let got = self
