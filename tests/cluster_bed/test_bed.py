@@ -64,7 +64,7 @@ def shards_of(manifest: dict) -> dict[str, str]:
 
 
 def job_text(input_url: str, output: str | Path, mode: str, listen: str, lease: int,
-             lock: int = 60) -> str:
+             lock: int = 60, map_rows: int = 50_000) -> str:
     return f"""
 [input]
 url = "{input_url}"
@@ -78,7 +78,7 @@ seed = 3
 mode = "{mode}"
 workers = 2
 memory_per_worker = "256MiB"
-rows_per_map_task = 50000
+rows_per_map_task = {map_rows}
 lease_seconds = {lease}
 output_lock_seconds = {lock}
 {listen}
@@ -98,7 +98,8 @@ def bed(tmp_path):
 
 
 def start_job(bed: Bed, inputs: Path, lease: int = 60, env: dict | None = None, host: str = "coord",
-              upload: bool = True, lock: int = 60, log: str = "coordinator") -> subprocess.Popen:
+              upload: bool = True, lock: int = 60, log: str = "coordinator",
+              map_rows: int = 50_000) -> subprocess.Popen:
     """Uploads the input to the store and starts the coordinator on `host`."""
     if upload:
         bed.store("mkbucket", BUCKET)
@@ -108,19 +109,19 @@ def start_job(bed: Bed, inputs: Path, lease: int = 60, env: dict | None = None, 
     spec.write_text(job_text(
         f"s3://{BUCKET}/in/*.parquet", f"s3://{BUCKET}/out", "cluster",
         f'listen = "{coord.address}:{COORDINATOR_PORT}"\nallow_plaintext = true\n'
-        f'scratch = "{coord.home / "scratch"}"', lease, lock))
+        f'scratch = "{coord.home / "scratch"}"', lease, lock, map_rows))
     env = {"PROBEFLOW_COOKIE": COOKIE, "NO_COLOR": "1",
            "RUST_LOG": "info,probeflow_coordinator=debug,ractor_cluster=warn", **(env or {})}
     return bed.spawn(host, [str(COORDINATOR), "run", str(spec)], log=log, env=env)
 
 
 def start_worker(bed: Bed, host: str, give_up: int = 120, env: dict | None = None,
-                 coordinator: str = "coord", log: str = "worker") -> subprocess.Popen:
+                 coordinator: str = "coord", log: str = "worker", name: str | None = None) -> subprocess.Popen:
     h = bed.hosts[host]
     env = {"PROBEFLOW_COOKIE": COOKIE, "NO_COLOR": "1", "RUST_LOG": "info,worker=debug,probeflow_worker=debug",
            **(env or {})}
     return bed.spawn(host, [str(WORKER), "--join", f"{bed.hosts[coordinator].address}:{COORDINATOR_PORT}",
-                            "--name", host, "--memory", "256MiB", "--scratch", str(h.home / "scratch"),
+                            "--name", name or host, "--memory", "256MiB", "--scratch", str(h.home / "scratch"),
                             "--give-up-after", str(give_up)], log=log, env=env)
 
 
@@ -382,3 +383,27 @@ def test_a_worker_partition_healed_before_its_lease_expires_redoes_nothing(bed, 
     at = datetime.datetime.fromisoformat(journaled.group(1).replace("Z", "+00:00"))
     assert at > healed, f"w1's task was done before the cut ({at} <= {healed}): the test tested nothing"
     assert output_shards(bed) == want
+
+
+def test_a_chaos_run_ends_with_the_local_bytes(tmp_path, reference):
+    """A chaos run (chaos.py): 4 workers and a 3 s lease, a fault every ~2 s (worker
+    killed, worker paused or cut off past its lease, coordinator killed and restarted)
+    and store faults throughout, until the job finishes; the same bytes as local mode.
+    Small map tasks (1 000 rows: 200 maps) and a store 100 ms away make the job last
+    for at least one fault of each kind.
+    A longer run: tests/bench/cluster_bed_chaos.py."""
+    why = require_namespaces()
+    if why:
+        pytest.skip(why)
+    from chaos import Chaos
+
+    inputs, want = reference
+    bed = Bed(tmp_path, workers=4)
+    try:
+        chaos = Chaos(bed, inputs, start_job, start_worker, lease=3, lock=4, every=2.0, seed=5, map_rows=1000,
+                      store_faults=dict(delay_ms=100, slowdown=0.02, error=0.01, reset=0.01))
+        chaos.run(timeout=600)
+        assert sum(chaos.counts.values()) >= 4, chaos.log
+        assert output_shards(bed) == want
+    finally:
+        bed.close()

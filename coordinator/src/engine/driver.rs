@@ -440,10 +440,18 @@ impl Actor for CoordinatorActor {
                     .0
                     .unwrap_or_else(|e| Some(format!("undecodable: {e}")))
                 {
-                    Some(what) => Err(JobError::Journal {
-                        path: s.output.display(&s.output.child(&journal::task_path(task))),
-                        what,
-                    }),
+                    Some(what) => {
+                        let path = s.output.display(&s.output.child(&journal::task_path(task)));
+                        // The store's error names the path already.
+                        let what = what
+                            .strip_prefix(&format!("{path}: "))
+                            .unwrap_or(&what)
+                            .to_string();
+                        Err(JobError::Journal {
+                            path,
+                            what: format!("cannot write the journal entry: {what}"),
+                        })
+                    }
                     None => {
                         tracing::debug!(%task, attempt, "journaled");
                         s.accept(task, output).await

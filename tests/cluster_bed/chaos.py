@@ -1,0 +1,154 @@
+"""A chaos run on the bed: the preprocessing job in cluster mode, with a random fault
+every few seconds until it finishes, each one logged with how the job recovered.
+
+The faults (one at a time, each undone before the next; each kind once in every four
+faults, in a random order):
+
+* ``kill-worker``: a worker's process is SIGKILLed; a new worker process (a new name)
+  joins from the same host a second later;
+* ``pause-worker``: a worker is SIGSTOPped past its lease, then SIGCONTed (its late
+  result must be fenced);
+* ``cut-worker``: a worker's link is down past its lease, then up again;
+* ``kill-coordinator``: the coordinator is SIGKILLed and started again on its host;
+  it takes over once its old lock expires, resumes from the journal, and the workers
+  reconnect by themselves.
+
+Besides, every store request goes through the fault proxy (SlowDown, 500s and resets
+on a small fraction). Used by ``test_bed.py`` (a short run) and by
+``tests/bench/cluster_bed_chaos.py`` (minutes long).
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import re
+import signal
+import subprocess
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+FAULTS = ("kill-worker", "pause-worker", "cut-worker", "kill-coordinator")
+
+
+@dataclass
+class Chaos:
+    bed: object
+    inputs: Path
+    start_job: object
+    start_worker: object
+    lease: int = 3
+    lock: int = 4
+    every: float = 3.0
+    seed: int = 1
+    #: The job's rows_per_map_task.
+    map_rows: int = 50_000
+    store_faults: dict = field(default_factory=lambda: dict(slowdown=0.02, error=0.01, reset=0.01))
+    log: list[str] = field(default_factory=list)
+    counts: dict = field(default_factory=dict)
+
+    def note(self, what: str) -> None:
+        line = f"{time.time() - self.t0:7.1f} s  {what}"
+        self.log.append(line)
+        print(line, flush=True)
+
+    def run(self, timeout: float = 900) -> float:
+        """Runs the job to its end under faults; returns its wall time. Raises if it does
+        not finish with exit 0 within `timeout`."""
+        rng = random.Random(self.seed)
+        bed = self.bed
+        self.t0 = time.time()
+        self.env = bed.start_proxy(seed=self.seed, **self.store_faults)
+        self.coord_runs = 1
+        self.coordinator = self.start_job(bed, self.inputs, lease=self.lease, env=self.env, lock=self.lock,
+                                          log="coordinator-1", map_rows=self.map_rows)
+        workers = [h for h in bed.hosts if re.fullmatch(r"w\d+", h)]
+        self.workers: dict[str, tuple[subprocess.Popen, str]] = {}
+        self.generation = {w: 0 for w in workers}
+        for w in workers:
+            self.join(w)
+        # Every kind once per cycle of len(FAULTS) faults, in a random order.
+        cycle: list[str] = []
+        while True:
+            deadline = time.time() + self.every * (0.5 + rng.random())
+            while time.time() < deadline:
+                if self.coordinator.poll() is not None:
+                    return self.finished(timeout)
+                time.sleep(0.05)
+            if time.time() - self.t0 > timeout:
+                raise AssertionError("the chaos run did not finish:\n" + "\n".join(self.log[-20:]))
+            if not cycle:
+                cycle = rng.sample(FAULTS, len(FAULTS))
+            fault = cycle.pop()
+            self.counts[fault] = self.counts.get(fault, 0) + 1
+            getattr(self, fault.replace("-", "_"))(rng.choice(workers))
+
+    def finished(self, timeout: float) -> float:
+        rc = self.coordinator.returncode
+        if rc != 0:
+            raise AssertionError(f"the coordinator exited {rc}:\n"
+                                 + self.bed.log("coord", f"coordinator-{self.coord_runs}")[-3000:])
+        took = time.time() - self.t0
+        self.note(f"job finished (coordinator run {self.coord_runs}); {sum(self.counts.values())} faults: "
+                  + ", ".join(f"{k} {v}" for k, v in sorted(self.counts.items())))
+        return took
+
+    def join(self, host: str) -> None:
+        self.generation[host] += 1
+        name = f"{host}-{self.generation[host]}"
+        proc = self.start_worker(self.bed, host, give_up=600, env=self.env,
+                                 log=f"worker-{self.generation[host]}", name=name)
+        self.workers[host] = (proc, name)
+
+    def kill_worker(self, host: str) -> None:
+        proc, name = self.workers[host]
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=30)
+        self.note(f"kill-worker {name}")
+        time.sleep(1)
+        self.join(host)
+        self.note(f"  {self.workers[host][1]} joined from {host}")
+
+    def pause_worker(self, host: str) -> None:
+        proc, name = self.workers[host]
+        if proc.poll() is not None:
+            self.join(host)
+            return
+        os.killpg(proc.pid, signal.SIGSTOP)
+        self.note(f"pause-worker {name} for {self.lease + 1} s")
+        time.sleep(self.lease + 1)
+        os.killpg(proc.pid, signal.SIGCONT)
+        self.note(f"  {name} continued")
+
+    def cut_worker(self, host: str) -> None:
+        self.bed.cut(host)
+        self.note(f"cut-worker {host} for {self.lease + 1} s")
+        time.sleep(self.lease + 1)
+        self.bed.heal(host)
+        self.note(f"  {host} healed")
+
+    def kill_coordinator(self, _host: str) -> None:
+        if self.coordinator.poll() is not None:
+            return
+        os.killpg(self.coordinator.pid, signal.SIGKILL)
+        self.coordinator.wait(timeout=30)
+        killed = time.time()
+        self.note("kill-coordinator")
+        # A new coordinator on the same host is refused (exit 2) until the old lock expires.
+        while True:
+            self.coord_runs += 1
+            log = f"coordinator-{self.coord_runs}"
+            self.coordinator = self.start_job(self.bed, self.inputs, lease=self.lease, env=self.env,
+                                              lock=self.lock, upload=False, log=log, map_rows=self.map_rows)
+            try:
+                rc = self.coordinator.wait(timeout=2)
+            except subprocess.TimeoutExpired:
+                break
+            if rc == 0:
+                break
+            if rc != 2 or time.time() - killed > 10 * self.lock:
+                raise AssertionError(f"the restarted coordinator exited {rc}:\n" + self.bed.log("coord", log)[-3000:])
+            time.sleep(1)
+        self.note(f"  coordinator run {self.coord_runs} took over {time.time() - killed:.1f} s after the kill")
