@@ -11,6 +11,11 @@ store, request by request (keep-alive connections included):
 * ``--reset``: this fraction has its connection reset (RST) instead of an answer;
 * ``--stall``: this fraction is never answered (the connection stays open, silent:
   a store the client cannot reach though its socket is up);
+* ``--lose-answer``: this fraction reaches the store (and takes effect there), but the
+  client's connection is reset instead of getting the answer: a reply lost on the way,
+  after which the client cannot know whether its write happened;
+* ``--only REGEX``: faults are drawn only for requests whose path matches (the others
+  pass, delayed);
 * ``--every N``: besides, every Nth request gets a fault, SlowDown, 500 and reset in
   turn (deterministic, for a run of few requests);
 * ``--trace FILE``: every forwarded request is written to FILE as one tab-separated
@@ -27,6 +32,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import random
+import re
 import signal
 import socket
 import struct
@@ -134,12 +140,14 @@ async def serve(client_r, client_w, args, rng: random.Random) -> None:
                 await asyncio.sleep(args.delay_ms / 1000)
             COUNTS["requests"] += 1
             kind = None
-            if args.every and COUNTS["requests"] % args.every == 0:
+            if args.only is not None and not re.search(args.only, path.decode()):
+                pass  # not eligible: no draw, so the eligible requests' draws are the seed's
+            elif args.every and COUNTS["requests"] % args.every == 0:
                 kind = ("slowdown", "error", "reset")[COUNTS["requests"] // args.every % 3]
             else:
                 draw = rng.random()
                 for name, fraction in (("reset", args.reset), ("slowdown", args.slowdown), ("error", args.error),
-                                       ("stall", args.stall)):
+                                       ("stall", args.stall), ("lose-answer", args.lose_answer)):
                     if draw < fraction:
                         kind = name
                         break
@@ -164,7 +172,7 @@ async def serve(client_r, client_w, args, rng: random.Random) -> None:
             upstream_w.write(head + b"".join(body.chunks))
             await upstream_w.drain()
             response = await read_head(upstream_r)
-            if response is None:
+            if response is None or kind == "lose-answer":
                 reset(client_w)
                 return
             client_w.write(response)
@@ -200,6 +208,8 @@ async def main() -> None:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--every", type=int, default=0)
     ap.add_argument("--stall", type=float, default=0)
+    ap.add_argument("--lose-answer", type=float, default=0)
+    ap.add_argument("--only", default=None)
     ap.add_argument("--trace", type=argparse.FileType("w", bufsize=1), default=None)
     args = ap.parse_args()
     rng = random.Random(args.seed)

@@ -407,3 +407,67 @@ def test_a_chaos_run_ends_with_the_local_bytes(tmp_path, reference):
         assert output_shards(bed) == want
     finally:
         bed.close()
+
+
+def test_the_overlap_job_on_separate_hosts_through_a_faulty_store_with_a_worker_cut_off(bed, tmp_path):
+    """The n-gram overlap job in cluster mode on the bed: eval and training files and
+    the output only on the store, every store request through the fault proxy (50 ms,
+    SlowDown, 500s, resets), and w1 cut off while it holds a task, past its lease. Its
+    task is done by w2, w1's late result fenced, and the outputs (read back from the
+    store) are the plain-Python reference's."""
+    from test_overlap import check_against_reference, make_corpus, overlap_job
+
+    eval_files, train_files = make_corpus(tmp_path / "in")
+    bed.store("mkbucket", BUCKET)
+    bed.store("upload", str(tmp_path / "in"), f"s3://{BUCKET}/ov")
+    eval_urls = [f"s3://{BUCKET}/ov/eval/{p.name}" for p in eval_files]
+    coord = bed.hosts["coord"]
+    spec = overlap_job(coord.home / "overlap.toml", eval_urls, [f"s3://{BUCKET}/ov/train/*"],
+                       f"s3://{BUCKET}/ov-out", mode="cluster", lease=4)
+    spec.write_text(spec.read_text().replace(
+        'listen = "127.0.0.1:0"',
+        f'listen = "{coord.address}:{COORDINATOR_PORT}"\nallow_plaintext = true'))
+    through = bed.start_proxy(delay_ms=50, slowdown=0.1, error=0.02, reset=0.02, seed=13)
+    env = {"PROBEFLOW_COOKIE": COOKIE, "NO_COLOR": "1",
+           "RUST_LOG": "info,probeflow_coordinator=debug,ractor_cluster=warn", **through}
+    coordinator = bed.spawn("coord", [str(COORDINATOR), "run", str(spec)], log="coordinator", env=env)
+    start_worker(bed, "w1", env=through)
+    wait_for(lambda: re.search(r"running.*(index|scan)-", bed.log("w1", "worker")) is not None)
+    bed.cut("w1")
+    cut_at = time.time()
+    start_worker(bed, "w2", env=through)
+    detect = wait_for(lambda: "lease expired" in bed.log("coord", "coordinator"), timeout=120)
+    time.sleep(4)
+    bed.heal("w1")
+    assert coordinator.wait(timeout=300) == 0, bed.log("coord", "coordinator")[-3000:]
+    print(f"overlap job: w1's lease expiry seen {detect:.1f} s after the cut (lease 4 s); "
+          f"done {time.time() - cut_at:.1f} s after it")
+    assert re.search(r"lease expired.*w1|w1.*lease expired", bed.log("coord", "coordinator"))
+    got = bed.hosts["store"].home / "ov-out"
+    bed.store("download", f"s3://{BUCKET}/ov-out", str(got))
+    files = ([(u, p) for u, p in zip(eval_urls, eval_files)],
+             [(f"s3://{BUCKET}/ov/train/{p.name}", p) for p in train_files])
+    check_against_reference(got, *files)
+
+
+def test_lock_requests_that_fail_or_lose_their_answers_do_not_stop_the_coordinator(bed, reference):
+    """Every request on the output lock (`_job/lock.json`: taking it, renewing it every
+    2 s with a 6 s lock, in a job of 100 small maps against a store 100 ms away) has
+    a 1 in 4 chance of a reset before it reaches the store
+    and 1 in 4 of its answer being lost after the store applied it (the coordinator
+    cannot know whether its write happened). Transient errors are retried, and a lock
+    found holding this coordinator's own record is its own: the job finishes, the same
+    bytes. (Before: the first reset taking the lock exited 1; a renewal whose answer was
+    lost made the next one fail its precondition and the coordinator stopped, "lost the
+    output lock; it is now held by" itself.)"""
+    inputs, want = reference
+    through = bed.start_proxy(delay_ms=100, reset=0.25, lose_answer=0.25, only=r"lock\.json", seed=17)
+    coordinator = start_job(bed, inputs, env=through, lock=6, map_rows=2000)
+    for w in ("w1", "w2"):
+        start_worker(bed, w, env=through)
+    assert coordinator.wait(timeout=300) == 0, bed.log("coord", "coordinator")[-3000:]
+    faults = [line for line in bed.log("store", "proxy").splitlines() if line.startswith("fault ")]
+    kinds = {line.split()[1] for line in faults}
+    print(f"lock faults: {len(faults)} ({', '.join(sorted(kinds))})")
+    assert {"reset", "lose-answer"} <= kinds, faults
+    assert output_shards(bed) == want

@@ -10,6 +10,12 @@
 //! release: delete (only if still ours)
 //! ```
 //!
+//! A conditional write whose answer is lost (a reset after the store applied it) leaves
+//! the writer unsure whether it happened: a lock found holding this coordinator's own
+//! record (the same owner, with its per-run id) is this coordinator's, whether found
+//! while taking the lock or when a renewal's precondition fails. Transient store errors
+//! while taking the lock are retried for up to its lifetime.
+//!
 //! The lock names its owner (host, pid, process start, time started) and when it
 //! expires. Creating and replacing are atomic on every store (see
 //! [`probeflow_worker::engine::store`]), so of two coordinators started at once exactly one
@@ -115,6 +121,44 @@ impl std::fmt::Display for LockRecord {
     }
 }
 
+/// The least time taking the lock retries transient store errors (else the lock's
+/// lifetime).
+const MIN_ACQUIRE_RETRY: Duration = Duration::from_secs(10);
+
+/// Retries a store operation on the lock while its errors may be transient (the store
+/// client's own retries exhausted, a reset on a conditional write it does not retry),
+/// until a deadline, waiting a little longer each time.
+struct TransientRetry {
+    deadline: std::time::Instant,
+}
+
+impl TransientRetry {
+    fn new(budget: Duration) -> TransientRetry {
+        TransientRetry {
+            deadline: std::time::Instant::now() + budget,
+        }
+    }
+
+    async fn run<T, F, Fut>(&self, what: &str, mut op: F) -> Result<T>
+    where
+        F: FnMut() -> Fut,
+        Fut: std::future::Future<Output = probeflow_worker::error::Result<T>>,
+    {
+        let mut wait = Duration::from_millis(200);
+        loop {
+            match op().await {
+                Ok(v) => return Ok(v),
+                Err(e) if std::time::Instant::now() + wait < self.deadline => {
+                    tracing::warn!(error = %e, retry_in_ms = wait.as_millis() as u64, "cannot {what} yet; retrying");
+                    tokio::time::sleep(wait).await;
+                    wait = (wait * 2).min(Duration::from_secs(2));
+                }
+                Err(e) => return Err(e.into()),
+            }
+        }
+    }
+}
+
 /// A held output lock.
 #[derive(Debug)]
 pub struct OutputLock {
@@ -137,17 +181,32 @@ impl OutputLock {
             expires_at: t + ttl.as_secs().max(1),
         };
         let encode = |r: &LockRecord| serde_json::to_vec_pretty(r).unwrap_or_default();
+        // Transient store errors are retried for up to the lock's lifetime.
+        let retry = TransientRetry::new(ttl.max(MIN_ACQUIRE_RETRY));
         // A few rounds: the lock may vanish or change between reading and replacing it.
         for _ in 0..5 {
             let mine = record(now());
-            if let Some(revision) = output.put_if_absent(&path, encode(&mine)).await? {
+            let created = retry
+                .run("take the output lock", || {
+                    output.put_if_absent(&path, encode(&mine))
+                })
+                .await?;
+            if let Some(revision) = created {
                 tracing::debug!(output = %output.url, "output lock taken");
                 return Ok(OutputLock::held(output, mine, revision, ttl));
             }
-            let Some((bytes, revision)) = output.get_revision(&path).await? else {
+            let read = retry
+                .run("read the output lock", || output.get_revision(&path))
+                .await?;
+            let Some((bytes, revision)) = read else {
                 continue; // released meanwhile
             };
             let takeover = match serde_json::from_slice::<LockRecord>(&bytes) {
+                // A write of ours took effect though its answer was lost.
+                Ok(held) if held.owner == me => {
+                    tracing::debug!(output = %output.url, "output lock taken (an earlier try's answer was lost)");
+                    return Ok(OutputLock::held(output, held, revision, ttl));
+                }
                 Err(e) => {
                     tracing::warn!(output = %output.url, error = %e, "unreadable output lock; taking it over");
                     true
@@ -171,9 +230,16 @@ impl OutputLock {
             };
             if takeover {
                 let mine = record(now());
-                if let Some(revision) = output.replace_if(&path, &revision, encode(&mine)).await? {
+                let replaced = retry
+                    .run("take over the output lock", || {
+                        output.replace_if(&path, &revision, encode(&mine))
+                    })
+                    .await?;
+                if let Some(revision) = replaced {
                     return Ok(OutputLock::held(output, mine, revision, ttl));
                 }
+                // Not replaced: someone else's, or ours from a try whose answer was
+                // lost; the next round reads it.
             }
         }
         Err(JobError::Conflict(format!(
@@ -242,9 +308,31 @@ impl OutputLock {
                 Ok(())
             }
             None => {
-                let now_held = match self.output.get_revision(&path).await? {
-                    Some((b, _)) => serde_json::from_slice::<LockRecord>(&b)
-                        .map_or_else(|_| "an unreadable lock".into(), |r| r.to_string()),
+                let held = match self.output.get_revision(&path).await {
+                    Ok(held) => held,
+                    Err(e) if t + 1 < self.record.expires_at => {
+                        tracing::warn!(error = %e, expires_at = self.record.expires_at, "cannot read the output lock yet; retrying");
+                        return Ok(());
+                    }
+                    Err(e) => return Err(e.into()),
+                };
+                let record = held.as_ref().map(|(b, revision)| {
+                    (serde_json::from_slice::<LockRecord>(b), revision.clone())
+                });
+                // Still ours: an earlier renewal took effect though its answer was
+                // lost, so the revision this one named was already replaced.
+                if let Some((Ok(mine), revision)) = &record {
+                    if mine.owner == self.record.owner {
+                        tracing::debug!("an output lock renewal's answer was lost; it took effect");
+                        self.revision = revision.clone();
+                        self.record = mine.clone();
+                        self.last_renewal = std::time::Instant::now();
+                        return Ok(());
+                    }
+                }
+                let now_held = match record {
+                    Some((Ok(r), _)) => r.to_string(),
+                    Some((Err(_), _)) => "an unreadable lock".into(),
                     None => "nobody (the lock was removed)".into(),
                 };
                 Err(JobError::Conflict(format!(
