@@ -173,8 +173,12 @@ impl OutputLock {
     /// Takes the lock on `output` for `ttl` (renewed by [`OutputLock::renew_if_due`]),
     /// or fails with [`JobError::Conflict`] naming the live owner.
     pub async fn acquire(output: &StoreUrl, ttl: Duration) -> Result<OutputLock> {
+        Self::acquire_as(output, ttl, Owner::me()).await
+    }
+
+    /// [`OutputLock::acquire`] for owner `me`.
+    async fn acquire_as(output: &StoreUrl, ttl: Duration, me: Owner) -> Result<OutputLock> {
         let path = output.child(LOCK_PATH);
-        let me = Owner::me();
         let record = |t: u64| LockRecord {
             owner: me.clone(),
             renewed_at: t,
@@ -419,6 +423,70 @@ mod tests {
             e.contains("could not renew the output lock before it expired"),
             "{e}"
         );
+    }
+
+    #[tokio::test]
+    async fn a_renewal_whose_answer_was_lost_is_recognised_as_ours() {
+        let (_d, out) = store();
+        let ttl = Duration::from_secs(60);
+        let mut lock = OutputLock::acquire(&out, ttl).await.unwrap();
+        let path = out.child(LOCK_PATH);
+        // A renewal the store applied but whose answer never came back: the lock holds
+        // our next record at a revision this lock does not know.
+        let mut applied = lock.record.clone();
+        applied.renewed_at += 1;
+        applied.expires_at += 1;
+        let bytes = serde_json::to_vec_pretty(&applied).unwrap();
+        out.replace_if(&path, &lock.revision, bytes)
+            .await
+            .unwrap()
+            .unwrap();
+        lock.last_renewal = std::time::Instant::now() - ttl;
+        lock.renew_if_due().await.unwrap();
+        assert_eq!(lock.record, applied);
+        // And the renewal after it goes through with the adopted revision.
+        lock.last_renewal = std::time::Instant::now() - ttl;
+        lock.renew_if_due().await.unwrap();
+        assert!(lock.last_renewal.elapsed() < ttl);
+        // Another owner's record is still a lost lock.
+        let mut other = lock.record.clone();
+        other.owner.run = "someone-else".into();
+        let bytes = serde_json::to_vec_pretty(&other).unwrap();
+        out.replace_if(&path, &lock.revision, bytes)
+            .await
+            .unwrap()
+            .unwrap();
+        lock.last_renewal = std::time::Instant::now() - ttl;
+        let e = lock.renew_if_due().await.unwrap_err().to_string();
+        assert!(e.contains("lost the output lock"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn taking_a_lock_that_already_holds_our_own_record_takes_it() {
+        let (_d, out) = store();
+        let path = out.child(LOCK_PATH);
+        // A try of ours created the lock, but its answer was lost.
+        let t = now();
+        let ours = LockRecord {
+            owner: Owner::me(),
+            renewed_at: t,
+            expires_at: t + 60,
+        };
+        out.put_if_absent(&path, serde_json::to_vec_pretty(&ours).unwrap())
+            .await
+            .unwrap()
+            .unwrap();
+        let lock = OutputLock::acquire_as(&out, Duration::from_secs(60), ours.owner.clone())
+            .await
+            .unwrap();
+        assert_eq!(lock.record, ours);
+        // Another run of this process (another run id), alive on this host, is refused.
+        let e = OutputLock::acquire(&out, Duration::from_secs(60))
+            .await
+            .err()
+            .unwrap()
+            .to_string();
+        assert!(e.contains("being written by another coordinator"), "{e}");
     }
 
     #[tokio::test]
