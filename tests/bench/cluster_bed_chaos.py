@@ -1,7 +1,8 @@
 """A long chaos run on the multi-host bed (a benchmark, not a test; needs root):
 
     .venv/bin/python tests/bench/cluster_bed_chaos.py [--rows 4000000] [--workers 4]
-        [--lease 3] [--every 3] [--delay-ms 20] [--seed 1] [--bin target/release]
+        [--lease 3] [--every 3] [--delay-ms 20] [--seed 1] [--map-rows 50000]
+        [--bin target/release]
 
 Generates ROWS rows, runs the job in local mode for the reference bytes, then runs it in
 cluster mode on the bed (tests/cluster_bed) with WORKERS workers while chaos.py makes a
@@ -34,6 +35,7 @@ def main() -> None:
     ap.add_argument("--every", type=float, default=3.0)
     ap.add_argument("--delay-ms", type=int, default=20)
     ap.add_argument("--seed", type=int, default=1)
+    ap.add_argument("--map-rows", type=int, default=50_000, help="the job's rows_per_map_task")
     ap.add_argument("--bin", type=Path, default=ROOT / "target" / "release")
     args = ap.parse_args()
     os.environ["PROBEFLOW_COORDINATOR"] = str(args.bin / "coordinator")
@@ -62,14 +64,15 @@ scratch = "{work / 'scratch'}"
     for f in (work / "gen" / "_job" / "input").glob("*.parquet"):
         f.rename(inputs / f.name)
     local = work / "local.toml"
-    local.write_text(test_bed.job_text(f"{inputs}/*.parquet", work / "local-out", "local", "", 60))
+    local.write_text(test_bed.job_text(f"{inputs}/*.parquet", work / "local-out", "local", "", 60,
+                                       map_rows=args.map_rows))
     subprocess.run([coordinator, "run", str(local)], check=True, capture_output=True)
     want = test_bed.shards_of(json.loads((work / "local-out" / "manifest.json").read_text()))
 
     bed = Bed(work / "bed", workers=args.workers)
     try:
         chaos = Chaos(bed, inputs, test_bed.start_job, test_bed.start_worker, lease=args.lease,
-                      lock=args.lease + 1, every=args.every, seed=args.seed,
+                      lock=args.lease + 1, every=args.every, seed=args.seed, map_rows=args.map_rows,
                       store_faults=dict(delay_ms=args.delay_ms, slowdown=0.02, error=0.01, reset=0.01))
         took = chaos.run(timeout=3600)
         same = test_bed.output_shards(bed) == want

@@ -655,9 +655,11 @@ scratch = "{tmp_path / 'scratch'}"
         assert blake3.blake3((out / s["path"]).read_bytes()).hexdigest() == s["blake3"]
 
 
-def synthetic_job(tmp: Path, name: str, rows: int, seed: int, shards: int, memory: str, scratch: Path) -> Path:
+def synthetic_job(tmp: Path, name: str, rows: int, seed: int, shards: int, memory: str, scratch: Path,
+                  map_rows: int | None = None) -> Path:
     """A local-mode job file `tmp/<name>.toml` on generated input, one worker, output
-    `tmp/out-<name>`."""
+    `tmp/out-<name>` (`map_rows`: rows_per_map_task, else the job's default)."""
+    map_rows_line = "" if map_rows is None else f"rows_per_map_task = {map_rows}\n"
     spec = tmp / f"{name}.toml"
     spec.write_text(
         f"""
@@ -670,7 +672,7 @@ shards = {shards}
 workers = 1
 memory_per_worker = "{memory}"
 scratch = "{scratch}"
-"""
+{map_rows_line}"""
     )
     return spec
 
@@ -710,11 +712,15 @@ def test_a_full_scratch_disk_names_the_directory_and_what_the_task_needed(tmp_pa
 def test_the_smallest_memory_setting_sorts_a_partition_larger_than_it(tmp_path):
     """`memory_per_worker = "64MiB"`, the least the job accepts, with one partition of
     1.5M rows (67 MB of sort keys, more than the whole setting): the sort spills and
-    completes, and the shards are byte-identical to a run that sorts in memory."""
+    completes, and the shards are byte-identical to a run that sorts in memory. The
+    partition comes from 150 small map tasks (10 000 rows each), so the sort receives
+    150 small segments: DataFusion sorted and merged them as ~1 MB runs, each merged run
+    holding a batch in the merge's memory, and the merge of ~50 runs ran out of it at
+    614 288 rows (256 MiB failed alike at 2.5M rows from 200 maps)."""
     outs = {}
     for memory in ("64MiB", "1GiB"):
         spec = synthetic_job(tmp_path, f"job-{memory}", rows=1_500_000, seed=11, shards=1, memory=memory,
-                             scratch=tmp_path / "scratch")
+                             scratch=tmp_path / "scratch", map_rows=10_000)
         proc = run(["run", str(spec)], check=False)
         assert proc.returncode == 0, (proc.stdout + proc.stderr)[-3000:]
         manifest = json.loads((tmp_path / f"out-job-{memory}" / "manifest.json").read_text())

@@ -3,7 +3,7 @@
 //! `RowBuilder` into the partition's `train` and `test` ArrayRecord shards.
 //!
 //! ```text
-//! every map's index entry p, then segment p ─► SegmentStream ─► SortExec on the 45-byte key (FairSpillPool,
+//! every map's index entry p, then segment p ─► SegmentStream ─► batches of memory/16 ─► SortExec on the 45-byte key (FairSpillPool,
 //!   spills to scratch) ─► (src, event_time, dst, rtt) order ─► RowBuilder per source ─► shard
 //! ```
 //!
@@ -18,7 +18,7 @@ use std::path::{Path as FsPath, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use arrow::array::AsArray;
+use arrow::array::{AsArray, RecordBatch};
 use arrow::compute::SortOptions;
 use arrow::datatypes::SchemaRef;
 use datafusion::execution::memory_pool::FairSpillPool;
@@ -57,6 +57,19 @@ fn merge_reservation(memory: usize) -> usize {
     (memory / 4).max(10 << 20)
 }
 
+/// The bytes of the batches the sort receives, out of `memory` for the whole sort: a
+/// sixteenth, between 1 and 64 MiB. When the sort spills, each batch it holds becomes
+/// one run of the merge that writes the spill file, and each run being merged holds
+/// its current batches in the merge's memory ([`merge_reservation`]). Fed the segments
+/// as they come, a partition gathered from many small map tasks made hundreds of runs
+/// and the merge ran out of memory (64 MiB failed at 614 288 rows from 150 maps of
+/// 10 000 rows, 256 MiB at 2.5M rows from 200 maps;
+/// test_the_smallest_memory_setting_sorts_a_partition_larger_than_it); batches of this
+/// size keep a spill's runs to about sixteen.
+fn sort_batch_bytes(memory: usize) -> usize {
+    (memory / 16).clamp(1 << 20, 64 << 20)
+}
+
 /// Index entries fetched at once (24 bytes each: the count of round trips in flight
 /// is what bounds them).
 const INDEX_FETCHES_IN_FLIGHT: usize = 64;
@@ -82,6 +95,41 @@ struct SegmentStream {
     maps: MapAttempts,
     rows: Arc<AtomicU64>,
     budget: u32,
+    /// Rows per batch handed to the sort ([`sort_batch_bytes`]).
+    batch_rows: usize,
+}
+
+/// `batches` regrouped into batches of `rows` rows (the last one shorter); stops after
+/// the first error.
+fn coalesce(
+    batches: impl futures::Stream<Item = std::result::Result<RecordBatch, WorkerError>> + Send + 'static,
+    rows: usize,
+) -> impl futures::Stream<Item = std::result::Result<RecordBatch, WorkerError>> + Send + 'static {
+    let coalescer = arrow::compute::BatchCoalescer::new(key::SCHEMA.clone(), rows.max(1));
+    futures::stream::unfold(
+        (batches.boxed(), coalescer, false),
+        |(mut input, mut coalescer, mut ended)| async move {
+            loop {
+                if let Some(batch) = coalescer.next_completed_batch() {
+                    return Some((Ok(batch), (input, coalescer, ended)));
+                }
+                if ended {
+                    return None;
+                }
+                let pushed = match input.next().await {
+                    Some(Ok(batch)) => coalescer.push_batch(batch),
+                    Some(Err(e)) => return Some((Err(e), (input, coalescer, true))),
+                    None => {
+                        ended = true;
+                        coalescer.finish_buffered_batch()
+                    }
+                };
+                if let Err(e) = pushed {
+                    return Some((Err(e.into()), (input, coalescer, true)));
+                }
+            }
+        },
+    )
 }
 
 impl PartitionStream for SegmentStream {
@@ -149,7 +197,8 @@ impl PartitionStream for SegmentStream {
                 }
             })
             .try_buffered(SEGMENT_FETCHES_IN_FLIGHT)
-            .try_flatten()
+            .try_flatten();
+        let batches = coalesce(batches, self.batch_rows)
             .map_err(|e: WorkerError| datafusion::error::DataFusionError::External(Box::new(e)));
         Box::pin(RecordBatchStreamAdapter::new(key::SCHEMA.clone(), batches))
     }
@@ -274,6 +323,7 @@ async fn reduce_into(
             maps: task.maps.clone(),
             rows: read_rows.clone(),
             budget: segment_budget(config.memory_bytes),
+            batch_rows: sort_batch_bytes(config.memory_bytes) / key::KEY_LEN,
         })],
         None,
         Vec::<LexOrdering>::new(),
