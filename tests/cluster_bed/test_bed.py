@@ -125,14 +125,26 @@ def start_worker(bed: Bed, host: str, give_up: int = 120, env: dict | None = Non
                             "--give-up-after", str(give_up)], log=log, env=env)
 
 
+def leftovers(root: Path, output: set[str]) -> list[str]:
+    """Files under a downloaded output `root` that are neither `output` (relative paths)
+    nor the job's kept bookkeeping (`_job/journal/`, progress files)."""
+    kept = ("_job/journal/", "_job/progress", "_job/excluded-workers.json", "progress")
+    return sorted(f for f in (str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
+                  if f not in output and not f.startswith(kept))
+
+
 def output_shards(bed: Bed) -> dict[str, str]:
     """The output's shards, as its manifest on the store lists them, each checked against
-    its bytes on the store."""
+    its bytes on the store; nothing else left on the store under the output (no
+    shuffle file, no stray shard or rejects of a fenced attempt)."""
     got = bed.hosts["store"].home / f"fetched-{time.time_ns()}"
     bed.store("download", f"s3://{BUCKET}/out", str(got))
-    shards = shards_of(json.loads((got / "manifest.json").read_text()))
+    manifest = json.loads((got / "manifest.json").read_text())
+    shards = shards_of(manifest)
     for path, digest in shards.items():
         assert blake3.blake3((got / path).read_bytes()).hexdigest() == digest, path
+    listed = {"manifest.json", "_SUCCESS", *shards, *manifest.get("rejects", [])}
+    assert not leftovers(got, listed), leftovers(got, listed)
     return shards
 
 
@@ -448,6 +460,8 @@ def test_the_overlap_job_on_separate_hosts_through_a_faulty_store_with_a_worker_
     files = ([(u, p) for u, p in zip(eval_urls, eval_files)],
              [(f"s3://{BUCKET}/ov/train/{p.name}", p) for p in train_files])
     check_against_reference(got, *files)
+    work = [str(p.relative_to(got)) for p in got.rglob("*") if p.is_file() and "_job/overlap" in str(p)]
+    assert not work, f"intermediate files left on the store: {work[:5]}"
 
 
 def test_lock_requests_that_fail_or_lose_their_answers_do_not_stop_the_coordinator(bed, reference):

@@ -57,7 +57,7 @@ pub fn job_path() -> &'static str {
 
 /// The journal entry of a finished task.
 pub fn task_path(task: TaskId) -> String {
-    format!("_job/journal/{task}.json")
+    probeflow_worker::engine::protocol::journal_entry_path(task)
 }
 
 fn decode<T: DeserializeOwned>(out: &StoreUrl, rel: &str, bytes: &[u8]) -> Result<T> {

@@ -206,6 +206,10 @@ pub struct WorkerState {
     scratch: Option<JobScratch>,
     /// Closed while the store seems unreachable.
     store_gate: StoreGate,
+    /// The last task whose successful result was sent but not yet known to have
+    /// arrived: a report is a one-way message, confirmed only by the coordinator's next
+    /// answer on the same (ordered) session.
+    unconfirmed: Option<Assignment>,
 }
 
 impl Actor for WorkerActor {
@@ -224,6 +228,7 @@ impl Actor for WorkerActor {
             runners: Default::default(),
             scratch: None,
             store_gate: StoreGate::default(),
+            unconfirmed: None,
         })
     }
 
@@ -238,6 +243,7 @@ impl Actor for WorkerActor {
             runners,
             scratch,
             store_gate,
+            unconfirmed,
         } = state;
         let name = state.name.clone();
         if store_gate.is_closed() {
@@ -276,6 +282,12 @@ impl Actor for WorkerActor {
                 Some(state.timing.request_timeout()),
             )
             .await;
+        if !matches!(reply, Ok(ractor::rpc::CallResult::Success(_))) {
+            if let Some(lost) = unconfirmed.take() {
+                discard_if_not_accepted(state.kinds, runners, &lost, &name).await;
+            }
+        }
+        *unconfirmed = None;
         let reply = match reply {
             Ok(ractor::rpc::CallResult::Success(Wire(Ok(r)))) => r,
             Ok(ractor::rpc::CallResult::Success(Wire(Err(e)))) => {
@@ -453,10 +465,66 @@ impl Actor for WorkerActor {
                     myself.stop(None);
                     return Ok(());
                 }
+                if succeeded {
+                    *unconfirmed = Some((*assignment).clone());
+                }
                 myself.cast(WorkerMsg::Poll)?;
             }
         }
         Ok(())
+    }
+}
+
+/// The coordinator went away after `task`'s successful result was sent, so whether it
+/// arrived is unknown. If the job is complete (its kind's completion marker exists, so
+/// its journal is final) and the journal names another attempt of the task (or none),
+/// this attempt lost: its files are removed ([`TaskRunner::discard_unreported`]),
+/// which leaves nothing of a fenced attempt on the store. An accepted attempt, or a
+/// job not complete (a resumed coordinator removes what it does not accept), is left
+/// alone.
+async fn discard_if_not_accepted(
+    kinds: &[&'static dyn JobKind],
+    runners: &mut std::collections::HashMap<&'static str, Box<dyn TaskRunner>>,
+    task: &Assignment,
+    worker: &str,
+) {
+    let Some(kind) = find_kind(kinds, &task.job.kind) else {
+        return;
+    };
+    let Some(runner) = runners.get_mut(kind.name()) else {
+        return;
+    };
+    let id = task.task.id();
+    // Made here, run only if the attempt lost (futures do nothing until awaited).
+    let discard = runner.discard_unreported(task);
+    let checked = async {
+        let output = crate::engine::store::StoreUrl::parse(&task.job.output)?;
+        if !output
+            .exists(&output.child(kind.completion_marker()))
+            .await?
+        {
+            return Ok::<_, crate::error::WorkerError>(false);
+        }
+        let entry: Option<serde_json::Value> = output
+            .get_json(&crate::engine::protocol::journal_entry_path(id))
+            .await?;
+        let accepted = entry
+            .as_ref()
+            .and_then(|e| e.get("attempt"))
+            .and_then(serde_json::Value::as_u64);
+        if accepted == Some(u64::from(task.attempt)) {
+            return Ok(false);
+        }
+        discard.await
+    };
+    match checked.await {
+        Ok(true) => {
+            tracing::info!(worker, task = %id, attempt = task.attempt, "the job finished without this attempt; its files are removed")
+        }
+        Ok(false) => {}
+        Err(e) => {
+            tracing::warn!(worker, task = %id, error = %e, "cannot check whether this attempt's result arrived; its files may be left on the store")
+        }
     }
 }
 
