@@ -183,6 +183,11 @@ impl StoreGate {
         self.closed.is_some()
     }
 
+    /// Whether a probe has failed since the gate closed.
+    pub fn probe_failed(&self) -> bool {
+        self.closed.is_some_and(|wait| wait > Self::FIRST_WAIT)
+    }
+
     /// A probe's answer: reachable opens the gate (`None`); otherwise the wait before
     /// the next probe.
     pub fn probed(&mut self, reachable: bool) -> Option<Duration> {
@@ -258,6 +263,7 @@ impl Actor for WorkerActor {
                 },
                 None => Ok(()),
             };
+            let was_unreachable = store_gate.probe_failed();
             if let Some(wait) = store_gate.probed(probe.is_ok()) {
                 if let Err(e) = probe {
                     tracing::warn!(
@@ -270,7 +276,9 @@ impl Actor for WorkerActor {
                 myself.send_after(wait, || WorkerMsg::Poll);
                 return Ok(());
             }
-            tracing::info!(worker = %name, "the store answers again: asking for tasks");
+            if was_unreachable {
+                tracing::info!(worker = %name, "the store answers again: asking for tasks");
+            }
         }
         let reply = state
             .coordinator
@@ -570,7 +578,11 @@ mod tests {
         gate.task_ended(false);
         assert!(!gate.is_closed());
         gate.task_ended(true);
-        assert!(gate.is_closed());
+        assert!(gate.is_closed() && !gate.probe_failed());
+        gate.probed(false);
+        assert!(gate.probe_failed());
+        gate.probed(true);
+        assert!(!gate.is_closed() && !gate.probe_failed());
     }
 
     #[test]
