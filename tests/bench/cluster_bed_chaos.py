@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -46,27 +45,11 @@ def main() -> None:
 
     require_namespaces()
     work = Path(tempfile.mkdtemp(prefix="bed-chaos-"))
-    gen = work / "gen.toml"
-    gen.write_text(f"""
-[input]
-synthetic = {{ rows = {args.rows}, seed = 4 }}
-[output]
-url = "{work / 'gen'}"
-shards = 1
-[run]
-workers = 2
-scratch = "{work / 'scratch'}"
-""")
-    coordinator = str(args.bin / "coordinator")
-    subprocess.run([coordinator, "run", str(gen)], check=True, capture_output=True)
-    inputs = work / "input"
-    inputs.mkdir()
-    for f in (work / "gen" / "_job" / "input").glob("*.parquet"):
-        f.rename(inputs / f.name)
+    inputs = test_bed.generate_input(work, args.rows)
     local = work / "local.toml"
     local.write_text(test_bed.job_text(f"{inputs}/*.parquet", work / "local-out", "local", "", 60,
                                        map_rows=args.map_rows))
-    subprocess.run([coordinator, "run", str(local)], check=True, capture_output=True)
+    test_bed.run(["run", str(local)])
     want = test_bed.shards_of(json.loads((work / "local-out" / "manifest.json").read_text()))
 
     bed = Bed(work / "bed", workers=args.workers)

@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import os
 import re
-import subprocess
 import sys
 import tempfile
 import time
@@ -73,22 +72,7 @@ def main() -> None:
     require_namespaces()
     test_bed.SHARDS = args.shards
     work = Path(tempfile.mkdtemp(prefix="bed-latency-"))
-    gen = work / "gen.toml"
-    gen.write_text(f"""
-[input]
-synthetic = {{ rows = {args.rows}, seed = 4 }}
-[output]
-url = "{work / 'gen'}"
-shards = 1
-[run]
-workers = 2
-scratch = "{work / 'scratch'}"
-""")
-    subprocess.run([str(args.bin / "coordinator"), "run", str(gen)], check=True, capture_output=True)
-    inputs = work / "input"
-    inputs.mkdir()
-    for f in (work / "gen" / "_job" / "input").glob("*.parquet"):
-        f.rename(inputs / f.name)
+    inputs = test_bed.generate_input(work, args.rows)
     results = []
     for delay in [int(d) for d in args.delays.split(",")]:
         bed = Bed(work / f"bed-{delay}", workers=2)

@@ -31,28 +31,34 @@ BUCKET = "bed"
 COORDINATOR_PORT = 7400
 
 
-@pytest.fixture(scope="module")
-def reference(tmp_path_factory):
-    """Input Parquet files (made by a local run of the synthetic job) and the shards
-    local mode writes from them: {relative path: blake3}."""
-    root = tmp_path_factory.mktemp("reference")
+def generate_input(root: Path, rows: int) -> Path:
+    """`rows` synthetic input rows (seed 4), made by a local run of the synthetic job
+    under `root`; returns the folder of their Parquet files, `root/input`."""
     gen = root / "gen.toml"
     gen.write_text(f"""
 [input]
-synthetic = {{ rows = {ROWS}, seed = 4 }}
+synthetic = {{ rows = {rows}, seed = 4 }}
 [output]
 url = "{root / 'gen'}"
-shards = {SHARDS}
+shards = 1
 [run]
 workers = 2
-memory_per_worker = "256MiB"
 scratch = "{root / 'scratch'}"
 """)
     run(["run", str(gen)])
     inputs = root / "input"
     inputs.mkdir()
     for f in (root / "gen" / "_job" / "input").glob("*.parquet"):
-        (inputs / f.name).write_bytes(f.read_bytes())
+        f.rename(inputs / f.name)
+    return inputs
+
+
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory):
+    """Input Parquet files (made by a local run of the synthetic job) and the shards
+    local mode writes from them: {relative path: blake3}."""
+    root = tmp_path_factory.mktemp("reference")
+    inputs = generate_input(root, ROWS)
     local = root / "local.toml"
     local.write_text(job_text(f"{inputs}/*.parquet", root / "local-out", "local", "", 60))
     run(["run", str(local)])

@@ -425,22 +425,26 @@ mod tests {
         );
     }
 
+    /// Replaces the lock object (at `revision`) with `record`, as another write would.
+    async fn overwrite(out: &StoreUrl, revision: &Revision, record: &LockRecord) {
+        let bytes = serde_json::to_vec_pretty(record).unwrap();
+        out.replace_if(&out.child(LOCK_PATH), revision, bytes)
+            .await
+            .unwrap()
+            .unwrap();
+    }
+
     #[tokio::test]
     async fn a_renewal_whose_answer_was_lost_is_recognised_as_ours() {
         let (_d, out) = store();
         let ttl = Duration::from_secs(60);
         let mut lock = OutputLock::acquire(&out, ttl).await.unwrap();
-        let path = out.child(LOCK_PATH);
         // A renewal the store applied but whose answer never came back: the lock holds
         // our next record at a revision this lock does not know.
         let mut applied = lock.record.clone();
         applied.renewed_at += 1;
         applied.expires_at += 1;
-        let bytes = serde_json::to_vec_pretty(&applied).unwrap();
-        out.replace_if(&path, &lock.revision, bytes)
-            .await
-            .unwrap()
-            .unwrap();
+        overwrite(&out, &lock.revision, &applied).await;
         lock.last_renewal = std::time::Instant::now() - ttl;
         lock.renew_if_due().await.unwrap();
         assert_eq!(lock.record, applied);
@@ -451,11 +455,7 @@ mod tests {
         // Another owner's record is still a lost lock.
         let mut other = lock.record.clone();
         other.owner.run = "someone-else".into();
-        let bytes = serde_json::to_vec_pretty(&other).unwrap();
-        out.replace_if(&path, &lock.revision, bytes)
-            .await
-            .unwrap()
-            .unwrap();
+        overwrite(&out, &lock.revision, &other).await;
         lock.last_renewal = std::time::Instant::now() - ttl;
         let e = lock.renew_if_due().await.unwrap_err().to_string();
         assert!(e.contains("lost the output lock"), "{e}");

@@ -11,10 +11,9 @@
 
 use std::io::Write;
 use std::sync::{Arc, Mutex};
-
-use object_store::path::Path as ObjectPath;
 use std::time::Duration;
 
+use object_store::path::Path as ObjectPath;
 use object_store::{ClientConfigKey, ObjectStore, ObjectStoreExt, RetryConfig};
 
 use crate::error::{Error, Result};

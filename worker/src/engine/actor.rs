@@ -290,12 +290,12 @@ impl Actor for WorkerActor {
                 Some(state.timing.request_timeout()),
             )
             .await;
-        if !matches!(reply, Ok(ractor::rpc::CallResult::Success(_))) {
-            if let Some(lost) = unconfirmed.take() {
-                discard_if_not_accepted(state.kinds, runners, &lost, &name).await;
-            }
+        // An answer confirms the last report (same ordered session); no answer leaves
+        // its fate unknown.
+        let answered = matches!(reply, Ok(ractor::rpc::CallResult::Success(_)));
+        if let Some(sent) = unconfirmed.take().filter(|_| !answered) {
+            discard_if_not_accepted(state.kinds, runners, &sent, &name).await;
         }
-        *unconfirmed = None;
         let reply = match reply {
             Ok(ractor::rpc::CallResult::Success(Wire(Ok(r)))) => r,
             Ok(ractor::rpc::CallResult::Success(Wire(Err(e)))) => {

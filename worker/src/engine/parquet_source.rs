@@ -2,7 +2,8 @@
 //! the projected column chunks with range reads, and names its file in every error.
 //!
 //! A file opened with the ETag it was planned with ([`open`]'s `etag`) is read only as
-//! that version: every range read carries `If-Match`, so a file replaced or removed
+//! that version: every range read carries `If-Match` and its answer's ETag and size
+//! are checked (for a store that ignores the header), so a file replaced or removed
 //! since the job was planned fails the read with [`WorkerError::InputChanged`] (no
 //! separate `HEAD` round trips before and after), and its footer, parsed once, is kept
 //! for the next task on the same file ([`FOOTERS_KEPT`] files per process): a map
@@ -69,6 +70,21 @@ impl ParquetSource {
             .get_opts(&self.path, options)
             .await
             .map_err(pinned)?;
+        // A store that ignores If-Match still names the version it answered with.
+        if let Some(etag) = &self.etag {
+            if got.meta.e_tag.as_deref() != Some(etag.as_str()) || got.meta.size != self.size {
+                return Err(ParquetError::External(Box::new(
+                    WorkerError::InputChanged {
+                        file: self.url.clone(),
+                        what: format!(
+                        "changed since the job was planned ({} bytes, etag {etag:?} → {} bytes, \
+                         etag {:?}); its rows would mix two versions: start a new output",
+                        self.size, got.meta.size, got.meta.e_tag
+                    ),
+                    },
+                )));
+            }
+        }
         got.bytes().await.map_err(pinned)
     }
 }

@@ -99,33 +99,33 @@ struct SegmentStream {
     batch_rows: usize,
 }
 
-/// `batches` regrouped into batches of `rows` rows (the last one shorter); stops after
-/// the first error.
+/// `batches` regrouped into batches of `rows` rows (the last one shorter); ends at the
+/// first error.
 fn coalesce(
     batches: impl futures::Stream<Item = std::result::Result<RecordBatch, WorkerError>> + Send + 'static,
     rows: usize,
 ) -> impl futures::Stream<Item = std::result::Result<RecordBatch, WorkerError>> + Send + 'static {
     let coalescer = arrow::compute::BatchCoalescer::new(key::SCHEMA.clone(), rows.max(1));
+    // The input is `None` once it has ended (completed batches may be left); both are
+    // `None` after an error.
     futures::stream::unfold(
-        (batches.boxed(), coalescer, false),
-        |(mut input, mut coalescer, mut ended)| async move {
+        (Some(batches.boxed()), Some(coalescer)),
+        |(mut input, mut coalescer)| async move {
             loop {
-                if let Some(batch) = coalescer.next_completed_batch() {
-                    return Some((Ok(batch), (input, coalescer, ended)));
+                let completed = coalescer.as_mut()?.next_completed_batch();
+                if let Some(batch) = completed {
+                    return Some((Ok(batch), (input, coalescer)));
                 }
-                if ended {
-                    return None;
-                }
-                let pushed = match input.next().await {
-                    Some(Ok(batch)) => coalescer.push_batch(batch),
-                    Some(Err(e)) => return Some((Err(e), (input, coalescer, true))),
+                let pushed = match input.as_mut()?.next().await {
+                    Some(Ok(batch)) => coalescer.as_mut()?.push_batch(batch),
+                    Some(Err(e)) => return Some((Err(e), (None, None))),
                     None => {
-                        ended = true;
-                        coalescer.finish_buffered_batch()
+                        input = None;
+                        coalescer.as_mut()?.finish_buffered_batch()
                     }
                 };
                 if let Err(e) = pushed {
-                    return Some((Err(e.into()), (input, coalescer, true)));
+                    return Some((Err(e.into()), (None, None)));
                 }
             }
         },
@@ -435,7 +435,7 @@ fn finish_group(g: Group, shards: &mut [ShardFile]) -> Result<()> {
 }
 
 /// Bytes per part of a shard's multipart upload; a shard no larger is one put.
-const UPLOAD_PART: u64 = 8 << 20;
+const UPLOAD_PART: u64 = crate::engine::store::PART_BYTES as u64;
 
 /// Uploads a local file (one put up to [`UPLOAD_PART`] bytes, else multipart in parts
 /// of that size, several at once); returns its size and blake3.
