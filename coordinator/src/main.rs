@@ -7,7 +7,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use probeflow_coordinator::engine::driver::{run_job, RunOutcome};
-use probeflow_coordinator::spec::JobSpec;
+use probeflow_coordinator::spec::{JobSpec, Mode};
 use probeflow_coordinator::{inspect, status, verify, JobError};
 use probeflow_worker::engine::store::StoreUrl;
 use probeflow_worker::jobs::probe_rows::synthetic;
@@ -81,21 +81,7 @@ fn exit_code(e: &JobError) -> ExitCode {
     }
 }
 
-/// Keeps freed memory in the heap instead of returning large blocks to the kernel: the
-/// job allocates and frees batch-sized buffers continuously, and faulting fresh pages in
-/// costs more than the work on them (437k page faults, 4.5 s of system time on 20M rows).
-/// Peak memory is still bounded by the job's settings.
-fn tune_allocator() {
-    #[cfg(all(target_os = "linux", target_env = "gnu"))]
-    // SAFETY: mallopt only changes glibc allocator thresholds; called before any thread starts.
-    unsafe {
-        libc::mallopt(libc::M_MMAP_THRESHOLD, 32 << 20);
-        libc::mallopt(libc::M_TRIM_THRESHOLD, 1 << 30);
-    }
-}
-
 fn main() -> ExitCode {
-    tune_allocator();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -105,6 +91,33 @@ fn main() -> ExitCode {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let cli = Cli::parse();
+    // The job file is read before the runtime starts: the allocator is set up for the
+    // tasks this process runs itself (local mode's workers) before any thread exists.
+    let spec = match &cli.command {
+        Command::Run { job } => {
+            let spec = match job {
+                Some(path) => JobSpec::load(path),
+                None => {
+                    eprintln!("coordinator: no job file given; running the embedded demo job (jobs/demo.toml)");
+                    JobSpec::parse(DEMO_JOB, "jobs/demo.toml (embedded)")
+                }
+            };
+            match spec {
+                Ok(spec) => Some(spec),
+                Err(e) => {
+                    eprintln!("coordinator: error: {e}");
+                    return exit_code(&e);
+                }
+            }
+        }
+        _ => None,
+    };
+    match &spec {
+        Some(spec) if spec.run.mode == Mode::Local => {
+            probeflow_worker::engine::allocator::tune(spec.run.workers, spec.memory_bytes())
+        }
+        _ => probeflow_worker::engine::allocator::tune(0, 0),
+    }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()
@@ -117,13 +130,9 @@ fn main() -> ExitCode {
     };
     let result: Result<(), JobError> = runtime.block_on(async {
         match cli.command {
-            Command::Run { job } => {
-                let spec = match job {
-                    Some(path) => JobSpec::load(&path)?,
-                    None => {
-                        eprintln!("coordinator: no job file given; running the embedded demo job (jobs/demo.toml)");
-                        JobSpec::parse(DEMO_JOB, "jobs/demo.toml (embedded)")?
-                    }
+            Command::Run { .. } => {
+                let Some(spec) = spec else {
+                    unreachable!("a run's job file is read before the runtime starts")
                 };
                 match run_job(&spec).await? {
                     RunOutcome::AlreadyComplete(summary) => {

@@ -339,6 +339,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
+    probeflow_worker::engine::allocator::tune(plan.threads, plan.config.memory_bytes as u64);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -348,19 +348,39 @@ impl OutputLock {
         }
     }
 
-    /// Removes the lock if it is still ours.
+    /// Removes the lock if it still holds our record. Ours is recognised by its owner,
+    /// not its revision: a renewal the store applied but whose answer was lost leaves
+    /// our record at a revision this lock never saw. Transient store errors are retried
+    /// for a while; a lock that cannot be removed is only a warning (it lapses at its
+    /// expiry), never a failed job.
     pub async fn release(self) {
         let path = self.output.child(LOCK_PATH);
-        match self.output.get_revision(&path).await {
-            Ok(Some((_, rev))) if rev == self.revision => {
-                if let Err(e) = self.output.delete(&path).await {
-                    tracing::warn!(error = %e, "cannot remove the output lock");
+        let retry = TransientRetry::new(MIN_ACQUIRE_RETRY);
+        let held = match retry
+            .run("read the output lock", || self.output.get_revision(&path))
+            .await
+        {
+            Ok(held) => held,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read the output lock; it lapses at its expiry");
+                return;
+            }
+        };
+        let Some((bytes, _)) = held else {
+            return;
+        };
+        match serde_json::from_slice::<LockRecord>(&bytes) {
+            Ok(record) if record.owner == self.record.owner => {
+                if let Err(e) = retry
+                    .run("remove the output lock", || self.output.delete(&path))
+                    .await
+                {
+                    tracing::warn!(error = %e, "cannot remove the output lock; it lapses at its expiry");
                 }
             }
-            Ok(_) => {
+            _ => {
                 tracing::warn!(output = %self.output.url, "the output lock is no longer ours; left in place")
             }
-            Err(e) => tracing::warn!(error = %e, "cannot read the output lock"),
         }
     }
 }
@@ -459,6 +479,44 @@ mod tests {
         lock.last_renewal = std::time::Instant::now() - ttl;
         let e = lock.renew_if_due().await.unwrap_err().to_string();
         assert!(e.contains("lost the output lock"), "{e}");
+    }
+
+    #[tokio::test]
+    async fn releasing_after_a_renewal_whose_answer_was_lost_removes_the_lock() {
+        let (_d, out) = store();
+        let ttl = Duration::from_secs(60);
+        let lock = OutputLock::acquire(&out, ttl).await.unwrap();
+        // The last renewal took effect on the store but its answer never came back.
+        let mut applied = lock.record.clone();
+        applied.renewed_at += 1;
+        applied.expires_at += 1;
+        overwrite(&out, &lock.revision, &applied).await;
+        lock.release().await;
+        assert!(
+            out.get_revision(&out.child(LOCK_PATH))
+                .await
+                .unwrap()
+                .is_none(),
+            "our own lock was left behind"
+        );
+    }
+
+    #[tokio::test]
+    async fn releasing_leaves_another_owners_lock_in_place() {
+        let (_d, out) = store();
+        let lock = OutputLock::acquire(&out, Duration::from_secs(60))
+            .await
+            .unwrap();
+        let mut other = lock.record.clone();
+        other.owner.run = "someone-else".into();
+        overwrite(&out, &lock.revision, &other).await;
+        lock.release().await;
+        let (bytes, _) = out
+            .get_revision(&out.child(LOCK_PATH))
+            .await
+            .unwrap()
+            .unwrap();
+        assert_eq!(serde_json::from_slice::<LockRecord>(&bytes).unwrap(), other);
     }
 
     #[tokio::test]

@@ -414,6 +414,8 @@ impl Actor for WorkerActor {
                     ok = matches!(result, Ok(Ok(_))),
                     "task ended"
                 );
+                // What the task freed goes back to the system before the next one.
+                crate::engine::allocator::release_freed();
                 // Heartbeats go on during a (fault-injected) slow report.
                 state.faults.before_report().await;
                 beat.abort();

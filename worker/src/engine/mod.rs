@@ -7,6 +7,7 @@
 //! ```
 
 pub mod actor;
+pub mod allocator;
 pub mod cluster;
 pub mod fault;
 pub mod job;
