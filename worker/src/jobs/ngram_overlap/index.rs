@@ -1,55 +1,76 @@
-//! The index task: one eval file → its n-gram entries, partitioned by
-//! `stable_hash("{n}:{ngram}") % partitions` into one shuffle file (the engine's
-//! partitioned Arrow IPC), plus the file's valid rows (row, id, text) for the report.
+//! The index task: one eval file → the window keys of its n-grams, partitioned by
+//! `key % partitions` into one shuffle file (the engine's partitioned Arrow IPC), plus
+//! the file's valid rows (row, id, text) for the report; and the scan's loading of an
+//! index group from those files into an [`NgramIndex`].
 //!
-//! An entry is one (row, effective length, n-gram): the configured lengths it stands
-//! for and every occurrence's offsets. Entries are written in (partition, row, length,
-//! n-gram) order, so an attempt's bytes depend only on the file and the settings.
+//! A posting is one (row, effective length, window key): every distinct window of the
+//! row, tokenized as a scan tokenizes training text ([`ScanTokens`], so both sides
+//! compute the same keys), with the key of its first [`PREFIX_TOKENS`] tokens. No
+//! text: the report checks each candidate against the eval row's own n-grams.
+//! Postings are written in (partition, row, key) order, so an attempt's bytes depend
+//! only on the file and the settings.
 
 use std::sync::Arc;
 
-use arrow::array::{
-    ArrayRef, BinaryBuilder, RecordBatch, StringBuilder, UInt32Array, UInt32Builder, UInt64Builder,
-};
+use arrow::array::{ArrayRef, RecordBatch, UInt32Array, UInt32Builder, UInt64Builder};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 
 use super::gzip_jsonl::{GzipJsonl, Packing};
-use super::ngrams::{eval_ngrams, EvalOccurrence, Index};
+use super::ngram_index::{IndexBuilder, NgramIndex, PREFIX_TOKENS};
+use super::ngrams::ScanTokens;
 use super::protocol::{
     eval_rows_path, index_shuffle_path, rejects_path, EvalRow, IndexOutput, IndexTask, Settings,
 };
-use super::records::stable_hash;
 use super::source::{read_records, WholeFiles};
 use crate::engine::shuffle::{encode_segment, read_partition, write_index, ShuffleSegment};
 use crate::engine::store::StoreUrl;
 use crate::error::{Result, WorkerError};
 
-/// The schema of index entries in a shuffle file.
-pub fn entry_schema() -> SchemaRef {
+/// The schema of index postings in a shuffle file.
+pub fn posting_schema() -> SchemaRef {
     Arc::new(Schema::new(vec![
+        Field::new("key", DataType::UInt64, false),
+        // The key of the first PREFIX_TOKENS tokens (n >= PREFIX_TOKENS), else 0.
+        Field::new("prefix", DataType::UInt64, false),
         Field::new("n", DataType::UInt32, false),
-        Field::new("ngram", DataType::Utf8, false),
-        Field::new("eval_file", DataType::UInt32, false),
-        Field::new("eval_row", DataType::UInt64, false),
-        Field::new("configured", DataType::UInt32, false),
-        // [start, end) pairs, little-endian u64s.
-        Field::new("offsets", DataType::Binary, false),
+        Field::new("eval_row", DataType::UInt32, false),
     ]))
 }
 
-/// The partition of an n-gram of effective length `n`.
-pub fn partition_of(n: u32, ngram: &str, partitions: u32) -> u32 {
-    (stable_hash(&format!("{n}:{ngram}")) % u64::from(partitions)) as u32
+/// The partition of window key `key`.
+pub fn partition_of(key: u64, partitions: u32) -> u32 {
+    (key % u64::from(partitions.max(1))) as u32
 }
 
 #[derive(Default)]
-struct PartitionRows {
+struct PartitionPostings {
+    key: UInt64Builder,
+    prefix: UInt64Builder,
     n: UInt32Builder,
-    ngram: StringBuilder,
-    row: UInt64Builder,
-    configured: UInt32Builder,
-    offsets: BinaryBuilder,
+    row: UInt32Builder,
     len: usize,
+}
+
+/// The distinct windows of one eval row: (key, effective length, prefix key), sorted.
+fn row_windows(doc: &ScanTokens, lengths: &[u32], out: &mut Vec<(u64, u32, u64)>) {
+    out.clear();
+    let count = doc.len();
+    for &n in lengths {
+        let eff = (n as usize).min(count);
+        if eff == 0 {
+            continue;
+        }
+        for i in 0..=count - eff {
+            let prefix = if eff as u32 >= PREFIX_TOKENS {
+                doc.key(i, PREFIX_TOKENS as usize)
+            } else {
+                0
+            };
+            out.push((doc.key(i, eff), eff as u32, prefix));
+        }
+    }
+    out.sort_unstable();
+    out.dedup();
 }
 
 /// Runs index task `task` (on a blocking thread: call through `spawn_blocking`).
@@ -61,18 +82,15 @@ pub fn run_index(
     attempt: u32,
     whole: &mut WholeFiles,
 ) -> Result<IndexOutput> {
-    let lengths: Vec<(u32, u32)> = settings
-        .n
-        .iter()
-        .map(|&n| (n, settings.bit_of(n)))
-        .collect();
-    let mut parts: Vec<PartitionRows> = (0..settings.partitions)
-        .map(|_| PartitionRows::default())
+    let mut parts: Vec<PartitionPostings> = (0..settings.partitions)
+        .map(|_| PartitionPostings::default())
         .collect();
     let rows_file = eval_rows_path(task.eval_file, attempt);
     let mut rows_out = GzipJsonl::new(output, &rows_file, Packing::Intermediate);
     let mut ngrams = 0u64;
     let mut present = std::collections::BTreeSet::new();
+    let mut doc = ScanTokens::default();
+    let mut windows = Vec::new();
     let counts = read_records(
         handle,
         &task.file,
@@ -82,19 +100,21 @@ pub fn run_index(
         Some(&rejects_path("eval", task.eval_file)),
         |mut record| {
             let id = record.id()?;
-            let tokens = settings.tokenizer.tokenize(record.text);
-            for ((n, ngram), e) in eval_ngrams(&tokens, &lengths) {
-                let p = &mut parts[partition_of(n, &ngram, settings.partitions) as usize];
+            let row = u32::try_from(record.row).map_err(|_| {
+                WorkerError::Job(format!(
+                    "{}: more than {} rows; split the eval file",
+                    task.file.url,
+                    u32::MAX
+                ))
+            })?;
+            doc.fill(settings.tokenizer, record.text);
+            row_windows(&doc, &settings.n, &mut windows);
+            for &(key, n, prefix) in &windows {
+                let p = &mut parts[partition_of(key, settings.partitions) as usize];
+                p.key.append_value(key);
+                p.prefix.append_value(prefix);
                 p.n.append_value(n);
-                p.ngram.append_value(&ngram);
-                p.row.append_value(record.row);
-                p.configured.append_value(e.configured);
-                let mut bytes = Vec::with_capacity(e.offsets.len() * 16);
-                for [a, b] in e.offsets {
-                    bytes.extend_from_slice(&a.to_le_bytes());
-                    bytes.extend_from_slice(&b.to_le_bytes());
-                }
-                p.offsets.append_value(bytes);
+                p.row.append_value(row);
                 p.len += 1;
                 ngrams += 1;
                 present.insert(n);
@@ -110,21 +130,20 @@ pub fn run_index(
             Ok(())
         },
     )?;
-    let schema = entry_schema();
+    let schema = posting_schema();
     let mut shuffle = Vec::new();
     let mut segments = std::collections::BTreeMap::new();
+    // Each partition's builders are freed as it is encoded.
     for (p, mut rows) in parts.into_iter().enumerate() {
         if rows.len == 0 {
             continue;
         }
         let len = rows.len;
         let columns: Vec<ArrayRef> = vec![
+            Arc::new(rows.key.finish()),
+            Arc::new(rows.prefix.finish()),
             Arc::new(rows.n.finish()),
-            Arc::new(rows.ngram.finish()),
-            Arc::new(UInt32Array::from(vec![task.eval_file; len])),
             Arc::new(rows.row.finish()),
-            Arc::new(rows.configured.finish()),
-            Arc::new(rows.offsets.finish()),
         ];
         let batch = RecordBatch::try_new(schema.clone(), columns)?;
         let offset = shuffle.len() as u64;
@@ -156,76 +175,88 @@ pub fn run_index(
 }
 
 /// Loads one scan's index group (partitions `p % groups == group` of every eval
-/// file's index) into memory.
+/// file's index shuffle file) into memory. `eval_rows[f]` is eval file `f`'s row count:
+/// a posting's global eval row is its row plus the rows of the files before it.
 pub async fn load_index(
     output: &StoreUrl,
     files: &[String],
+    eval_rows: &[u64],
     group: u32,
     groups: u32,
     partitions: u32,
-) -> Result<Index> {
+) -> Result<NgramIndex> {
     let started = std::time::Instant::now();
-    let schema = entry_schema();
-    let mut index = Index::default();
-    for file in files {
+    let schema = posting_schema();
+    let bases = row_bases(eval_rows)?;
+    let mut builder = IndexBuilder::default();
+    for (f, file) in files.iter().enumerate() {
+        let (Some(&base), Some(&rows)) = (bases.get(f), eval_rows.get(f)) else {
+            return Err(WorkerError::Job(format!(
+                "no row count for eval index file {file}"
+            )));
+        };
         for p in (group..partitions).step_by(groups.max(1) as usize) {
             for batch in read_partition(output, file, p, &schema).await? {
-                add_batch(&mut index, file, &batch)?;
+                add_batch(&mut builder, file, (base, rows), &batch)?;
             }
         }
     }
-    index.seal();
+    let index = builder.build();
     tracing::debug!(
         group,
         groups,
-        entries = index.len(),
+        ngrams = index.len(),
+        bytes = index.bytes(),
         ms = started.elapsed().as_millis() as u64,
         "index group loaded"
     );
     Ok(index)
 }
 
-fn add_batch(index: &mut Index, file: &str, batch: &RecordBatch) -> Result<()> {
-    use arrow::array::{BinaryArray, StringArray, UInt64Array};
+/// The first global eval row of each eval file (the rows of the files before it), and
+/// a check that every row has a 32-bit global number.
+pub fn row_bases(eval_rows: &[u64]) -> Result<Vec<u32>> {
+    let mut bases = Vec::with_capacity(eval_rows.len());
+    let mut total = 0u64;
+    for &rows in eval_rows {
+        bases.push(total as u32);
+        total += rows;
+        if total > u64::from(u32::MAX) {
+            return Err(WorkerError::Job(format!(
+                "the eval side has more than {} rows; one job indexes at most that many",
+                u32::MAX
+            )));
+        }
+    }
+    Ok(bases)
+}
+
+/// Adds a batch of `file`'s postings, its rows numbered from `base` (of `rows`).
+fn add_batch(
+    builder: &mut IndexBuilder,
+    file: &str,
+    (base, rows): (u32, u64),
+    batch: &RecordBatch,
+) -> Result<()> {
+    use arrow::array::UInt64Array;
     let bad = || WorkerError::Shuffle {
         file: file.to_string(),
-        what: "index entries of another schema".into(),
+        what: "index postings of another schema".into(),
     };
     let col = |i: usize| batch.column(i).as_any();
-    let n = col(0).downcast_ref::<UInt32Array>().ok_or_else(bad)?;
-    let ngram = col(1).downcast_ref::<StringArray>().ok_or_else(bad)?;
-    let eval_file = col(2).downcast_ref::<UInt32Array>().ok_or_else(bad)?;
-    let row = col(3).downcast_ref::<UInt64Array>().ok_or_else(bad)?;
-    let configured = col(4).downcast_ref::<UInt32Array>().ok_or_else(bad)?;
-    let offsets = col(5).downcast_ref::<BinaryArray>().ok_or_else(bad)?;
+    let key = col(0).downcast_ref::<UInt64Array>().ok_or_else(bad)?;
+    let prefix = col(1).downcast_ref::<UInt64Array>().ok_or_else(bad)?;
+    let n = col(2).downcast_ref::<UInt32Array>().ok_or_else(bad)?;
+    let row = col(3).downcast_ref::<UInt32Array>().ok_or_else(bad)?;
     for i in 0..batch.num_rows() {
-        let raw = offsets.value(i);
-        if raw.len() % 16 != 0 {
+        let r = row.value(i);
+        if u64::from(r) >= rows {
             return Err(WorkerError::Shuffle {
                 file: file.to_string(),
-                what: format!("offsets of {} bytes", raw.len()),
+                what: format!("eval row {r} past the file's {rows} rows"),
             });
         }
-        let pairs = raw
-            .chunks_exact(16)
-            .map(|c| {
-                let mut a = [0u8; 8];
-                let mut b = [0u8; 8];
-                a.copy_from_slice(&c[..8]);
-                b.copy_from_slice(&c[8..]);
-                [u64::from_le_bytes(a), u64::from_le_bytes(b)]
-            })
-            .collect();
-        index.add(
-            n.value(i),
-            ngram.value(i),
-            EvalOccurrence {
-                eval_file: eval_file.value(i),
-                eval_row: row.value(i),
-                configured: configured.value(i),
-                offsets: pairs,
-            },
-        );
+        builder.add(key.value(i), n.value(i), prefix.value(i), base + r);
     }
     Ok(())
 }

@@ -23,6 +23,8 @@
 //!   Python reads it; [`records`]: dataset names,
 //!   record ids, the stable hash; [`tokenize`]: the tokenizers, with Python's
 //!   `str.lower()` and `\s` semantics exactly; [`ngrams`]: n-grams and the index.
+//! * [`ngram_index`]: the compact in-memory index a scan holds (window keys and eval
+//!   rows, no text).
 //! * [`index`], [`scan`], [`report`]: the three tasks; [`gzip_jsonl`]: their
 //!   streamed gzip outputs.
 
@@ -30,6 +32,7 @@ pub mod gzip_jsonl;
 pub mod index;
 pub mod json_record;
 pub mod lines;
+pub mod ngram_index;
 pub mod ngrams;
 pub mod protocol;
 pub mod py_json;
@@ -129,8 +132,8 @@ impl JobKind for NgramOverlap {
                 .map(|(_, output)| output.decode::<IndexOutput>().ok())
                 .collect::<Option<Vec<_>>>()?;
             (index.len() == p.eval.len()).then(|| {
-                let encoded = index.iter().map(|o| o.index_bytes).sum();
-                p.train.len() as u64 * u64::from(index_groups(encoded, p.index_budget, partitions))
+                let postings = index.iter().map(|o| o.ngrams).sum();
+                p.train.len() as u64 * u64::from(index_groups(postings, p.index_budget, partitions))
             })
         };
         vec![
@@ -382,10 +385,13 @@ struct ProgressLog {
 /// How often a snapshot file is written while a stage runs.
 const SNAPSHOT_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// Index groups for an index of `encoded` bytes: enough that one group's entries (in
-/// memory about 4× their encoded size) fit in `budget`, at most one per partition.
-fn index_groups(encoded: u64, budget: u64, partitions: u32) -> u32 {
-    let groups = (encoded.saturating_mul(4)).div_ceil(budget.max(1));
+/// Index groups for an index of `postings` postings: enough that loading one group
+/// (at most [`ngram_index::LOAD_BYTES_PER_POSTING`] per posting) fits in `budget`, at
+/// most one per partition.
+fn index_groups(postings: u64, budget: u64, partitions: u32) -> u32 {
+    let groups = postings
+        .saturating_mul(ngram_index::LOAD_BYTES_PER_POSTING)
+        .div_ceil(budget.max(1));
     groups.clamp(1, u64::from(partitions)) as u32
 }
 
@@ -404,8 +410,8 @@ struct OverlapDriver {
 
 impl OverlapDriver {
     fn index_groups(&self) -> u32 {
-        let encoded: u64 = self.index.values().map(|o| o.index_bytes).sum();
-        index_groups(encoded, self.plan.index_budget, self.settings.partitions)
+        let postings: u64 = self.index.values().map(|o| o.ngrams).sum();
+        index_groups(postings, self.plan.index_budget, self.settings.partitions)
     }
 
     fn scan_tasks(&mut self) -> Result<Vec<TaskSpec>> {
@@ -433,6 +439,7 @@ impl OverlapDriver {
                         group,
                         groups: self.groups,
                         index_files,
+                        eval_rows: self.index.values().map(|o| o.counts.rows).collect(),
                         lengths: lengths.iter().copied().collect(),
                     })?,
                 });
@@ -806,7 +813,7 @@ type GroupKey = (String, u32, u32, Vec<String>);
 /// `.jsonl.gz` files are inflated into.
 #[derive(Default)]
 struct OverlapRunner {
-    index: Option<(GroupKey, Arc<ngrams::Index>)>,
+    index: Option<(GroupKey, Arc<ngram_index::NgramIndex>)>,
     whole: source::WholeFiles,
 }
 
@@ -845,7 +852,7 @@ impl TaskRunner for OverlapRunner {
             }
             let task_id = a.task.id;
             let joined = tokio::task::spawn_blocking(
-                move || -> Result<(Payload, Option<Arc<ngrams::Index>>, source::WholeFiles)> {
+                move || -> Result<(Payload, Option<Arc<ngram_index::NgramIndex>>, source::WholeFiles)> {
                     let cpu = ThreadCpuTimer::start();
                     let done = |out| {
                         tracing::debug!(task = %task_id, attempt, cpu_ms = cpu.elapsed_ms(), "task CPU time");
@@ -858,6 +865,7 @@ impl TaskRunner for OverlapRunner {
                                 None => Arc::new(handle.block_on(index::load_index(
                                     &output,
                                     &task.index_files,
+                                    &task.eval_rows,
                                     task.group,
                                     task.groups,
                                     settings.partitions,

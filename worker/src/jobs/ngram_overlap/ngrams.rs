@@ -1,6 +1,6 @@
-//! N-grams on both sides of the join, and the in-memory index a scan looks them up in.
+//! N-grams on both sides of the join.
 //!
-//! * Eval side ([`eval_ngrams`]): for each configured `n`, the n-grams of length
+//! * Eval side ([`eval_ngram`]): for each configured `n`, the n-grams of length
 //!   `min(n, tokens)` (a short row contributes its longest n-gram), each with every
 //!   occurrence's code-point offsets and the set of configured lengths it stands for.
 //! * Training side ([`ScanTokens`]): a document's tokens, cut without allocating per
@@ -8,16 +8,16 @@
 //!   and with no lowering table; each other character alone, a capital sigma in the
 //!   form the whole text's lowering gives it), with a polynomial hash over per-token
 //!   hashes so every `(i, n)` window is hashed in O(1).
-//! * [`Index`]: the test n-grams of one scan's index group, keyed by that same window
-//!   hash, behind two small key filters that answer most windows without touching
-//!   the map. A hash only finds candidates: a match is decided by comparing the
-//!   tokens with the indexed n-gram's text.
+//! * The keys are what the index ([`super::ngram_index`]) holds of the eval side's
+//!   n-grams, computed by the same [`ScanTokens`] over eval rows. A key only finds
+//!   candidates: [`eval_ngram`] decides one by comparing the eval row's tokens with
+//!   the training window's text.
 //!
 //! Tokens never contain a space (every tokenizer splits on whitespace), so an n-gram's
 //! text (`" ".join(tokens)`) splits back into exactly its tokens.
 
-use std::collections::{BTreeMap, HashMap};
-use std::hash::{BuildHasherDefault, Hasher};
+#[cfg(test)]
+use std::collections::BTreeMap;
 
 use super::tokenize::{lower_sigma, python_lower_char, Token, TokenizerKind, CONTEXT_LOWERED};
 
@@ -29,8 +29,50 @@ pub struct EvalNgram {
     pub offsets: Vec<[u64; 2]>,
 }
 
+/// The n-gram of an eval row's tokens of effective length `eff` and text `text`, as
+/// [`eval_ngrams`] has it (the configured lengths it stands for, every occurrence), or
+/// `None` when the row has no such n-gram: how the report decides a scan's candidate.
+/// `lengths` are the configured lengths, each with its bit.
+pub fn eval_ngram(
+    tokens: &[Token],
+    lengths: &[(u32, u32)],
+    eff: u32,
+    text: &str,
+) -> Option<EvalNgram> {
+    let count = tokens.len();
+    let eff = eff as usize;
+    let configured = lengths
+        .iter()
+        .filter(|&&(n, _)| (n as usize).min(count) == eff)
+        .fold(0, |bits, &(_, bit)| bits | bit);
+    if configured == 0 || eff == 0 {
+        return None;
+    }
+    let offsets: Vec<[u64; 2]> = (0..=count - eff)
+        .filter(|&i| window_is(&tokens[i..i + eff], text))
+        .map(|i| {
+            [
+                tokens[i].span.start as u64,
+                tokens[i + eff - 1].span.end as u64,
+            ]
+        })
+        .collect();
+    (!offsets.is_empty()).then_some(EvalNgram {
+        configured,
+        offsets,
+    })
+}
+
+/// Whether `window`'s tokens joined by spaces are `text`.
+fn window_is(window: &[Token], text: &str) -> bool {
+    let mut parts = text.split(' ');
+    window.iter().all(|t| parts.next() == Some(t.text.as_str())) && parts.next().is_none()
+}
+
 /// The n-grams of an eval row's tokens, by (effective length, text). `lengths` are the
-/// configured lengths, each with its bit.
+/// configured lengths, each with its bit. (The rules' reading of an eval row, the
+/// reference [`eval_ngram`] is tested against.)
+#[cfg(test)]
 pub fn eval_ngrams(tokens: &[Token], lengths: &[(u32, u32)]) -> BTreeMap<(u32, String), EvalNgram> {
     let mut out: BTreeMap<(u32, String), EvalNgram> = BTreeMap::new();
     let count = tokens.len();
@@ -59,6 +101,7 @@ pub fn eval_ngrams(tokens: &[Token], lengths: &[(u32, u32)]) -> BTreeMap<(u32, S
     out
 }
 
+#[cfg(test)]
 fn join(tokens: &[Token]) -> String {
     let mut s = String::with_capacity(tokens.iter().map(|t| t.text.len() + 1).sum());
     for (k, t) in tokens.iter().enumerate() {
@@ -177,14 +220,16 @@ fn window_key(poly: u64, n: u32) -> u64 {
     k ^ (k >> 29)
 }
 
-/// The polynomial hashes of n-gram texts (the index side): each text copied into a
-/// buffer padded as a scanned document's is, its space-separated tokens hashed with
-/// the same whole-word loads.
+/// The polynomial hashes of n-gram texts: each text copied into a buffer padded as a
+/// scanned document's is, its space-separated tokens hashed with the same whole-word
+/// loads (the tests' reference for the keys [`ScanTokens`] computes).
+#[cfg(test)]
 #[derive(Default)]
 struct NgramHasher {
     padded: Vec<u8>,
 }
 
+#[cfg(test)]
 impl NgramHasher {
     /// The polynomial hash of the first `limit` tokens of `text`.
     fn poly(&mut self, text: &str, limit: u32) -> u64 {
@@ -644,6 +689,18 @@ impl ScanTokens {
         &self.buffer[self.starts[k]..self.ends[k]]
     }
 
+    /// The text of the window of `n` tokens from `i`: its tokens joined by spaces.
+    pub fn window_text(&self, i: usize, n: usize) -> String {
+        let mut s = String::with_capacity(self.ends[i + n - 1] - self.starts[i] + n);
+        for k in i..i + n {
+            if k > i {
+                s.push(' ');
+            }
+            s.push_str(self.token(k));
+        }
+        s
+    }
+
     /// The key of the window of `n` tokens from `i`.
     pub fn key(&self, i: usize, n: usize) -> u64 {
         let poly = self.prefix[i + n].wrapping_sub(self.prefix[i].wrapping_mul(self.powers[n]));
@@ -686,239 +743,6 @@ fn sigma_forms(text: &str, out: &mut Vec<char>) {
             .filter(|&(_, &c)| c == CONTEXT_LOWERED)
             .map(|(at, _)| lower_sigma(&chars, at)),
     );
-}
-
-/// Hashes u64 keys that are hashes already.
-#[derive(Default)]
-pub struct PassThrough(u64);
-
-impl Hasher for PassThrough {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0 << 8) | u64::from(b);
-        }
-    }
-    fn write_u64(&mut self, v: u64) {
-        self.0 = v;
-    }
-}
-
-/// One indexed n-gram: its effective length, its text, and where it occurs in the eval
-/// rows.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct IndexEntry {
-    /// The window key of the n-gram.
-    key: u64,
-    pub n: u32,
-    pub ngram: String,
-    pub occurrences: Vec<EvalOccurrence>,
-}
-
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct EvalOccurrence {
-    pub eval_file: u32,
-    pub eval_row: u64,
-    pub configured: u32,
-    pub offsets: Vec<[u64; 2]>,
-}
-
-/// The test n-grams of one index group.
-#[derive(Default)]
-pub struct Index {
-    pub entries: Vec<IndexEntry>,
-    /// The keys of the entries: most windows are not indexed, and this small table
-    /// answers them without touching the larger map.
-    keys: KeyFilter,
-    /// The lengths indexed, ascending: those shorter than `prefix_len` are looked up
-    /// at every position; the others only where `prefixes` may hold the window of
-    /// `prefix_len` tokens starting there (every longer n-gram starts with one).
-    lengths: Vec<u32>,
-    prefix_len: u32,
-    prefixes: KeyFilter,
-    /// Window key → the first entry with that key; `next` chains the others.
-    first: HashMap<u64, u32, BuildHasherDefault<PassThrough>>,
-    next: Vec<u32>,
-    hasher: NgramHasher,
-}
-
-const END: u32 = u32::MAX;
-
-/// N-grams of at least this many tokens are looked up only where their first
-/// `prefix_len` tokens are (see [`Index`]).
-const PREFIX_TOKENS: u32 = 4;
-
-/// A set of window keys that answers "certainly not in it" for most other keys: two
-/// bits per key, both in one 64-bit word chosen by the key's high bits (a blocked
-/// Bloom filter), at 16 to 32 bits per key: one cache line per question, and a table
-/// small enough to stay in the core's cache while a scan asks it at every token
-/// (about 1.5% false positives; a table of one bit per key as large would miss
-/// the cache at every question).
-#[derive(Default)]
-struct KeyFilter {
-    words: Vec<u64>,
-    /// 64 − log2(words): the shift that leaves a key's word index.
-    shift: u32,
-}
-
-impl KeyFilter {
-    fn new(keys: impl ExactSizeIterator<Item = u64>) -> KeyFilter {
-        let words = (keys.len() / 4).next_power_of_two().max(64);
-        let mut filter = KeyFilter {
-            words: vec![0u64; words],
-            shift: 64 - words.trailing_zeros(),
-        };
-        for key in keys {
-            let (word, mask) = filter.slot(key);
-            filter.words[word] |= mask;
-        }
-        filter
-    }
-
-    fn slot(&self, key: u64) -> (usize, u64) {
-        let word = (key >> self.shift) as usize;
-        (word, (1u64 << (key & 63)) | (1u64 << ((key >> 6) & 63)))
-    }
-
-    /// Whether `key` may be in the set (always, for an empty filter never built).
-    fn may_hold(&self, key: u64) -> bool {
-        if self.words.is_empty() {
-            return true;
-        }
-        let (word, mask) = self.slot(key);
-        self.words[word] & mask == mask
-    }
-}
-
-impl Index {
-    /// The entry of n-gram `ngram` of length `n` (whose key is `key`), if indexed.
-    fn entry_of(&self, key: u64, n: u32, ngram: &str) -> Option<u32> {
-        let mut e = self.first.get(&key).copied().unwrap_or(END);
-        while e != END {
-            let entry = &self.entries[e as usize];
-            if entry.n == n && entry.ngram == ngram {
-                return Some(e);
-            }
-            e = self.next[e as usize];
-        }
-        None
-    }
-
-    /// Adds one eval row's occurrence of an n-gram.
-    pub fn add(&mut self, n: u32, ngram: &str, occurrence: EvalOccurrence) {
-        let key = self.hasher.key(ngram, n);
-        if let Some(e) = self.entry_of(key, n, ngram) {
-            self.entries[e as usize].occurrences.push(occurrence);
-            return;
-        }
-        let e = self.entries.len() as u32;
-        let previous = self.first.insert(key, e).unwrap_or(END);
-        self.next.push(previous);
-        self.entries.push(IndexEntry {
-            key,
-            n,
-            ngram: ngram.to_string(),
-            occurrences: vec![occurrence],
-        });
-    }
-
-    /// Puts every entry's occurrences in (file, row) order and builds the key
-    /// filters.
-    pub fn seal(&mut self) {
-        for e in &mut self.entries {
-            e.occurrences.sort_by_key(|o| (o.eval_file, o.eval_row));
-        }
-        self.keys = KeyFilter::new(self.first.keys().copied());
-        let mut lengths: Vec<u32> = self.entries.iter().map(|e| e.n).collect();
-        lengths.sort_unstable();
-        lengths.dedup();
-        // The prefix: the shortest length of at least PREFIX_TOKENS (shorter ones are
-        // too common to filter on), else the longest there is.
-        self.prefix_len = lengths
-            .iter()
-            .copied()
-            .find(|&n| n >= PREFIX_TOKENS)
-            .or(lengths.last().copied())
-            .unwrap_or(0);
-        let mut prefixes: Vec<u64> = self
-            .entries
-            .iter()
-            .filter(|e| e.n >= self.prefix_len)
-            .map(|e| {
-                if e.n == self.prefix_len {
-                    e.key
-                } else {
-                    self.hasher.prefix_key(&e.ngram, self.prefix_len)
-                }
-            })
-            .collect();
-        prefixes.sort_unstable();
-        prefixes.dedup();
-        self.prefixes = KeyFilter::new(prefixes.into_iter());
-        self.lengths = lengths;
-    }
-
-    /// Calls `each(entry, i, n)` for every indexed window of `doc` (the window of `n`
-    /// tokens from `i`), in order of `i`, then `n`.
-    pub fn each_match(&self, doc: &ScanTokens, mut each: impl FnMut(u32, usize, usize)) {
-        if self.entries.is_empty() {
-            return;
-        }
-        let p = self.prefix_len as usize;
-        let split = self.lengths.partition_point(|&n| (n as usize) < p);
-        let (short, long) = self.lengths.split_at(split);
-        for i in 0..doc.len() {
-            let left = doc.len() - i;
-            for &n in short {
-                let n = n as usize;
-                if n > left {
-                    break;
-                }
-                if let Some(e) = self.find(doc, i, n) {
-                    each(e, i, n);
-                }
-            }
-            if p > left || !self.prefixes.may_hold(doc.key(i, p)) {
-                continue;
-            }
-            for &n in long {
-                let n = n as usize;
-                if n > left {
-                    break;
-                }
-                if let Some(e) = self.find(doc, i, n) {
-                    each(e, i, n);
-                }
-            }
-        }
-    }
-
-    pub fn len(&self) -> usize {
-        self.entries.len()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.entries.is_empty()
-    }
-
-    /// The entries whose n-gram is the window of `n` tokens from `i` of `doc`.
-    pub fn find(&self, doc: &ScanTokens, i: usize, n: usize) -> Option<u32> {
-        let key = doc.key(i, n);
-        if !self.keys.may_hold(key) {
-            return None;
-        }
-        let mut e = *self.first.get(&key)?;
-        while e != END {
-            let entry = &self.entries[e as usize];
-            if entry.n as usize == n && doc.window_is(i, n, &entry.ngram) {
-                return Some(e);
-            }
-            e = self.next[e as usize];
-        }
-        None
-    }
 }
 
 #[cfg(test)]
@@ -984,19 +808,6 @@ mod tests {
                 );
             }
         }
-    }
-
-    #[test]
-    fn a_key_filter_holds_its_keys_and_few_others() {
-        let key = |k: u64| window_key(k.wrapping_mul(0x2545_f491_4f6c_dd1d), 8);
-        let keys: Vec<u64> = (0..100_000).map(key).collect();
-        let filter = KeyFilter::new(keys.iter().copied());
-        assert!(keys.iter().all(|&k| filter.may_hold(k)));
-        let others = (1_000_000..1_200_000u64).filter(|&k| filter.may_hold(key(k)));
-        let rate = others.count() as f64 / 200_000.0;
-        assert!(rate < 0.03, "false positives {rate}");
-        assert!(KeyFilter::default().may_hold(1));
-        assert!(!KeyFilter::new([1u64].into_iter()).may_hold(key(2)));
     }
 
     #[test]
@@ -1242,79 +1053,37 @@ mod tests {
     }
 
     #[test]
-    fn each_match_finds_every_indexed_window_whatever_the_lengths() {
-        // Index n-grams of lengths 1, 2, 5 and 6 from one text, then scan texts and
-        // compare with looking every length up at every position.
-        let source = TokenizerKind::Default.tokenize("a b c d e f g h a b c x y z a b");
-        let mut index = Index::default();
-        for n in [1usize, 2, 5, 6] {
-            for i in (0..=source.len() - n).step_by(3) {
-                let text = join(&source[i..i + n]);
-                let occ = EvalOccurrence {
-                    eval_file: 0,
-                    eval_row: i as u64,
-                    configured: 1,
-                    offsets: vec![],
-                };
-                index.add(n as u32, &text, occ);
-            }
-        }
-        index.seal();
-        assert_eq!(index.prefix_len, 5);
+    fn eval_ngram_is_the_rules_reading_of_one_ngram() {
+        let lengths = [(2, 1), (3, 2), (13, 4)];
         for text in [
-            "a b c d e f g h",
-            "x a b c d e f g h a b c x y z a b q",
-            "z a b",
+            "a b a b a b",
+            "Hello, Wörld! hello wörld",
+            "ΟΔΟΣ ΟΔΟΣ. ΣΟΦΟΣ",
+            "one",
             "",
+            "x y",
         ] {
-            let mut doc = ScanTokens::default();
-            doc.fill(TokenizerKind::Default, text);
-            let mut got = Vec::new();
-            index.each_match(&doc, |e, i, n| got.push((i, n, e)));
-            let mut want = Vec::new();
-            for i in 0..doc.len() {
-                for n in [1usize, 2, 5, 6] {
-                    if i + n <= doc.len() {
-                        if let Some(e) = index.find(&doc, i, n) {
-                            want.push((i, n, e));
-                        }
+            let tokens = TokenizerKind::Default.tokenize(text);
+            let all = eval_ngrams(&tokens, &lengths);
+            for ((eff, ngram), want) in &all {
+                assert_eq!(
+                    eval_ngram(&tokens, &lengths, *eff, ngram).as_ref(),
+                    Some(want),
+                    "{text:?} {ngram:?}"
+                );
+            }
+            // Any other (length, text): none.
+            for eff in 0..=14u32 {
+                for cut in ["a b", "a b a", "hello wörld", "b a b a", "ςοφος", ""] {
+                    if !all.contains_key(&(eff, cut.to_string())) {
+                        assert_eq!(
+                            eval_ngram(&tokens, &lengths, eff, cut),
+                            None,
+                            "{text:?} {eff} {cut:?}"
+                        );
                     }
                 }
             }
-            assert_eq!(got, want, "{text:?}");
-            if text.starts_with("a b c") {
-                assert!(
-                    want.iter().any(|&(_, n, _)| n == 6) && want.iter().any(|&(_, n, _)| n == 1)
-                );
-            }
         }
-    }
-
-    #[test]
-    fn the_index_finds_exactly_the_indexed_windows() {
-        let mut index = Index::default();
-        let occ = |row| EvalOccurrence {
-            eval_file: 0,
-            eval_row: row,
-            configured: 1,
-            offsets: vec![[0, 1]],
-        };
-        index.add(2, "hello wörld", occ(0));
-        index.add(2, "hello wörld", occ(1));
-        index.add(1, "", occ(2));
-        index.add(3, "a b c", occ(3));
-        index.seal();
-        let mut doc = ScanTokens::default();
-        doc.fill(TokenizerKind::Default, "Say HELLO wörld; a b c!");
-        // say hello wörld a b c ""
-        assert_eq!(doc.len(), 7);
-        let hit = index.find(&doc, 1, 2).unwrap();
-        assert_eq!(index.entries[hit as usize].occurrences.len(), 2);
-        assert_eq!(doc.offsets(1, 2), [4, 15]);
-        assert!(index.find(&doc, 0, 2).is_none());
-        assert!(index.find(&doc, 3, 3).is_some());
-        assert!(index.find(&doc, 3, 2).is_none());
-        assert!(index.find(&doc, 6, 1).is_some());
-        assert!(index.find(&doc, 5, 1).is_none());
     }
 }

@@ -1,10 +1,11 @@
 //! The overlap job's stages, task bodies, results and file names.
 //!
 //! ```text
-//! index  (one task per eval file)      → an index shuffle file (entries partitioned by
-//!                                         stable_hash("n:ngram")) + the file's rows
-//! scan   (training file × index group) → the overlap events of that file against that
-//!                                         group of index partitions
+//! index  (one task per eval file)      → an index shuffle file (window-key postings
+//!                                         partitioned by key) + the file's rows
+//! scan   (training file × index group) → the candidate events of that file against
+//!                                         that group of index partitions
+//! report (one task)                    → each candidate decided against its eval row
 //! report (one task)                    → stats/, tmp/overlap_instances-*, details
 //! ```
 //!
@@ -31,7 +32,8 @@ pub const OUTPUT_FORMAT_VERSION: u32 = 1;
 /// Changes when the files tasks write for later tasks (eval rows, the index shuffle,
 /// scan events) change: an unfinished run planned with another is not resumed.
 /// 2: a scan writes one line per training document ([`ScanDoc`]), not per event.
-pub const INTERMEDIATE_FORMAT_VERSION: u32 = 2;
+/// 3: the index holds window keys, not n-gram texts; scan events are candidates.
+pub const INTERMEDIATE_FORMAT_VERSION: u32 = 3;
 
 /// The completion marker (the design notes' name), written last.
 pub const SUCCESS: &str = ".SUCCESS";
@@ -142,12 +144,13 @@ pub struct IndexOutput {
     /// The index shuffle file (relative to the output root; its partitions' byte
     /// ranges are in its shuffle index).
     pub shuffle_file: String,
-    /// Encoded bytes of its entries (what sizes the index groups).
+    /// Encoded bytes of its postings.
     pub index_bytes: u64,
     /// The valid rows file.
     pub rows_file: String,
     pub counts: RowCounts,
-    /// Distinct (row, n-gram) entries written.
+    /// Postings written: distinct (row, effective length, window key); what sizes the
+    /// index groups.
     pub ngrams: u64,
     /// The effective n-gram lengths present.
     pub lengths: BTreeSet<u32>,
@@ -165,6 +168,9 @@ pub struct ScanTask {
     /// Every eval file's index shuffle file, in eval order; the scan reads the
     /// partitions `p` with `p % groups == group` of each.
     pub index_files: Vec<String>,
+    /// Each eval file's row count (rejected rows included), in eval order: what numbers
+    /// the eval rows in one index.
+    pub eval_rows: Vec<u64>,
     /// The effective lengths the index holds.
     pub lengths: Vec<u32>,
 }
@@ -177,7 +183,8 @@ pub struct ScanOutput {
     pub counts: RowCounts,
     /// Training n-grams looked up.
     pub ngrams: u64,
-    /// Overlap events (eval row × training row × n-gram).
+    /// Candidate overlap events (eval row × training row × n-gram whose window keys
+    /// match; the report keeps those whose texts do).
     pub events: u64,
     /// Text bytes scanned.
     pub text_bytes: u64,
@@ -230,17 +237,17 @@ pub struct ScanDoc<S = String> {
     pub events: Vec<ScanEvent>,
 }
 
-/// One overlap event: an eval row's indexed n-gram found in a training document.
+/// One candidate overlap event: a window of a training document whose key is the key
+/// of one of an eval row's n-grams. The report keeps it if the eval row has that n-gram
+/// (the same length and text).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ScanEvent {
     pub eval_file: u32,
     pub eval_row: u64,
     /// The effective length.
     pub n: u32,
+    /// The training window's text (its tokens joined by spaces).
     pub ngram: String,
-    /// The configured lengths this n-gram stands for (bit set over `Settings::n`).
-    pub configured: u32,
-    pub eval_offsets: Vec<[u64; 2]>,
     pub train_offsets: Vec<[u64; 2]>,
 }
 

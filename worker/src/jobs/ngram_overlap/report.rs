@@ -7,19 +7,25 @@
 //! * `tmp/overlap_instances-<t>-of-<T>.jsonl.gz`, one per training file: per training
 //!   row, eval dataset and configured `n`, the instances it overlaps.
 //!
-//! Two passes over the events: the first finds the eval rows that overlap (only their
-//! texts and ids are loaded), the second writes the records a training file at a time.
+//! Two passes over the events: the first finds the eval rows with candidates (only
+//! their texts and ids are loaded), the second decides each candidate against its eval
+//! row (re-tokenized: the row must have an n-gram of that length and text, which gives
+//! its offsets and the configured lengths it stands for) and writes the records a
+//! training file at a time. A candidate whose text is not the eval row's (two n-grams
+//! with one 64-bit window key) is dropped and counted.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde::{Deserialize, Serialize};
 
 use super::gzip_jsonl::{GzipJsonl, Packing};
+use super::ngrams::{eval_ngram, EvalNgram};
 use super::protocol::{
     instances_path, EvalRow, OutputFile, ReportOutput, ReportTask, ScanDoc, ScanEvent, Settings,
     DETAILS, STATS,
 };
 use super::source::read_gz_lines;
+use super::tokenize::Token;
 use crate::engine::store::StoreUrl;
 use crate::error::{Result, WorkerError};
 
@@ -139,6 +145,12 @@ pub fn run_report(
     // Pass 2: the details and the per-training-file instances.
     let mut details = GzipJsonl::new(output, DETAILS, Packing::Result);
     let mut detail_count = 0u64;
+    let mut not_overlaps = 0u64;
+    let lengths: Vec<(u32, u32)> = settings
+        .n
+        .iter()
+        .map(|&n| (n, settings.bit_of(n)))
+        .collect();
     let mut files = Vec::new();
     let train_files = task.train.len() as u32;
     for (t, (train_path, events_files)) in task.train.iter().zip(&task.events).enumerate() {
@@ -166,6 +178,8 @@ pub fn run_report(
         });
         type InstanceKey<'k> = (u64, &'k str, u32);
         let mut per_row: BTreeMap<InstanceKey<'_>, (&str, BTreeSet<String>)> = BTreeMap::new();
+        // The tokens of the eval rows this training file's candidates name.
+        let mut tokens: HashMap<(u32, u64), Vec<Token>> = HashMap::new();
         for &(doc, e) in &events {
             let eval = task
                 .eval
@@ -177,6 +191,17 @@ pub fn run_report(
                     format!("no row {} (an event names it)", e.eval_row),
                 )
             })?;
+            let row_tokens = tokens
+                .entry((e.eval_file, e.eval_row))
+                .or_insert_with(|| settings.tokenizer.tokenize(&row.text));
+            let Some(EvalNgram {
+                configured,
+                offsets: eval_offsets,
+            }) = eval_ngram(row_tokens, &lengths, e.n, &e.ngram)
+            else {
+                not_overlaps += 1;
+                continue;
+            };
             details.line(
                 handle,
                 &DetailRecord {
@@ -186,7 +211,7 @@ pub fn run_report(
                     instance_id: &row.id,
                     eval_text: &row.text,
                     ngram: &e.ngram,
-                    eval_offsets: &e.eval_offsets,
+                    eval_offsets: &eval_offsets,
                     n: e.n,
                     train_path,
                     train_row: doc.train_row,
@@ -197,7 +222,7 @@ pub fn run_report(
                 },
             )?;
             detail_count += 1;
-            for n in settings.lengths_in(e.configured) {
+            for n in settings.lengths_in(configured) {
                 stats
                     .entry((eval.dataset.as_str(), n))
                     .or_default()
@@ -230,6 +255,12 @@ pub fn run_report(
         files.push(out.finish(handle)?);
     }
     files.push(details.finish(handle)?);
+    if not_overlaps > 0 {
+        tracing::info!(
+            candidates = not_overlaps,
+            "candidates whose window key matched but whose text is not the eval row's n-gram (dropped)"
+        );
+    }
 
     let mut text = Vec::new();
     let mut overlapping: BTreeMap<String, BTreeMap<u32, u64>> = BTreeMap::new();

@@ -1,19 +1,23 @@
 //! The scan task: one training file streamed past one group of index partitions.
 //!
-//! The group's entries are loaded into an [`Index`] (its size is what the planner
-//! bounds with `[index] memory`; a worker keeps it for its next scan of the same
-//! group); the file is read record by record, and held whole only when it is a
-//! `.jsonl.gz` file small enough ([`super::whole_gzip`]). For each document, every window of every effective length the index holds is
-//! looked up; only a document with a match is given its id and written out, as one
-//! [`ScanDoc`] line: its text once, and one [`ScanEvent`] per (eval row, n-gram) it
-//! shares, with every occurrence on both sides. The training n-gram stream itself is
-//! never stored or shuffled.
+//! The group's postings are loaded into an [`NgramIndex`] (its size is what the
+//! planner bounds with `[index] memory`; a worker keeps it for its next scan of the
+//! same group); the file is read record by record, and held whole only when it is a
+//! `.jsonl.gz` file small enough ([`super::whole_gzip`]). For each document, every
+//! window of every effective length the index holds is looked up by its key; only a
+//! document with a candidate is given its id and written out, as one [`ScanDoc`] line:
+//! its text once, and one [`ScanEvent`] per (eval row, length, window text) whose key
+//! matched, with every occurrence in the document. The report decides each candidate
+//! against its eval row's text. The training n-gram stream itself is never stored or
+//! shuffled.
 //!
 //! Documents go to one gzip JSONL file per attempt, streamed out as they come, in
 //! training row order (their events in (eval file, eval row, length, n-gram) order).
 
 use super::gzip_jsonl::{GzipJsonl, Packing};
-use super::ngrams::{Index, ScanTokens};
+use super::index::row_bases;
+use super::ngram_index::NgramIndex;
+use super::ngrams::ScanTokens;
 use super::protocol::{
     events_path, rejects_path, ScanDoc, ScanEvent, ScanOutput, ScanTask, Settings,
 };
@@ -27,7 +31,7 @@ use std::collections::BTreeMap;
 pub fn run_scan(
     handle: &tokio::runtime::Handle,
     task: &ScanTask,
-    index: &Index,
+    index: &NgramIndex,
     output: &StoreUrl,
     settings: &Settings,
     attempt: u32,
@@ -36,6 +40,8 @@ pub fn run_scan(
     let events_file = events_path(task.index, attempt);
     let mut events_out = GzipJsonl::new(output, &events_file, Packing::Intermediate);
     let mut doc = ScanTokens::default();
+    let bases = row_bases(&task.eval_rows)?;
+    let mut hits: Vec<(u32, usize, usize)> = Vec::new();
     let mut ngrams = 0u64;
     let mut events = 0u64;
     let mut text_bytes = 0u64;
@@ -55,14 +61,14 @@ pub fn run_scan(
                 return Ok(());
             }
             doc.fill(settings.tokenizer, record.text);
-            let mut found: BTreeMap<u32, Vec<[u64; 2]>> = BTreeMap::new();
             for &n in &task.lengths {
                 ngrams += (doc.len() + 1).saturating_sub(n as usize) as u64;
             }
-            index.each_match(&doc, |e, i, n| {
-                found.entry(e).or_default().push(doc.offsets(i, n));
+            hits.clear();
+            index.each_match(&doc, |i, n, rows| {
+                hits.extend(rows.iter().map(|&row| (row, i, n)));
             });
-            if found.is_empty() {
+            if hits.is_empty() {
                 return Ok(());
             }
             let id = record.id()?;
@@ -70,7 +76,7 @@ pub fn run_scan(
                 train_row: record.row,
                 train_doc_id: id.as_str(),
                 train_text: record.text,
-                events: document_events(index, &found),
+                events: document_events(&doc, &bases, &hits),
             };
             events += matched.events.len() as u64;
             events_out.line(handle, &matched)
@@ -88,26 +94,35 @@ pub fn run_scan(
     })
 }
 
-/// The events of one training document: for each matched entry, one per eval row it
-/// occurs in; sorted by (eval file, eval row, length, n-gram).
-fn document_events(index: &Index, found: &BTreeMap<u32, Vec<[u64; 2]>>) -> Vec<ScanEvent> {
-    let mut out = Vec::new();
-    for (&e, train_offsets) in found {
-        let entry = &index.entries[e as usize];
-        for occ in &entry.occurrences {
-            out.push(ScanEvent {
-                eval_file: occ.eval_file,
-                eval_row: occ.eval_row,
-                n: entry.n,
-                ngram: entry.ngram.clone(),
-                configured: occ.configured,
-                eval_offsets: occ.offsets.clone(),
-                train_offsets: train_offsets.clone(),
-            });
-        }
+/// The candidate events of one training document from its `hits` (global eval row,
+/// window start, length; in window order): one per (eval row, length, window text),
+/// with the window's occurrences in order, sorted by (eval file, eval row, length,
+/// text).
+fn document_events(
+    doc: &ScanTokens,
+    bases: &[u32],
+    hits: &[(u32, usize, usize)],
+) -> Vec<ScanEvent> {
+    let mut events: BTreeMap<(u32, u64, u32, String), Vec<[u64; 2]>> = BTreeMap::new();
+    for &(global, i, n) in hits {
+        // The eval file of a global row: the last whose first row is at most it.
+        let file = bases.partition_point(|&b| b <= global).saturating_sub(1);
+        let row = u64::from(global - bases.get(file).copied().unwrap_or(0));
+        events
+            .entry((file as u32, row, n as u32, doc.window_text(i, n)))
+            .or_default()
+            .push(doc.offsets(i, n));
     }
-    out.sort_by(|a, b| {
-        (a.eval_file, a.eval_row, a.n, &a.ngram).cmp(&(b.eval_file, b.eval_row, b.n, &b.ngram))
-    });
-    out
+    events
+        .into_iter()
+        .map(
+            |((eval_file, eval_row, n, ngram), train_offsets)| ScanEvent {
+                eval_file,
+                eval_row,
+                n,
+                ngram,
+                train_offsets,
+            },
+        )
+        .collect()
 }

@@ -1,0 +1,95 @@
+"""The overlap job's memory at a production-like eval side: 20 000 eval rows of 100
+Zipf-drawn words (about 1.9M distinct 13-grams), `memory_per_worker = "256MiB"`, one
+worker. The index fits one group (every training file is read once), the job's peak
+resident memory (a fresh process) stays within 1.25 × the setting, and the overlapping
+instances are exactly those a plain-Python reading of the rules finds."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import random
+import subprocess
+import sys
+
+from test_bounded_map import MEASURE
+from test_job import COORDINATOR
+from test_overlap import SPLIT
+
+MEMORY_MIB = 256
+EVAL_ROWS = 20_000
+WORDS = 100
+N = 13
+
+
+def zipf_words(rng: random.Random, vocab: list[str], weights: list[float], k: int) -> list[str]:
+    return rng.choices(vocab, weights, k=k)
+
+
+def test_a_2m_ngram_eval_side_is_one_group_within_the_memory_setting(tmp_path):
+    rng = random.Random(27)
+    vocab = [f"w{i}" for i in range(200_000)]
+    weights = [1 / (i + 1) for i in range(len(vocab))]
+    eval_texts = [" ".join(zipf_words(rng, vocab, weights, WORDS)) for _ in range(EVAL_ROWS)]
+    (tmp_path / "eval").mkdir()
+    with open(tmp_path / "eval" / "bench-0a1b2c.jsonl", "w") as f:
+        for i, text in enumerate(eval_texts):
+            f.write(json.dumps({"id": f"e{i}", "text": text}) + "\n")
+    # Training documents: Zipf text, one in ten with a 20-word passage of an eval row.
+    planted = set()
+    train = []
+    for d in range(4_000):
+        words = zipf_words(rng, vocab, weights, 150)
+        if d % 10 == 0:
+            row = rng.randrange(EVAL_ROWS)
+            at = rng.randrange(WORDS - 20)
+            words[40:40] = eval_texts[row].split()[at:at + 20]
+            planted.add(f"e{row}")
+        train.append(" ".join(words))
+    (tmp_path / "train").mkdir()
+    for part in range(2):
+        with gzip.open(tmp_path / "train" / f"part-{part}.jsonl.gz", "wt") as f:
+            for d, text in enumerate(train[part::2]):
+                f.write(json.dumps({"id": f"t{part}-{d}", "text": text}) + "\n")
+
+    # The rules, in plain Python: the eval rows sharing a 13-gram with a training text.
+    train_grams = set()
+    for text in train:
+        tokens = SPLIT.split(text.lower())
+        train_grams.update(" ".join(tokens[i:i + N]) for i in range(len(tokens) - N + 1))
+    want = set()
+    for i, text in enumerate(eval_texts):
+        tokens = SPLIT.split(text.lower())
+        if any(" ".join(tokens[k:k + N]) in train_grams for k in range(len(tokens) - N + 1)):
+            want.add(f"e{i}")
+    assert planted <= want
+
+    out = tmp_path / "out"
+    spec = tmp_path / "job.toml"
+    spec.write_text(f"""
+kind = "ngram_overlap"
+[eval]
+paths = ["{tmp_path / 'eval'}"]
+[train]
+paths = ["{tmp_path / 'train'}"]
+[ngrams]
+n = [{N}]
+[output]
+url = "{out}"
+[run]
+mode = "local"
+workers = 1
+memory_per_worker = "{MEMORY_MIB}MiB"
+scratch = "{tmp_path / 'scratch'}"
+""")
+    proc = subprocess.run([sys.executable, "-c", MEASURE, str(COORDINATOR), "run", str(spec)],
+                          capture_output=True, text=True)
+    code, peak_mib = map(int, proc.stdout.split())
+    assert code == 0, proc.stderr
+    summary = json.loads((out / "progress_summary.json").read_text())
+    print(f"peak RSS {peak_mib} MiB (setting {MEMORY_MIB} MiB); {summary['index_groups']} index group(s)")
+    assert summary["index_groups"] == 1, summary
+    assert peak_mib <= 1.25 * MEMORY_MIB, f"peak RSS {peak_mib} MiB > 1.25 × {MEMORY_MIB} MiB"
+    (stats,) = [json.loads(line) for line in (out / "stats" / "overlap_stats.jsonl").read_text().splitlines()]
+    assert (stats["n"], stats["num_instances"]) == (N, EVAL_ROWS)
+    assert set(stats["instance_ids"]) == want

@@ -1,0 +1,407 @@
+//! The in-memory index a scan looks training windows up in: the window keys of one index
+//! group's eval n-grams and, for each, the eval rows it occurs in. No n-gram text: a key
+//! only finds candidates, and the report decides each candidate exactly by re-tokenizing
+//! its eval row (docs/overlap.md, "a hash only finds candidates").
+//!
+//! ```text
+//! index shuffle files (key, prefix key, n, eval row) ─► IndexBuilder ─► NgramIndex
+//!   keys:      sorted distinct window keys              8 B per n-gram
+//!   rows:      per key, its eval row (a global id), or  4 B
+//!              MULTI | where its rows are in `shared`    (+4 B per row beyond the first)
+//!   directory: per bucket of the keys' top bits, where   about 1 B
+//!              its keys start
+//!   filters:   keys, and the first PREFIX_TOKENS tokens' 2 to 4 B each
+//!              keys of the longer n-grams
+//! ```
+//!
+//! About 20 bytes per distinct n-gram ([`NgramIndex::bytes`]); building it holds at most
+//! [`LOAD_BYTES_PER_POSTING`] per (n-gram, eval row) posting. A window is looked up
+//! with one filter probe, and only the keys that pass it touch the directory and the
+//! sorted keys (a bucket of about four keys, one or two cache lines).
+
+use std::collections::BTreeSet;
+
+use super::ngrams::ScanTokens;
+
+/// The most memory building an index takes per posting (one n-gram of one eval row):
+/// the postings (16 B) and their prefix keys (8 B) while the index's own arrays and
+/// filters (about 20 B per distinct n-gram) are built. What sizes the index groups.
+pub const LOAD_BYTES_PER_POSTING: u64 = 48;
+
+/// N-grams of at least this many tokens are looked up only where their first
+/// `PREFIX_TOKENS` tokens are the first tokens of an indexed n-gram.
+pub const PREFIX_TOKENS: u32 = 4;
+
+/// The high bit of a `rows` value: the key occurs in several eval rows, listed in
+/// `shared` from the position in the low bits (a count, then the rows).
+const MULTI: u32 = 1 << 31;
+
+/// Keys per directory bucket, about.
+const KEYS_PER_BUCKET: usize = 4;
+
+/// A set of window keys that answers "certainly not in it" for most other keys: two
+/// bits per key, both in one 64-bit word chosen by the key's high bits (a blocked
+/// Bloom filter), at 16 to 32 bits per key: one cache line per question (about 1.5%
+/// false positives).
+#[derive(Default)]
+struct KeyFilter {
+    words: Vec<u64>,
+    /// 64 − log2(words): the shift that leaves a key's word index.
+    shift: u32,
+}
+
+impl KeyFilter {
+    fn new(keys: impl ExactSizeIterator<Item = u64>) -> KeyFilter {
+        let words = (keys.len() / 4).next_power_of_two().max(64);
+        let mut filter = KeyFilter {
+            words: vec![0u64; words],
+            shift: 64 - words.trailing_zeros(),
+        };
+        for key in keys {
+            let (word, mask) = filter.slot(key);
+            filter.words[word] |= mask;
+        }
+        filter
+    }
+
+    #[inline]
+    fn slot(&self, key: u64) -> (usize, u64) {
+        let word = (key >> self.shift) as usize;
+        (word, (1u64 << (key & 63)) | (1u64 << ((key >> 6) & 63)))
+    }
+
+    /// Whether `key` may be in the set (never, for an empty filter never built).
+    #[inline]
+    fn may_hold(&self, key: u64) -> bool {
+        if self.words.is_empty() {
+            return false;
+        }
+        let (word, mask) = self.slot(key);
+        self.words[word] & mask == mask
+    }
+
+    fn bytes(&self) -> usize {
+        self.words.len() * 8
+    }
+}
+
+/// Collects an index group's postings, then builds the [`NgramIndex`].
+#[derive(Default)]
+pub struct IndexBuilder {
+    /// (window key, global eval row).
+    postings: Vec<(u64, u32)>,
+    /// The [`PREFIX_TOKENS`]-token prefix keys of the n-grams at least that long.
+    prefixes: Vec<u64>,
+    lengths: BTreeSet<u32>,
+}
+
+impl IndexBuilder {
+    /// Adds that the n-gram of `n` tokens with window key `key` (and, when `n` is at
+    /// least [`PREFIX_TOKENS`], prefix key `prefix`) occurs in global eval row `row`.
+    pub fn add(&mut self, key: u64, n: u32, prefix: u64, row: u32) {
+        self.postings.push((key, row));
+        if n >= PREFIX_TOKENS {
+            self.prefixes.push(prefix);
+        }
+        self.lengths.insert(n);
+    }
+
+    pub fn build(self) -> NgramIndex {
+        let IndexBuilder {
+            mut postings,
+            mut prefixes,
+            lengths,
+        } = self;
+        prefixes.sort_unstable();
+        prefixes.dedup();
+        let prefix_filter = KeyFilter::new(prefixes.iter().copied());
+        drop(prefixes);
+        postings.sort_unstable();
+        postings.dedup();
+        let distinct = postings.windows(2).filter(|w| w[0].0 != w[1].0).count()
+            + usize::from(!postings.is_empty());
+        let mut keys = Vec::with_capacity(distinct);
+        let mut rows = Vec::with_capacity(distinct);
+        let mut shared = Vec::new();
+        let mut at = 0;
+        while at < postings.len() {
+            let key = postings[at].0;
+            let end = at + postings[at..].iter().take_while(|p| p.0 == key).count();
+            keys.push(key);
+            if end - at == 1 {
+                rows.push(postings[at].1);
+            } else {
+                rows.push(MULTI | shared.len() as u32);
+                shared.push((end - at) as u32);
+                shared.extend(postings[at..end].iter().map(|p| p.1));
+            }
+            at = end;
+        }
+        drop(postings);
+        let filter = KeyFilter::new(keys.iter().copied());
+        let buckets = (keys.len() / KEYS_PER_BUCKET).next_power_of_two().max(1);
+        let dir_shift = 64 - buckets.trailing_zeros();
+        let mut directory = Vec::with_capacity(buckets + 1);
+        let mut k = 0usize;
+        for bucket in 0..buckets as u64 {
+            while k < keys.len() && bucket_of(keys[k], dir_shift) < bucket {
+                k += 1;
+            }
+            directory.push(k as u32);
+        }
+        directory.push(keys.len() as u32);
+        let lengths: Vec<u32> = lengths.into_iter().collect();
+        let long = lengths.iter().any(|&n| n >= PREFIX_TOKENS);
+        NgramIndex {
+            keys,
+            rows,
+            shared,
+            directory,
+            dir_shift,
+            filter,
+            prefix_filter,
+            prefix_len: if long { PREFIX_TOKENS } else { 0 },
+            lengths,
+        }
+    }
+}
+
+#[inline]
+fn bucket_of(key: u64, shift: u32) -> u64 {
+    if shift >= 64 {
+        0
+    } else {
+        key >> shift
+    }
+}
+
+/// The eval n-grams of one index group, by window key (see the module docs).
+#[derive(Default)]
+pub struct NgramIndex {
+    keys: Vec<u64>,
+    rows: Vec<u32>,
+    shared: Vec<u32>,
+    directory: Vec<u32>,
+    dir_shift: u32,
+    filter: KeyFilter,
+    /// Lengths below `prefix_len` are looked up at every position; the others only
+    /// where `prefix_filter` may hold the window of `prefix_len` tokens there (0: no
+    /// indexed n-gram is that long).
+    prefix_len: u32,
+    prefix_filter: KeyFilter,
+    /// The lengths indexed, ascending.
+    lengths: Vec<u32>,
+}
+
+impl NgramIndex {
+    /// Distinct window keys.
+    pub fn len(&self) -> usize {
+        self.keys.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.keys.is_empty()
+    }
+
+    /// The memory the index holds.
+    pub fn bytes(&self) -> usize {
+        self.keys.len() * 8
+            + self.rows.len() * 4
+            + self.shared.len() * 4
+            + self.directory.len() * 4
+            + self.filter.bytes()
+            + self.prefix_filter.bytes()
+    }
+
+    /// The global eval rows of window key `key`, if indexed.
+    #[inline]
+    pub fn rows_of(&self, key: u64) -> Option<&[u32]> {
+        if !self.filter.may_hold(key) {
+            return None;
+        }
+        let b = bucket_of(key, self.dir_shift) as usize;
+        let (start, end) = (self.directory[b] as usize, self.directory[b + 1] as usize);
+        let k = start + self.keys[start..end].iter().position(|&x| x == key)?;
+        let v = &self.rows[k];
+        if v & MULTI == 0 {
+            Some(std::slice::from_ref(v))
+        } else {
+            let at = (v & !MULTI) as usize;
+            let count = self.shared[at] as usize;
+            Some(&self.shared[at + 1..at + 1 + count])
+        }
+    }
+
+    /// Calls `each(i, n, rows)` for every window of `doc` whose key is indexed (the
+    /// window of `n` tokens from `i`; `rows` the global eval rows of that key), in
+    /// order of `i`, then `n`. Candidates: the text is not compared.
+    pub fn each_match(&self, doc: &ScanTokens, mut each: impl FnMut(usize, usize, &[u32])) {
+        if self.keys.is_empty() {
+            return;
+        }
+        let p = self.prefix_len as usize;
+        let split = if p == 0 {
+            self.lengths.len()
+        } else {
+            self.lengths.partition_point(|&n| (n as usize) < p)
+        };
+        let (short, long) = self.lengths.split_at(split);
+        for i in 0..doc.len() {
+            let left = doc.len() - i;
+            for &n in short {
+                let n = n as usize;
+                if n > left {
+                    break;
+                }
+                if let Some(rows) = self.rows_of(doc.key(i, n)) {
+                    each(i, n, rows);
+                }
+            }
+            if p == 0 || p > left || !self.prefix_filter.may_hold(doc.key(i, p)) {
+                continue;
+            }
+            for &n in long {
+                let n = n as usize;
+                if n > left {
+                    break;
+                }
+                if let Some(rows) = self.rows_of(doc.key(i, n)) {
+                    each(i, n, rows);
+                }
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::tokenize::TokenizerKind;
+    use super::*;
+
+    fn doc(text: &str) -> ScanTokens {
+        let mut d = ScanTokens::default();
+        d.fill(TokenizerKind::Default, text);
+        d
+    }
+
+    /// Indexes every window of the given lengths of `text` at every `step`-th
+    /// position, as eval row `row`.
+    fn add_windows(b: &mut IndexBuilder, text: &str, lengths: &[usize], step: usize, row: u32) {
+        let d = doc(text);
+        for &n in lengths {
+            for i in (0..=d.len().saturating_sub(n)).step_by(step) {
+                let prefix = if n as u32 >= PREFIX_TOKENS {
+                    d.key(i, PREFIX_TOKENS as usize)
+                } else {
+                    0
+                };
+                b.add(d.key(i, n), n as u32, prefix, row + i as u32);
+            }
+        }
+    }
+
+    #[test]
+    fn each_match_finds_every_indexed_window_whatever_the_lengths() {
+        let mut b = IndexBuilder::default();
+        add_windows(
+            &mut b,
+            "a b c d e f g h a b c x y z a b",
+            &[1, 2, 5, 6],
+            3,
+            0,
+        );
+        let index = b.build();
+        assert_eq!(index.prefix_len, PREFIX_TOKENS);
+        for text in [
+            "a b c d e f g h",
+            "x a b c d e f g h a b c x y z a b q",
+            "z a b",
+            "",
+        ] {
+            let d = doc(text);
+            let mut got = Vec::new();
+            index.each_match(&d, |i, n, rows| got.push((i, n, rows.to_vec())));
+            let mut want = Vec::new();
+            for i in 0..d.len() {
+                for n in [1usize, 2, 5, 6] {
+                    if i + n <= d.len() {
+                        if let Some(rows) = index.rows_of(d.key(i, n)) {
+                            want.push((i, n, rows.to_vec()));
+                        }
+                    }
+                }
+            }
+            assert_eq!(got, want, "{text:?}");
+            if text.starts_with("a b c") {
+                assert!(want.iter().any(|w| w.1 == 6) && want.iter().any(|w| w.1 == 1));
+            }
+        }
+    }
+
+    #[test]
+    fn a_key_in_several_rows_lists_each_row_once_in_order() {
+        let mut b = IndexBuilder::default();
+        let d = doc("Say HELLO wörld; a b c!");
+        // say hello wörld a b c ""
+        assert_eq!(d.len(), 7);
+        for row in [9, 2, 2, 5] {
+            b.add(d.key(1, 2), 2, 0, row);
+        }
+        b.add(d.key(3, 3), 3, 0, 1);
+        b.add(d.key(6, 1), 1, 0, 0);
+        let index = b.build();
+        assert_eq!(index.len(), 3);
+        assert_eq!(index.rows_of(d.key(1, 2)), Some(&[2u32, 5, 9][..]));
+        assert_eq!(index.rows_of(d.key(3, 3)), Some(&[1u32][..]));
+        assert_eq!(index.rows_of(d.key(6, 1)), Some(&[0u32][..]));
+        assert_eq!(index.rows_of(d.key(0, 2)), None);
+        assert_eq!(index.rows_of(d.key(3, 2)), None);
+        assert_eq!(index.rows_of(d.key(5, 1)), None);
+        assert!(NgramIndex::default().rows_of(1).is_none());
+    }
+
+    #[test]
+    fn a_million_keys_are_all_found_and_take_about_twenty_bytes_each() {
+        let mut b = IndexBuilder::default();
+        let mut state = 0x9e37_79b9_7f4a_7c15u64;
+        let mut keys = Vec::new();
+        for row in 0..1_000_000u32 {
+            state = state
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let key = state ^ (state >> 31);
+            keys.push(key);
+            b.add(key, 13, key.rotate_left(7), row);
+        }
+        let index = b.build();
+        for (row, &key) in keys.iter().enumerate() {
+            assert_eq!(index.rows_of(key), Some(&[row as u32][..]));
+        }
+        let misses = (0..100_000u64)
+            .filter(|k| {
+                index
+                    .rows_of(k.wrapping_mul(0xd6e8_feb8_6659_fd93))
+                    .is_some()
+            })
+            .count();
+        assert_eq!(misses, 0);
+        let per_key = index.bytes() as f64 / index.len() as f64;
+        assert!((16.0..=24.0).contains(&per_key), "{per_key} bytes per key");
+    }
+
+    #[test]
+    fn a_key_filter_holds_its_keys_and_few_others() {
+        let key = |k: u64| {
+            let k = k.wrapping_mul(0x2545_f491_4f6c_dd1d);
+            k ^ (k >> 29)
+        };
+        let keys: Vec<u64> = (0..100_000).map(key).collect();
+        let filter = KeyFilter::new(keys.iter().copied());
+        assert!(keys.iter().all(|&k| filter.may_hold(k)));
+        let others = (1_000_000..1_200_000u64).filter(|&k| filter.may_hold(key(k)));
+        let rate = others.count() as f64 / 200_000.0;
+        assert!(rate < 0.03, "false positives {rate}");
+        assert!(!KeyFilter::default().may_hold(1));
+        assert!(!KeyFilter::new([1u64].into_iter()).may_hold(key(2)));
+    }
+}
