@@ -2,6 +2,10 @@
 (a benchmark, not a test).
 
     .venv/bin/python tests/bench/overlap.py [--train-mb 200] [--bin target/release]
+    .venv/bin/python tests/bench/overlap.py --shape production [--eval-rows 200000]
+
+`--shape production` is the decontamination runs' shape (see [production] below);
+without it, a small eval side:
 
 Writes a corpus (2 000 eval rows; `--train-mb` MB of training text in 8 gzip JSONL
 files, ~1% of documents with a planted eval passage, ~2% with non-ASCII text), then, on
@@ -23,6 +27,18 @@ against a minute of Python swung the ratio from 24x to 36x here.
 
 Prints both, their ratio, the job's peak RSS and the number of overlap records each
 found on the part both scanned (they must be equal).
+
+[production] `--eval-rows` eval records (default 200 000) of about 100 words drawn from
+a 200 000-word vocabulary with Zipf weights (1/rank): about 17.6M distinct 13-grams,
+150 MB of eval JSONL; `--train-mb` MB of training text (default 210) in 8 `.jsonl.gz`
+files of the same words, one document in a hundred with a 20-word eval passage; `n =
+[13]`, one worker, `memory_per_worker = --memory` (default 2GiB), one core. The job and
+the plain-Python reference (a dict of the eval n-gram strings, then every training
+window looked up in it) each run once in a fresh process under `/usr/bin/time`:
+CPU seconds (user + system) and peak RSS side by side, their ratio, the job's stages'
+CPU seconds, the index's bytes per distinct n-gram and the number of index groups
+(each training file is read once per group), and the overlap records each found (they
+must be equal).
 """
 
 from __future__ import annotations
@@ -37,6 +53,7 @@ import resource
 import shutil
 import string
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -119,9 +136,139 @@ def python_scan(index: dict[int, dict[str, list[int]]], path: Path) -> tuple[flo
     return scanned / (time.process_time() - started), scanned, records
 
 
+def make_production_corpus(work: Path, eval_rows: int, train_mb: int) -> None:
+    import numpy as np
+
+    rng = np.random.default_rng(27)
+    vocab = np.array([f"w{i}" for i in range(200_000)])
+    cdf = np.cumsum(1 / np.arange(1, len(vocab) + 1))
+    cdf /= cdf[-1]
+
+    def words(k: int) -> list[str]:
+        return list(vocab[np.minimum(np.searchsorted(cdf, rng.random(k)), len(vocab) - 1)])
+    eval_dir, train_dir = work / "eval", work / "train"
+    eval_dir.mkdir(parents=True)
+    train_dir.mkdir(parents=True)
+    evals = []
+    with open(eval_dir / "prod-0a1b2c.jsonl", "w") as f:
+        for i in range(eval_rows):
+            text = " ".join(words(int(rng.integers(90, 111))))
+            evals.append(text)
+            f.write(json.dumps({"id": f"e{i}", "text": text}) + "\n")
+    per_file = train_mb * 1_000_000 // 8
+    for k in range(8):
+        written = 0
+        with gzip.open(train_dir / f"train-{k:05}.jsonl.gz", "wt", compresslevel=1) as f:
+            while written < per_file:
+                doc_words = words(int(rng.integers(100, 500)))
+                if rng.random() < 0.01:
+                    src = evals[int(rng.integers(len(evals)))].split(" ")
+                    a = int(rng.integers(0, len(src) - 20))
+                    doc_words[10:10] = src[a:a + 20]
+                doc = " ".join(doc_words)
+                f.write(json.dumps({"text": doc}) + "\n")
+                written += len(doc) + 1
+
+
+def python_reference(eval_dir: Path, train_dir: Path, n: int) -> None:
+    """The plain-Python reference, whole (index, then scan): prints its overlap
+    records (one per eval row, training row and n-gram)."""
+    index: dict[str, list[int]] = {}
+    for path in sorted(eval_dir.iterdir()):
+        with open(path) as f:
+            for row, line in enumerate(f):
+                tokens = SPLIT.split(json.loads(line)["text"].lower())
+                eff = min(n, len(tokens))
+                for g in {" ".join(tokens[i:i + eff]) for i in range(len(tokens) - eff + 1)}:
+                    index.setdefault(g, []).append(row)
+    records = 0
+    for path in sorted(train_dir.iterdir()):
+        with gzip.open(path, "rt") as f:
+            for line in f:
+                tokens = SPLIT.split(json.loads(line)["text"].lower())
+                found = {g for g in (" ".join(tokens[i:i + n]) for i in range(len(tokens) - n + 1))
+                         if g in index}
+                records += sum(len(index[g]) for g in found)
+    print(records)
+
+
+def timed(cmd: list[str], env=None) -> tuple[subprocess.CompletedProcess, float, float]:
+    """Runs cmd under /usr/bin/time: (the process, CPU seconds, peak RSS in MiB)."""
+    proc = subprocess.run(["/usr/bin/time", "-f", "TIME %U %S %M", *cmd], env=env,
+                          capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SystemExit(f"{cmd[0]} failed:\n{proc.stderr[-3000:]}")
+    user, sys_, rss = re.findall(r"TIME ([\d.]+) ([\d.]+) (\d+)", proc.stderr)[-1]
+    return proc, float(user) + float(sys_), int(rss) / 1024
+
+
+def production(args) -> None:
+    corpus = args.work / f"production-{args.eval_rows}-{args.train_mb}"
+    if not (corpus / "train").exists():
+        shutil.rmtree(corpus, ignore_errors=True)
+        print(f"writing the corpus ({args.eval_rows} eval rows, {args.train_mb} MB of training text) ...",
+              flush=True)
+        make_production_corpus(corpus, args.eval_rows, args.train_mb)
+    eval_dir, train_dir = corpus / "eval", corpus / "train"
+    out = args.work / "out-production"
+    shutil.rmtree(out, ignore_errors=True)
+    shutil.rmtree(args.work / "scratch", ignore_errors=True)
+    spec = args.work / "overlap-production.toml"
+    spec.write_text(f"""
+kind = "ngram_overlap"
+[eval]
+paths = ["{eval_dir}"]
+[train]
+paths = ["{train_dir}"]
+[ngrams]
+n = [13]
+[output]
+url = "{out}"
+[run]
+mode = "local"
+workers = 1
+memory_per_worker = "{args.memory}"
+scratch = "{args.work / 'scratch'}"
+""")
+    env = dict(os.environ, RUST_LOG="info,probeflow_worker=debug", NO_COLOR="1")
+    proc, job_cpu, job_rss = timed([str(args.bin / "coordinator"), "run", str(spec)], env=env)
+    stages = {}
+    for stage, ms in re.findall(r"task CPU time task=(\w+)-\d+ attempt=\d+ cpu_ms=(\d+)", proc.stderr):
+        stages[stage] = stages.get(stage, 0) + int(ms) / 1000
+    loaded = re.findall(r"index group loaded .*?ngrams=(\d+) bytes=(\d+)", proc.stderr)
+    ngrams = sum(int(a) for a, _ in loaded)
+    index_bytes = sum(int(b) for _, b in loaded)
+    summary = json.loads((out / "progress_summary.json").read_text())
+    groups = summary["index_groups"]
+    details = gzip.decompress((out / "stats" / "overlap_details.jsonl.gz").read_bytes()).count(b"\n")
+    text_mb = summary["totals"]["train_text_bytes"] / 1e6
+    eval_mb = sum(p.stat().st_size for p in eval_dir.iterdir()) / 1e6
+    print(f"eval: {args.eval_rows} rows ({eval_mb:.0f} MB); training text: {text_mb:.0f} MB in 8 .jsonl.gz "
+          f"files; n = [13]; one worker, memory_per_worker = {args.memory}; one core", flush=True)
+    print(f"job:    {job_cpu:7.1f} CPU s, peak RSS {job_rss:6.0f} MiB; stages (CPU s): "
+          + ", ".join(f"{k} {v:.1f}" for k, v in sorted(stages.items())))
+    print(f"        index: {ngrams / 1e6:.1f}M distinct n-grams, {index_bytes / max(ngrams, 1):.1f} bytes each; "
+          f"{groups} index group(s)", flush=True)
+    py, py_cpu, py_rss = timed([sys.executable, __file__, "--python-reference", str(eval_dir), str(train_dir)])
+    py_records = int(py.stdout.split()[-1])
+    print(f"Python: {py_cpu:7.1f} CPU s, peak RSS {py_rss:6.0f} MiB")
+    print(f"ratio (Python CPU / job CPU): {py_cpu / job_cpu:.1f}x; "
+          f"scan stage alone: {text_mb / stages.get('scan', 1):.0f} MB per CPU s")
+    print(f"overlap records: job {details}, Python {py_records}")
+    if details != py_records:
+        raise SystemExit("the job and the reference disagree")
+
+
 def main() -> None:
+    if len(sys.argv) == 4 and sys.argv[1] == "--python-reference":
+        python_reference(Path(sys.argv[2]), Path(sys.argv[3]), 13)
+        return
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--train-mb", type=int, default=200)
+    ap.add_argument("--shape", choices=["small", "production"], default="small")
+    ap.add_argument("--eval-rows", type=int, default=200_000, help="production: eval records")
+    ap.add_argument("--memory", default="2GiB", help="production: memory_per_worker")
+    ap.add_argument("--train-mb", type=int, default=None,
+                    help="MB of training text (default 200; production: 210)")
     ap.add_argument("--rounds", type=int, default=8,
                     help="rounds of one job run and the reference on one training file (at most 8)")
     ap.add_argument("--bin", type=Path, default=ROOT / "target" / "release")
@@ -129,6 +276,11 @@ def main() -> None:
     args = ap.parse_args()
     args.work = args.work.resolve()
     os.sched_setaffinity(0, {0})  # one core, for both (children inherit it)
+    if args.shape == "production":
+        args.train_mb = args.train_mb or 210
+        production(args)
+        return
+    args.train_mb = args.train_mb or 200
     corpus = args.work / f"corpus-{args.train_mb}"
     if not (corpus / "train").exists():
         shutil.rmtree(corpus, ignore_errors=True)

@@ -1,5 +1,5 @@
-//! The index task: one eval file → the window keys of its n-grams, partitioned by
-//! `key % partitions` into one shuffle file (the engine's partitioned Arrow IPC), plus
+//! The index task: one eval file → the window keys of its n-grams, partitioned by key
+//! range ([`partition_of`]) into one shuffle file (the engine's partitioned Arrow IPC), plus
 //! the file's valid rows (row, id, text) for the report; and the scan's loading of an
 //! index group from those files into an [`NgramIndex`].
 //!
@@ -8,7 +8,8 @@
 //! compute the same keys), with the key of its first [`PREFIX_TOKENS`] tokens. No
 //! text: the report checks each candidate against the eval row's own n-grams.
 //! Postings are written in (partition, row, key) order, so an attempt's bytes depend
-//! only on the file and the settings.
+//! only on the file and the settings. A scan loads its group's partitions in key
+//! order, each sorted alone ([`IndexBuilder`]).
 
 use std::sync::Arc;
 
@@ -16,13 +17,15 @@ use arrow::array::{ArrayRef, RecordBatch, UInt32Array, UInt32Builder, UInt64Buil
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 
 use super::gzip_jsonl::{GzipJsonl, Packing};
-use super::ngram_index::{IndexBuilder, NgramIndex, PREFIX_TOKENS};
+use super::ngram_index::{partition_of, IndexBuilder, NgramIndex, PREFIX_TOKENS};
 use super::ngrams::ScanTokens;
 use super::protocol::{
     eval_rows_path, index_shuffle_path, rejects_path, EvalRow, IndexOutput, IndexTask, Settings,
 };
 use super::source::{read_records, WholeFiles};
-use crate::engine::shuffle::{encode_segment, read_partition, write_index, ShuffleSegment};
+use crate::engine::shuffle::{
+    encode_segment, read_index_entry, read_segment, write_index, ShuffleSegment,
+};
 use crate::engine::store::StoreUrl;
 use crate::error::{Result, WorkerError};
 
@@ -32,21 +35,14 @@ pub fn posting_schema() -> SchemaRef {
         Field::new("key", DataType::UInt64, false),
         // The key of the first PREFIX_TOKENS tokens (n >= PREFIX_TOKENS), else 0.
         Field::new("prefix", DataType::UInt64, false),
-        Field::new("n", DataType::UInt32, false),
         Field::new("eval_row", DataType::UInt32, false),
     ]))
-}
-
-/// The partition of window key `key`.
-pub fn partition_of(key: u64, partitions: u32) -> u32 {
-    (key % u64::from(partitions.max(1))) as u32
 }
 
 #[derive(Default)]
 struct PartitionPostings {
     key: UInt64Builder,
     prefix: UInt64Builder,
-    n: UInt32Builder,
     row: UInt32Builder,
     len: usize,
 }
@@ -86,7 +82,7 @@ pub fn run_index(
         .map(|_| PartitionPostings::default())
         .collect();
     let rows_file = eval_rows_path(task.eval_file, attempt);
-    let mut rows_out = GzipJsonl::new(output, &rows_file, Packing::Intermediate);
+    let mut rows_out = GzipJsonl::new(output, &rows_file, Packing::Stored);
     let mut ngrams = 0u64;
     let mut present = std::collections::BTreeSet::new();
     let mut doc = ScanTokens::default();
@@ -113,7 +109,6 @@ pub fn run_index(
                 let p = &mut parts[partition_of(key, settings.partitions) as usize];
                 p.key.append_value(key);
                 p.prefix.append_value(prefix);
-                p.n.append_value(n);
                 p.row.append_value(row);
                 p.len += 1;
                 ngrams += 1;
@@ -142,7 +137,6 @@ pub fn run_index(
         let columns: Vec<ArrayRef> = vec![
             Arc::new(rows.key.finish()),
             Arc::new(rows.prefix.finish()),
-            Arc::new(rows.n.finish()),
             Arc::new(rows.row.finish()),
         ];
         let batch = RecordBatch::try_new(schema.clone(), columns)?;
@@ -175,31 +169,64 @@ pub fn run_index(
 }
 
 /// Loads one scan's index group (partitions `p % groups == group` of every eval
-/// file's index shuffle file) into memory. `eval_rows[f]` is eval file `f`'s row count:
-/// a posting's global eval row is its row plus the rows of the files before it.
+/// file's index shuffle file) into memory, a partition at a time in key order.
+/// `eval_rows[f]` is eval file `f`'s row count: a posting's global eval row is its row
+/// plus the rows of the files before it. `lengths`: the effective lengths indexed.
 pub async fn load_index(
     output: &StoreUrl,
     files: &[String],
     eval_rows: &[u64],
-    group: u32,
-    groups: u32,
-    partitions: u32,
+    lengths: &[u32],
+    (group, groups, partitions): (u32, u32, u32),
 ) -> Result<NgramIndex> {
     let started = std::time::Instant::now();
     let schema = posting_schema();
     let bases = row_bases(eval_rows)?;
-    let mut builder = IndexBuilder::default();
-    for (f, file) in files.iter().enumerate() {
-        let (Some(&base), Some(&rows)) = (bases.get(f), eval_rows.get(f)) else {
-            return Err(WorkerError::Job(format!(
-                "no row count for eval index file {file}"
-            )));
-        };
-        for p in (group..partitions).step_by(groups.max(1) as usize) {
-            for batch in read_partition(output, file, p, &schema).await? {
-                add_batch(&mut builder, file, (base, rows), &batch)?;
+    if files.len() != eval_rows.len() {
+        return Err(WorkerError::Job(format!(
+            "{} index files but {} eval row counts",
+            files.len(),
+            eval_rows.len()
+        )));
+    }
+    let mine: Vec<u32> = (group..partitions)
+        .step_by(groups.max(1) as usize)
+        .collect();
+    // Every segment of the group first: their posting counts size the index.
+    let mut segments = Vec::with_capacity(mine.len() * files.len());
+    for &p in &mine {
+        for file in files {
+            segments.push(read_index_entry(output, file, p).await?);
+        }
+    }
+    let postings: u64 = segments.iter().map(|s| s.rows).sum();
+    let mut builder = IndexBuilder::new(postings as usize, lengths);
+    let mut part: Vec<(u64, u32)> = Vec::new();
+    let mut segments = segments.into_iter();
+    for &p in &mine {
+        for (f, file) in files.iter().enumerate() {
+            let Some(segment) = segments.next() else {
+                break;
+            };
+            if segment.rows == 0 {
+                continue;
+            }
+            for batch in read_segment(output, file, &segment, &schema).await? {
+                add_batch(
+                    &mut builder,
+                    &mut part,
+                    file,
+                    (bases[f], eval_rows[f]),
+                    &batch,
+                )?;
             }
         }
+        builder
+            .add_partition(&mut part)
+            .ok_or_else(|| WorkerError::Shuffle {
+                file: files.join(", "),
+                what: format!("partition {p} holds keys outside its range"),
+            })?;
     }
     let index = builder.build();
     tracing::debug!(
@@ -231,9 +258,11 @@ pub fn row_bases(eval_rows: &[u64]) -> Result<Vec<u32>> {
     Ok(bases)
 }
 
-/// Adds a batch of `file`'s postings, its rows numbered from `base` (of `rows`).
+/// Adds a batch of `file`'s postings to `part` (and their prefixes to `builder`),
+/// its rows numbered from `base` (of `rows`).
 fn add_batch(
     builder: &mut IndexBuilder,
+    part: &mut Vec<(u64, u32)>,
     file: &str,
     (base, rows): (u32, u64),
     batch: &RecordBatch,
@@ -246,9 +275,15 @@ fn add_batch(
     let col = |i: usize| batch.column(i).as_any();
     let key = col(0).downcast_ref::<UInt64Array>().ok_or_else(bad)?;
     let prefix = col(1).downcast_ref::<UInt64Array>().ok_or_else(bad)?;
-    let n = col(2).downcast_ref::<UInt32Array>().ok_or_else(bad)?;
-    let row = col(3).downcast_ref::<UInt32Array>().ok_or_else(bad)?;
+    let row = col(2).downcast_ref::<UInt32Array>().ok_or_else(bad)?;
+    part.reserve(batch.num_rows());
+    // The prefix filter is large and its words random: asked for ahead (see
+    // NgramIndex::each_match).
+    const AHEAD: usize = 16;
     for i in 0..batch.num_rows() {
+        if i + AHEAD < batch.num_rows() {
+            builder.prefetch_prefix(prefix.value(i + AHEAD));
+        }
         let r = row.value(i);
         if u64::from(r) >= rows {
             return Err(WorkerError::Shuffle {
@@ -256,7 +291,8 @@ fn add_batch(
                 what: format!("eval row {r} past the file's {rows} rows"),
             });
         }
-        builder.add(key.value(i), n.value(i), prefix.value(i), base + r);
+        part.push((key.value(i), base + r));
+        builder.add_prefix(prefix.value(i));
     }
     Ok(())
 }

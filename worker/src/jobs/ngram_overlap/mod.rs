@@ -866,9 +866,8 @@ impl TaskRunner for OverlapRunner {
                                     &output,
                                     &task.index_files,
                                     &task.eval_rows,
-                                    task.group,
-                                    task.groups,
-                                    settings.partitions,
+                                    &task.lengths,
+                                    (task.group, task.groups, settings.partitions),
                                 ))?),
                             };
                             let out = scan::run_scan(

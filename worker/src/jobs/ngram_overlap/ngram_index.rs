@@ -19,14 +19,13 @@
 //! with one filter probe, and only the keys that pass it touch the directory and the
 //! sorted keys (a bucket of about four keys, one or two cache lines).
 
-use std::collections::BTreeSet;
-
 use super::ngrams::ScanTokens;
 
-/// The most memory building an index takes per posting (one n-gram of one eval row):
-/// the postings (16 B) and their prefix keys (8 B) while the index's own arrays and
-/// filters (about 20 B per distinct n-gram) are built. What sizes the index groups.
-pub const LOAD_BYTES_PER_POSTING: u64 = 48;
+/// The most memory loading an index takes per posting (one n-gram of one eval row):
+/// the index itself (about 20 B per distinct n-gram, its prefix filter sized by the
+/// postings) and, while a partition is added, that partition's postings (16 B each)
+/// and their Arrow batches. What sizes the index groups.
+pub const LOAD_BYTES_PER_POSTING: u64 = 40;
 
 /// N-grams of at least this many tokens are looked up only where their first
 /// `PREFIX_TOKENS` tokens are the first tokens of an indexed n-gram.
@@ -51,23 +50,56 @@ struct KeyFilter {
 }
 
 impl KeyFilter {
-    fn new(keys: impl ExactSizeIterator<Item = u64>) -> KeyFilter {
-        let words = (keys.len() / 4).next_power_of_two().max(64);
-        let mut filter = KeyFilter {
+    /// An empty filter for about `keys` keys.
+    fn with_capacity(keys: usize) -> KeyFilter {
+        let words = (keys / 4).next_power_of_two().max(64);
+        KeyFilter {
             words: vec![0u64; words],
             shift: 64 - words.trailing_zeros(),
-        };
+        }
+    }
+
+    #[cfg(test)]
+    fn new(keys: impl ExactSizeIterator<Item = u64>) -> KeyFilter {
+        let mut filter = KeyFilter::with_capacity(keys.len());
         for key in keys {
-            let (word, mask) = filter.slot(key);
-            filter.words[word] |= mask;
+            filter.insert(key);
         }
         filter
+    }
+
+    /// Adds `key` (adding a key twice is adding it once).
+    #[inline]
+    fn insert(&mut self, key: u64) {
+        let (word, mask) = self.slot(key);
+        self.words[word] |= mask;
     }
 
     #[inline]
     fn slot(&self, key: u64) -> (usize, u64) {
         let word = (key >> self.shift) as usize;
         (word, (1u64 << (key & 63)) | (1u64 << ((key >> 6) & 63)))
+    }
+
+    /// Asks the memory system for `key`'s word ahead of [`KeyFilter::may_hold`]: a large
+    /// filter's words are not in the cache, and a scan asks for many at once.
+    #[inline]
+    fn prefetch(&self, key: u64) {
+        if self.words.is_empty() {
+            return;
+        }
+        #[cfg(target_arch = "x86_64")]
+        {
+            let (word, _) = self.slot(key);
+            // SAFETY: `word` is within `words` (slot's index is key >> shift, below
+            // words.len()); a prefetch has no other effect.
+            unsafe {
+                use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+                _mm_prefetch::<_MM_HINT_T0>(self.words.as_ptr().add(word).cast());
+            }
+        }
+        #[cfg(not(target_arch = "x86_64"))]
+        let _ = key;
     }
 
     /// Whether `key` may be in the set (never, for an empty filter never built).
@@ -85,60 +117,94 @@ impl KeyFilter {
     }
 }
 
-/// Collects an index group's postings, then builds the [`NgramIndex`].
-#[derive(Default)]
+/// Builds an [`NgramIndex`] partition by partition: the partitions are ranges of the
+/// key space ([`partition_of`]) added in ascending order, so sorting each one alone
+/// (small enough to sort in the core's cache) sorts the whole index.
 pub struct IndexBuilder {
-    /// (window key, global eval row).
-    postings: Vec<(u64, u32)>,
-    /// The [`PREFIX_TOKENS`]-token prefix keys of the n-grams at least that long.
-    prefixes: Vec<u64>,
-    lengths: BTreeSet<u32>,
+    keys: Vec<u64>,
+    rows: Vec<u32>,
+    shared: Vec<u32>,
+    prefix_filter: KeyFilter,
+    lengths: Vec<u32>,
+}
+
+/// The partition of window key `key` among `partitions`: ranges of the key space, in
+/// key order (the high bits of `key × partitions`).
+pub fn partition_of(key: u64, partitions: u32) -> u32 {
+    ((u128::from(key) * u128::from(partitions.max(1))) >> 64) as u32
 }
 
 impl IndexBuilder {
-    /// Adds that the n-gram of `n` tokens with window key `key` (and, when `n` is at
-    /// least [`PREFIX_TOKENS`], prefix key `prefix`) occurs in global eval row `row`.
-    pub fn add(&mut self, key: u64, n: u32, prefix: u64, row: u32) {
-        self.postings.push((key, row));
-        if n >= PREFIX_TOKENS {
-            self.prefixes.push(prefix);
+    /// A builder for at most `postings` postings of n-grams of `lengths` (effective
+    /// lengths).
+    pub fn new(postings: usize, lengths: &[u32]) -> IndexBuilder {
+        let mut lengths = lengths.to_vec();
+        lengths.sort_unstable();
+        lengths.dedup();
+        IndexBuilder {
+            keys: Vec::with_capacity(postings),
+            rows: Vec::with_capacity(postings),
+            shared: Vec::new(),
+            prefix_filter: KeyFilter::with_capacity(postings),
+            lengths,
         }
-        self.lengths.insert(n);
     }
 
-    pub fn build(self) -> NgramIndex {
-        let IndexBuilder {
-            mut postings,
-            mut prefixes,
-            lengths,
-        } = self;
-        prefixes.sort_unstable();
-        prefixes.dedup();
-        let prefix_filter = KeyFilter::new(prefixes.iter().copied());
-        drop(prefixes);
+    /// Adds the prefix key of an indexed n-gram (the key of its first
+    /// [`PREFIX_TOKENS`] tokens).
+    pub fn add_prefix(&mut self, prefix: u64) {
+        self.prefix_filter.insert(prefix);
+    }
+
+    /// Asks for the memory [`IndexBuilder::add_prefix`] of `prefix` will touch.
+    pub fn prefetch_prefix(&self, prefix: u64) {
+        self.prefix_filter.prefetch(prefix);
+    }
+
+    /// Adds one partition's postings (window key, global eval row), in any order and
+    /// with repeats; `postings` is left empty. Its keys must all be above those of the
+    /// partitions added before it: `None` if not (postings of another partitioning).
+    pub fn add_partition(&mut self, postings: &mut Vec<(u64, u32)>) -> Option<()> {
         postings.sort_unstable();
         postings.dedup();
-        let distinct = postings.windows(2).filter(|w| w[0].0 != w[1].0).count()
-            + usize::from(!postings.is_empty());
-        let mut keys = Vec::with_capacity(distinct);
-        let mut rows = Vec::with_capacity(distinct);
-        let mut shared = Vec::new();
+        if let (Some(&last), Some(&(first, _))) = (self.keys.last(), postings.first()) {
+            if first <= last {
+                return None;
+            }
+        }
         let mut at = 0;
         while at < postings.len() {
             let key = postings[at].0;
             let end = at + postings[at..].iter().take_while(|p| p.0 == key).count();
-            keys.push(key);
+            self.keys.push(key);
             if end - at == 1 {
-                rows.push(postings[at].1);
+                self.rows.push(postings[at].1);
             } else {
-                rows.push(MULTI | shared.len() as u32);
-                shared.push((end - at) as u32);
-                shared.extend(postings[at..end].iter().map(|p| p.1));
+                self.rows.push(MULTI | self.shared.len() as u32);
+                self.shared.push((end - at) as u32);
+                self.shared.extend(postings[at..end].iter().map(|p| p.1));
             }
             at = end;
         }
-        drop(postings);
-        let filter = KeyFilter::new(keys.iter().copied());
+        postings.clear();
+        Some(())
+    }
+
+    pub fn build(self) -> NgramIndex {
+        let IndexBuilder {
+            mut keys,
+            mut rows,
+            mut shared,
+            prefix_filter,
+            lengths,
+        } = self;
+        keys.shrink_to_fit();
+        rows.shrink_to_fit();
+        shared.shrink_to_fit();
+        let mut filter = KeyFilter::with_capacity(keys.len());
+        for &key in &keys {
+            filter.insert(key);
+        }
         let buckets = (keys.len() / KEYS_PER_BUCKET).next_power_of_two().max(1);
         let dir_shift = 64 - buckets.trailing_zeros();
         let mut directory = Vec::with_capacity(buckets + 1);
@@ -150,7 +216,6 @@ impl IndexBuilder {
             directory.push(k as u32);
         }
         directory.push(keys.len() as u32);
-        let lengths: Vec<u32> = lengths.into_iter().collect();
         let long = lengths.iter().any(|&n| n >= PREFIX_TOKENS);
         NgramIndex {
             keys,
@@ -235,6 +300,11 @@ impl NgramIndex {
     /// Calls `each(i, n, rows)` for every window of `doc` whose key is indexed (the
     /// window of `n` tokens from `i`; `rows` the global eval rows of that key), in
     /// order of `i`, then `n`. Candidates: the text is not compared.
+    ///
+    /// Positions go in blocks of [`BLOCK`]: the filter words a block needs are asked
+    /// for first (the prefix filter's, then for the positions it passes the key
+    /// filter's), and only then read, so that the cache misses of a large index
+    /// overlap instead of following one another.
     pub fn each_match(&self, doc: &ScanTokens, mut each: impl FnMut(usize, usize, &[u32])) {
         if self.keys.is_empty() {
             return;
@@ -246,32 +316,69 @@ impl NgramIndex {
             self.lengths.partition_point(|&n| (n as usize) < p)
         };
         let (short, long) = self.lengths.split_at(split);
-        for i in 0..doc.len() {
-            let left = doc.len() - i;
-            for &n in short {
-                let n = n as usize;
-                if n > left {
-                    break;
-                }
-                if let Some(rows) = self.rows_of(doc.key(i, n)) {
-                    each(i, n, rows);
-                }
-            }
-            if p == 0 || p > left || !self.prefix_filter.may_hold(doc.key(i, p)) {
-                continue;
-            }
-            for &n in long {
-                let n = n as usize;
-                if n > left {
-                    break;
-                }
-                if let Some(rows) = self.rows_of(doc.key(i, n)) {
-                    each(i, n, rows);
+        let len = doc.len();
+        let mut start = 0;
+        while start < len {
+            let end = (start + BLOCK).min(len);
+            // Which positions of the block may start a long n-gram (bit i - start).
+            let mut long_here = 0u64;
+            if p > 0 {
+                for i in start..end.min((len + 1).saturating_sub(p)) {
+                    self.prefix_filter.prefetch(doc.key(i, p));
                 }
             }
+            for i in start..end {
+                for &n in short {
+                    if n as usize > len - i {
+                        break;
+                    }
+                    self.filter.prefetch(doc.key(i, n as usize));
+                }
+            }
+            if p > 0 {
+                for i in start..end.min((len + 1).saturating_sub(p)) {
+                    if self.prefix_filter.may_hold(doc.key(i, p)) {
+                        long_here |= 1 << (i - start);
+                        for &n in long {
+                            if n as usize > len - i {
+                                break;
+                            }
+                            self.filter.prefetch(doc.key(i, n as usize));
+                        }
+                    }
+                }
+            }
+            for i in start..end {
+                let left = len - i;
+                for &n in short {
+                    let n = n as usize;
+                    if n > left {
+                        break;
+                    }
+                    if let Some(rows) = self.rows_of(doc.key(i, n)) {
+                        each(i, n, rows);
+                    }
+                }
+                if long_here & (1 << (i - start)) == 0 {
+                    continue;
+                }
+                for &n in long {
+                    let n = n as usize;
+                    if n > left {
+                        break;
+                    }
+                    if let Some(rows) = self.rows_of(doc.key(i, n)) {
+                        each(i, n, rows);
+                    }
+                }
+            }
+            start = end;
         }
     }
 }
+
+/// Positions of a document whose filter words are asked for at once (at most 64).
+const BLOCK: usize = 32;
 
 #[cfg(test)]
 mod tests {
@@ -284,10 +391,30 @@ mod tests {
         d
     }
 
-    /// Indexes every window of the given lengths of `text` at every `step`-th
-    /// position, as eval row `row`.
-    fn add_windows(b: &mut IndexBuilder, text: &str, lengths: &[usize], step: usize, row: u32) {
+    /// An index of `postings` (key, n, prefix key, row), added in several partitions.
+    fn index_of(postings: &[(u64, u32, u64, u32)]) -> NgramIndex {
+        let lengths: Vec<u32> = postings.iter().map(|p| p.1).collect();
+        let mut b = IndexBuilder::new(postings.len(), &lengths);
+        let partitions = 3;
+        for p in 0..partitions {
+            let mut part: Vec<(u64, u32)> = postings
+                .iter()
+                .filter(|x| partition_of(x.0, partitions) == p)
+                .map(|x| (x.0, x.3))
+                .collect();
+            b.add_partition(&mut part).unwrap();
+        }
+        for x in postings.iter().filter(|x| x.1 >= PREFIX_TOKENS) {
+            b.add_prefix(x.2);
+        }
+        b.build()
+    }
+
+    /// Every window of the given lengths of `text` at every `step`-th position, as
+    /// eval row `row`: postings (key, n, prefix key, row).
+    fn windows(text: &str, lengths: &[usize], step: usize, row: u32) -> Vec<(u64, u32, u64, u32)> {
         let d = doc(text);
+        let mut out = Vec::new();
         for &n in lengths {
             for i in (0..=d.len().saturating_sub(n)).step_by(step) {
                 let prefix = if n as u32 >= PREFIX_TOKENS {
@@ -295,22 +422,20 @@ mod tests {
                 } else {
                     0
                 };
-                b.add(d.key(i, n), n as u32, prefix, row + i as u32);
+                out.push((d.key(i, n), n as u32, prefix, row + i as u32));
             }
         }
+        out
     }
 
     #[test]
     fn each_match_finds_every_indexed_window_whatever_the_lengths() {
-        let mut b = IndexBuilder::default();
-        add_windows(
-            &mut b,
+        let index = index_of(&windows(
             "a b c d e f g h a b c x y z a b",
             &[1, 2, 5, 6],
             3,
             0,
-        );
-        let index = b.build();
+        ));
         assert_eq!(index.prefix_len, PREFIX_TOKENS);
         for text in [
             "a b c d e f g h",
@@ -340,16 +465,13 @@ mod tests {
 
     #[test]
     fn a_key_in_several_rows_lists_each_row_once_in_order() {
-        let mut b = IndexBuilder::default();
         let d = doc("Say HELLO wörld; a b c!");
         // say hello wörld a b c ""
         assert_eq!(d.len(), 7);
-        for row in [9, 2, 2, 5] {
-            b.add(d.key(1, 2), 2, 0, row);
-        }
-        b.add(d.key(3, 3), 3, 0, 1);
-        b.add(d.key(6, 1), 1, 0, 0);
-        let index = b.build();
+        let mut postings: Vec<_> = [9, 2, 2, 5].map(|row| (d.key(1, 2), 2, 0, row)).to_vec();
+        postings.push((d.key(3, 3), 3, 0, 1));
+        postings.push((d.key(6, 1), 1, 0, 0));
+        let index = index_of(&postings);
         assert_eq!(index.len(), 3);
         assert_eq!(index.rows_of(d.key(1, 2)), Some(&[2u32, 5, 9][..]));
         assert_eq!(index.rows_of(d.key(3, 3)), Some(&[1u32][..]));
@@ -362,18 +484,17 @@ mod tests {
 
     #[test]
     fn a_million_keys_are_all_found_and_take_about_twenty_bytes_each() {
-        let mut b = IndexBuilder::default();
         let mut state = 0x9e37_79b9_7f4a_7c15u64;
-        let mut keys = Vec::new();
+        let mut postings = Vec::new();
         for row in 0..1_000_000u32 {
             state = state
                 .wrapping_mul(6364136223846793005)
                 .wrapping_add(1442695040888963407);
             let key = state ^ (state >> 31);
-            keys.push(key);
-            b.add(key, 13, key.rotate_left(7), row);
+            postings.push((key, 13, key.rotate_left(7), row));
         }
-        let index = b.build();
+        let keys: Vec<u64> = postings.iter().map(|p| p.0).collect();
+        let index = index_of(&postings);
         for (row, &key) in keys.iter().enumerate() {
             assert_eq!(index.rows_of(key), Some(&[row as u32][..]));
         }
@@ -387,6 +508,19 @@ mod tests {
         assert_eq!(misses, 0);
         let per_key = index.bytes() as f64 / index.len() as f64;
         assert!((16.0..=24.0).contains(&per_key), "{per_key} bytes per key");
+    }
+
+    #[test]
+    fn partitions_out_of_key_order_are_refused() {
+        let mut b = IndexBuilder::new(4, &[2]);
+        b.add_partition(&mut vec![(u64::MAX - 1, 0)]).unwrap();
+        assert!(b.add_partition(&mut vec![(5, 1)]).is_none());
+        let mut b = IndexBuilder::new(4, &[2]);
+        b.add_partition(&mut vec![(5, 0), (5, 0)]).unwrap();
+        assert!(b.add_partition(&mut vec![(5, 1)]).is_none());
+        assert_eq!(partition_of(0, 64), 0);
+        assert_eq!(partition_of(u64::MAX, 64), 63);
+        assert_eq!(partition_of(1 << 63, 64), 32);
     }
 
     #[test]
