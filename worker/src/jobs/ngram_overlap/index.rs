@@ -48,14 +48,18 @@ struct PartitionPostings {
 }
 
 /// The distinct windows of one eval row: (key, effective length, prefix key), sorted.
+/// `lengths`: the configured lengths, ascending.
 fn row_windows(doc: &ScanTokens, lengths: &[u32], out: &mut Vec<(u64, u32, u64)>) {
     out.clear();
     let count = doc.len();
+    let mut last = 0;
+    // Configured lengths above the row's token count share one effective length.
     for &n in lengths {
         let eff = (n as usize).min(count);
-        if eff == 0 {
+        if eff == 0 || eff == last {
             continue;
         }
+        last = eff;
         for i in 0..=count - eff {
             let prefix = if eff as u32 >= PREFIX_TOKENS {
                 doc.key(i, PREFIX_TOKENS as usize)
@@ -125,10 +129,15 @@ pub fn run_index(
             Ok(())
         },
     )?;
+    rows_out.finish(handle)?;
+    // Partitions in order, each encoded, uploaded (in parts) and freed before the next:
+    // the task holds its postings once, not a second time as one encoded file.
     let schema = posting_schema();
-    let mut shuffle = Vec::new();
+    let shuffle_file = index_shuffle_path(task.eval_file, attempt);
+    let mut upload = output.put_in_parts(output.child(&shuffle_file));
     let mut segments = std::collections::BTreeMap::new();
-    // Each partition's builders are freed as it is encoded.
+    let mut offset = 0u64;
+    let mut segment = Vec::new();
     for (p, mut rows) in parts.into_iter().enumerate() {
         if rows.len == 0 {
             continue;
@@ -139,9 +148,11 @@ pub fn run_index(
             Arc::new(rows.prefix.finish()),
             Arc::new(rows.row.finish()),
         ];
+        drop(rows);
         let batch = RecordBatch::try_new(schema.clone(), columns)?;
-        let offset = shuffle.len() as u64;
-        let bytes = encode_segment(&mut shuffle, &schema, [Ok(batch)])?;
+        segment.clear();
+        let bytes = encode_segment(&mut segment, &schema, [Ok(batch)])?;
+        handle.block_on(upload.write(&segment))?;
         segments.insert(
             p as u32,
             ShuffleSegment {
@@ -150,12 +161,11 @@ pub fn run_index(
                 rows: len as u64,
             },
         );
+        offset += bytes;
     }
-    let shuffle_file = index_shuffle_path(task.eval_file, attempt);
-    rows_out.finish(handle)?;
-    let index_bytes = shuffle.len() as u64;
+    let index_bytes = offset;
     handle.block_on(async {
-        output.put(&output.child(&shuffle_file), shuffle).await?;
+        upload.finish().await?;
         write_index(output, &shuffle_file, settings.partitions, &segments).await
     })?;
     Ok(IndexOutput {
