@@ -4,11 +4,12 @@
 //!
 //! ```text
 //! plan:   list + pin the eval and training files
-//! index:  eval file ─► tokens ─► n-grams (min(n, tokens) for short rows)
-//!           ─► shuffle file partitioned by stable_hash("n:ngram")      (+ the rows)
-//! scan:   training file × index group ─► stream records ─► look every window up
-//!           ─► events, only for n-grams in the index (exact text match)
-//! report: events ─► stats/overlap_details.jsonl.gz, stats/overlap_stats.jsonl,
+//! index:  eval file ─► tokens ─► window keys (min(n, tokens) for short rows)
+//!           ─► shuffle file of postings partitioned by key range  (+ the rows)
+//! scan:   training file × index group ─► compact index ─► stream records
+//!           ─► look every window's key up ─► candidates (eval row, window text)
+//! report: candidates, each kept if its eval row has that n-gram (re-tokenized)
+//!           ─► stats/overlap_details.jsonl.gz, stats/overlap_stats.jsonl,
 //!           tmp/overlap_instances-*.jsonl.gz
 //! finish: progress_summary.json, .SUCCESS; the intermediate files removed
 //! ```

@@ -72,7 +72,7 @@ impl Default for NgramSpec {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct IndexSpec {
-    /// Partitions of the test-side n-gram index (by `stable_hash("n:ngram")`).
+    /// Partitions of the test-side n-gram index (key ranges of the 64-bit window keys).
     #[serde(default = "default_partitions")]
     pub partitions: u32,
     /// The most index a scan task loads (e.g. `"512MiB"`); default: half of `[run]
