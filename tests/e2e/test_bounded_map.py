@@ -29,6 +29,16 @@ print(p.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 10
 """
 
 
+def coordinator_peak_mib(*args: str) -> int:
+    """Runs the coordinator with `args` to success; its peak resident memory in MiB,
+    measured in a fresh process (RUSAGE_CHILDREN is the peak of its own children only)."""
+    proc = subprocess.run([sys.executable, "-c", MEASURE, str(COORDINATOR), *args],
+                          capture_output=True, text=True)
+    code, peak_mib = map(int, proc.stdout.split())
+    assert code == 0, proc.stderr
+    return peak_mib
+
+
 def test_one_8m_row_group_stays_within_memory_per_worker(tmp_path):
     rng = np.random.default_rng(5)
     sources = pa.array([f"10.{i // 250}.{i % 250}.1" for i in range(20_000)])
@@ -61,11 +71,7 @@ workers = 1
 memory_per_worker = "{MEMORY_MIB}MiB"
 scratch = "{tmp_path}/scratch"
 """)
-    # Measured in a fresh process: RUSAGE_CHILDREN is the peak of its own children only.
-    proc = subprocess.run([sys.executable, "-c", MEASURE, str(COORDINATOR), "run", str(spec)],
-                          capture_output=True, text=True)
-    code, peak_mib = map(int, proc.stdout.split())
-    assert code == 0, proc.stderr
+    peak_mib = coordinator_peak_mib("run", str(spec))
     print(f"peak RSS {peak_mib} MiB (bound {BOUND_MIB} MiB)")
     assert peak_mib <= BOUND_MIB, f"peak RSS {peak_mib} MiB > {BOUND_MIB} MiB"
     manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())

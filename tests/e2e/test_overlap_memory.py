@@ -9,11 +9,8 @@ from __future__ import annotations
 import gzip
 import json
 import random
-import subprocess
-import sys
 
-from test_bounded_map import MEASURE
-from test_job import COORDINATOR
+from test_bounded_map import coordinator_peak_mib
 from test_overlap import SPLIT
 
 MEMORY_MIB = 256
@@ -82,10 +79,7 @@ workers = 1
 memory_per_worker = "{MEMORY_MIB}MiB"
 scratch = "{tmp_path / 'scratch'}"
 """)
-    proc = subprocess.run([sys.executable, "-c", MEASURE, str(COORDINATOR), "run", str(spec)],
-                          capture_output=True, text=True)
-    code, peak_mib = map(int, proc.stdout.split())
-    assert code == 0, proc.stderr
+    peak_mib = coordinator_peak_mib("run", str(spec))
     summary = json.loads((out / "progress_summary.json").read_text())
     print(f"peak RSS {peak_mib} MiB (setting {MEMORY_MIB} MiB); {summary['index_groups']} index group(s)")
     assert summary["index_groups"] == 1, summary
