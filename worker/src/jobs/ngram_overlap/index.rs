@@ -17,7 +17,9 @@ use arrow::array::{ArrayRef, RecordBatch, UInt32Array, UInt32Builder, UInt64Buil
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 
 use super::gzip_jsonl::{GzipJsonl, Packing};
-use super::ngram_index::{partition_of, IndexBuilder, NgramIndex, PREFIX_TOKENS};
+use super::ngram_index::{
+    partition_of, IndexBuilder, NgramIndex, PartitionRefused, MAX_EVAL_ROWS, PREFIX_TOKENS,
+};
 use super::ngrams::ScanTokens;
 use super::protocol::{
     eval_rows_path, index_shuffle_path, rejects_path, EvalRow, IndexOutput, IndexTask, Settings,
@@ -100,13 +102,13 @@ pub fn run_index(
         Some(&rejects_path("eval", task.eval_file)),
         |mut record| {
             let id = record.id()?;
-            let row = u32::try_from(record.row).map_err(|_| {
-                WorkerError::Job(format!(
-                    "{}: more than {} rows; split the eval file",
-                    task.file.url,
-                    u32::MAX
-                ))
-            })?;
+            if record.row >= MAX_EVAL_ROWS {
+                return Err(WorkerError::Job(format!(
+                    "{}: more than {MAX_EVAL_ROWS} rows; one job indexes at most that many",
+                    task.file.url
+                )));
+            }
+            let row = record.row as u32;
             doc.fill(settings.tokenizer, record.text);
             row_windows(&doc, &settings.n, &mut windows);
             for &(key, n, prefix) in &windows {
@@ -233,9 +235,19 @@ pub async fn load_index(
         }
         builder
             .add_partition(&mut part)
-            .ok_or_else(|| WorkerError::Shuffle {
-                file: files.join(", "),
-                what: format!("partition {p} holds keys outside its range"),
+            .map_err(|refused| match refused {
+                PartitionRefused::OutOfOrder => WorkerError::Shuffle {
+                    file: files.join(", "),
+                    what: format!("partition {p} holds keys outside its range"),
+                },
+                PartitionRefused::RowTooLarge => WorkerError::Shuffle {
+                    file: files.join(", "),
+                    what: format!("partition {p} names an eval row past {MAX_EVAL_ROWS}"),
+                },
+                PartitionRefused::TooManyShared => WorkerError::Job(format!(
+                    "index group {group}: more n-gram postings shared among eval rows than one \
+                 index holds ({MAX_EVAL_ROWS}); raise [index] partitions or lower [index] memory"
+                )),
             })?;
     }
     let index = builder.build();
@@ -251,17 +263,17 @@ pub async fn load_index(
 }
 
 /// The first global eval row of each eval file (the rows of the files before it), and
-/// a check that every row has a 32-bit global number.
+/// a check that every row has a global number below [`MAX_EVAL_ROWS`].
 pub fn row_bases(eval_rows: &[u64]) -> Result<Vec<u32>> {
     let mut bases = Vec::with_capacity(eval_rows.len());
     let mut total = 0u64;
     for &rows in eval_rows {
         bases.push(total as u32);
-        total += rows;
-        if total > u64::from(u32::MAX) {
+        total = total.saturating_add(rows);
+        if total > MAX_EVAL_ROWS {
             return Err(WorkerError::Job(format!(
-                "the eval side has more than {} rows; one job indexes at most that many",
-                u32::MAX
+                "the eval side has more than {MAX_EVAL_ROWS} rows; one job indexes at most \
+                 that many"
             )));
         }
     }
@@ -305,4 +317,18 @@ fn add_batch(
         builder.add_prefix(prefix.value(i));
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn global_eval_rows_number_the_files_one_after_another_up_to_the_limit() {
+        assert_eq!(row_bases(&[3, 0, 5, 2]).unwrap(), vec![0, 3, 3, 8]);
+        assert_eq!(row_bases(&[MAX_EVAL_ROWS]).unwrap(), vec![0]);
+        let e = row_bases(&[MAX_EVAL_ROWS, 1]).unwrap_err().to_string();
+        assert!(e.contains("more than 2147483648 rows"), "{e}");
+        assert!(row_bases(&[u64::MAX, u64::MAX]).is_err());
+    }
 }

@@ -34,8 +34,24 @@ pub const LOAD_BYTES_PER_POSTING: u64 = 40;
 pub const PREFIX_TOKENS: u32 = 4;
 
 /// The high bit of a `rows` value: the key occurs in several eval rows, listed in
-/// `shared` from the position in the low bits (a count, then the rows).
+/// `shared` from the position in the low bits (a count, then the rows). So a global
+/// eval row, and a position in `shared`, is below it.
 const MULTI: u32 = 1 << 31;
+
+/// The most eval rows one index numbers (global rows are below [`MULTI`]).
+pub const MAX_EVAL_ROWS: u64 = MULTI as u64;
+
+/// Why a partition cannot be added.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PartitionRefused {
+    /// Its keys are not all above the keys added before (postings of another
+    /// partitioning, or partitions out of order).
+    OutOfOrder,
+    /// A global eval row of [`MAX_EVAL_ROWS`] or more.
+    RowTooLarge,
+    /// More rows shared among keys than a `rows` value can point to.
+    TooManyShared,
+}
 
 /// Keys per directory bucket, about.
 const KEYS_PER_BUCKET: usize = 4;
@@ -174,14 +190,23 @@ impl IndexBuilder {
 
     /// Adds one partition's postings (window key, global eval row), in any order and
     /// with repeats; `postings` is left empty. Its keys must all be above those of the
-    /// partitions added before it: `None` if not (postings of another partitioning).
-    pub fn add_partition(&mut self, postings: &mut Vec<(u64, u32)>) -> Option<()> {
+    /// partitions added before it.
+    pub fn add_partition(
+        &mut self,
+        postings: &mut Vec<(u64, u32)>,
+    ) -> Result<(), PartitionRefused> {
         postings.sort_unstable();
         postings.dedup();
         if let (Some(&last), Some(&(first, _))) = (self.keys.last(), postings.first()) {
             if first <= last {
-                return None;
+                return Err(PartitionRefused::OutOfOrder);
             }
+        }
+        if postings.iter().any(|p| p.1 >= MULTI) {
+            return Err(PartitionRefused::RowTooLarge);
+        }
+        if self.shared.len() + 2 * postings.len() >= MULTI as usize {
+            return Err(PartitionRefused::TooManyShared);
         }
         let mut at = 0;
         while at < postings.len() {
@@ -198,7 +223,7 @@ impl IndexBuilder {
             at = end;
         }
         postings.clear();
-        Some(())
+        Ok(())
     }
 
     pub fn build(self) -> NgramIndex {
@@ -527,10 +552,21 @@ mod tests {
     fn partitions_out_of_key_order_are_refused() {
         let mut b = IndexBuilder::new(4, &[2]);
         b.add_partition(&mut vec![(u64::MAX - 1, 0)]).unwrap();
-        assert!(b.add_partition(&mut vec![(5, 1)]).is_none());
+        assert_eq!(
+            b.add_partition(&mut vec![(5, 1)]),
+            Err(PartitionRefused::OutOfOrder)
+        );
         let mut b = IndexBuilder::new(4, &[2]);
         b.add_partition(&mut vec![(5, 0), (5, 0)]).unwrap();
-        assert!(b.add_partition(&mut vec![(5, 1)]).is_none());
+        assert_eq!(
+            b.add_partition(&mut vec![(5, 1)]),
+            Err(PartitionRefused::OutOfOrder)
+        );
+        // A global row with the MULTI bit would read as a shared list.
+        assert_eq!(
+            b.add_partition(&mut vec![(9, MULTI)]),
+            Err(PartitionRefused::RowTooLarge)
+        );
         assert_eq!(partition_of(0, 64), 0);
         assert_eq!(partition_of(u64::MAX, 64), 63);
         assert_eq!(partition_of(1 << 63, 64), 32);
