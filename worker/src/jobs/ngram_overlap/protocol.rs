@@ -6,7 +6,7 @@
 //! scan   (training file × index group) → the candidate events of that file against
 //!                                         that group of index partitions
 //! report (one task)                    → each candidate decided against its eval row
-//! report (one task)                    → stats/, tmp/overlap_instances-*, details
+//!                                         → stats/, tmp/overlap_instances-*, details
 //! ```
 //!
 //! Tasks carry names and byte ranges, never bulk data; results carry counts and the
