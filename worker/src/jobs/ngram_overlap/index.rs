@@ -3,10 +3,13 @@
 //! the file's valid rows (row, id, text) for the report; and the scan's loading of an
 //! index group from those files into an [`NgramIndex`].
 //!
-//! A posting is one (row, effective length, window key): every distinct window of the
-//! row, tokenized as a scan tokenizes training text ([`ScanTokens`], so both sides
-//! compute the same keys), with the key of its first [`PREFIX_TOKENS`] tokens. No
-//! text: the report checks each candidate against the eval row's own n-grams.
+//! A posting is one (window key, row): every distinct window of the row, tokenized as a
+//! scan tokenizes training text ([`ScanTokens`], so both sides compute the same keys).
+//! No text: the report checks each candidate against the eval row's own n-grams. The
+//! n-grams a scan looks up only behind its prefix filter ([`is_gated`]: at least
+//! [`PREFIX_TOKENS`] tokens, shorter than the longest configured length) also give the
+//! key of their first [`PREFIX_TOKENS`] tokens, written as partition `partitions + p`
+//! of the same file: with `n = [13]` and no short rows there are none.
 //! Postings are written in (partition, row, key) order, so an attempt's bytes depend
 //! only on the file and the settings. A scan loads its group's partitions in key
 //! order, each sorted alone ([`IndexBuilder`]).
@@ -18,7 +21,8 @@ use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 
 use super::gzip_jsonl::{GzipJsonl, Packing};
 use super::ngram_index::{
-    partition_of, IndexBuilder, NgramIndex, PartitionRefused, MAX_EVAL_ROWS, PREFIX_TOKENS,
+    is_gated, partition_of, IndexBuilder, NgramIndex, PartitionRefused, MAX_EVAL_ROWS,
+    PREFIX_TOKENS,
 };
 use super::ngrams::ScanTokens;
 use super::protocol::{
@@ -35,22 +39,30 @@ use crate::error::{Result, WorkerError};
 pub fn posting_schema() -> SchemaRef {
     Arc::new(Schema::new(vec![
         Field::new("key", DataType::UInt64, false),
-        // The key of the first PREFIX_TOKENS tokens (n >= PREFIX_TOKENS), else 0.
-        Field::new("prefix", DataType::UInt64, false),
         Field::new("eval_row", DataType::UInt32, false),
     ]))
+}
+
+/// The schema of the prefix keys of gated n-grams in a shuffle file.
+pub fn prefix_schema() -> SchemaRef {
+    Arc::new(Schema::new(vec![Field::new(
+        "prefix",
+        DataType::UInt64,
+        false,
+    )]))
 }
 
 #[derive(Default)]
 struct PartitionPostings {
     key: UInt64Builder,
-    prefix: UInt64Builder,
     row: UInt32Builder,
     len: usize,
+    prefix: UInt64Builder,
+    prefixes: usize,
 }
 
-/// The distinct windows of one eval row: (key, effective length, prefix key), sorted.
-/// `lengths`: the configured lengths, ascending.
+/// The distinct windows of one eval row: (key, effective length, prefix key: of the
+/// gated n-grams, else 0), sorted. `lengths`: the configured lengths, ascending.
 fn row_windows(doc: &ScanTokens, lengths: &[u32], out: &mut Vec<(u64, u32, u64)>) {
     out.clear();
     let count = doc.len();
@@ -62,8 +74,9 @@ fn row_windows(doc: &ScanTokens, lengths: &[u32], out: &mut Vec<(u64, u32, u64)>
             continue;
         }
         last = eff;
+        let gated = is_gated(eff as u32, lengths.last().copied().unwrap_or(0));
         for i in 0..=count - eff {
-            let prefix = if eff as u32 >= PREFIX_TOKENS {
+            let prefix = if gated {
                 doc.key(i, PREFIX_TOKENS as usize)
             } else {
                 0
@@ -111,12 +124,16 @@ pub fn run_index(
             let row = record.row as u32;
             doc.fill(settings.tokenizer, record.text);
             row_windows(&doc, &settings.n, &mut windows);
+            let longest = settings.n.last().copied().unwrap_or(0);
             for &(key, n, prefix) in &windows {
                 let p = &mut parts[partition_of(key, settings.partitions) as usize];
                 p.key.append_value(key);
-                p.prefix.append_value(prefix);
                 p.row.append_value(row);
                 p.len += 1;
+                if is_gated(n, longest) {
+                    p.prefix.append_value(prefix);
+                    p.prefixes += 1;
+                }
                 ngrams += 1;
                 present.insert(n);
             }
@@ -135,6 +152,7 @@ pub fn run_index(
     // Partitions in order, each encoded, uploaded (in parts) and freed before the next:
     // the task holds its postings once, not a second time as one encoded file.
     let schema = posting_schema();
+    let prefix_schema = prefix_schema();
     let shuffle_file = index_shuffle_path(task.eval_file, attempt);
     let mut upload = output.put_in_parts(output.child(&shuffle_file));
     let mut segments = std::collections::BTreeMap::new();
@@ -144,31 +162,45 @@ pub fn run_index(
         if rows.len == 0 {
             continue;
         }
-        let len = rows.len;
-        let columns: Vec<ArrayRef> = vec![
-            Arc::new(rows.key.finish()),
-            Arc::new(rows.prefix.finish()),
-            Arc::new(rows.row.finish()),
-        ];
+        let (len, prefixes) = (rows.len, rows.prefixes);
+        let columns: Vec<ArrayRef> = vec![Arc::new(rows.key.finish()), Arc::new(rows.row.finish())];
+        let prefix: ArrayRef = Arc::new(rows.prefix.finish());
         drop(rows);
-        let batch = RecordBatch::try_new(schema.clone(), columns)?;
-        segment.clear();
-        let bytes = encode_segment(&mut segment, &schema, [Ok(batch)])?;
-        handle.block_on(upload.write(&segment))?;
-        segments.insert(
+        let mut put = |at: u32, batch: RecordBatch, schema: &SchemaRef, rows: usize| {
+            segment.clear();
+            let bytes = encode_segment(&mut segment, schema, [Ok(batch)])?;
+            handle.block_on(upload.write(&segment))?;
+            segments.insert(
+                at,
+                ShuffleSegment {
+                    offset,
+                    len: bytes,
+                    rows: rows as u64,
+                },
+            );
+            offset += bytes;
+            Ok::<_, WorkerError>(())
+        };
+        put(
             p as u32,
-            ShuffleSegment {
-                offset,
-                len: bytes,
-                rows: len as u64,
-            },
-        );
-        offset += bytes;
+            RecordBatch::try_new(schema.clone(), columns)?,
+            &schema,
+            len,
+        )?;
+        if prefixes > 0 {
+            let batch = RecordBatch::try_new(prefix_schema.clone(), vec![prefix])?;
+            put(
+                settings.partitions + p as u32,
+                batch,
+                &prefix_schema,
+                prefixes,
+            )?;
+        }
     }
     let index_bytes = offset;
     handle.block_on(async {
         upload.finish().await?;
-        write_index(output, &shuffle_file, settings.partitions, &segments).await
+        write_index(output, &shuffle_file, 2 * settings.partitions, &segments).await
     })?;
     Ok(IndexOutput {
         shuffle_file,
@@ -183,12 +215,13 @@ pub fn run_index(
 /// Loads one scan's index group (partitions `p % groups == group` of every eval
 /// file's index shuffle file) into memory, a partition at a time in key order.
 /// `eval_rows[f]` is eval file `f`'s row count: a posting's global eval row is its row
-/// plus the rows of the files before it. `lengths`: the effective lengths indexed.
+/// plus the rows of the files before it. `lengths`: the effective lengths indexed;
+/// `longest`: the longest configured length.
 pub async fn load_index(
     output: &StoreUrl,
     files: &[String],
     eval_rows: &[u64],
-    lengths: &[u32],
+    (lengths, longest): (&[u32], u32),
     (group, groups, partitions): (u32, u32, u32),
 ) -> Result<NgramIndex> {
     let started = std::time::Instant::now();
@@ -212,7 +245,26 @@ pub async fn load_index(
         }
     }
     let postings: u64 = segments.iter().map(|s| s.rows).sum();
-    let mut builder = IndexBuilder::new(postings as usize, lengths);
+    // The gated n-grams' prefixes, when the index has any gated length.
+    let gated = lengths.iter().any(|&n| is_gated(n, longest));
+    let mut prefix_segments = Vec::new();
+    if gated {
+        for &p in &mine {
+            for file in files {
+                prefix_segments.push((file, read_index_entry(output, file, partitions + p).await?));
+            }
+        }
+    }
+    let prefixes: u64 = prefix_segments.iter().map(|(_, s)| s.rows).sum();
+    let mut builder = IndexBuilder::new(postings as usize, lengths, longest, prefixes as usize);
+    let prefix_schema = prefix_schema();
+    for (file, segment) in prefix_segments {
+        if segment.rows > 0 {
+            for batch in read_segment(output, file, &segment, &prefix_schema).await? {
+                add_prefixes(&mut builder, file, &batch)?;
+            }
+        }
+    }
     let mut part: Vec<(u64, u32)> = Vec::new();
     let mut segments = segments.into_iter();
     for &p in &mine {
@@ -224,13 +276,7 @@ pub async fn load_index(
                 continue;
             }
             for batch in read_segment(output, file, &segment, &schema).await? {
-                add_batch(
-                    &mut builder,
-                    &mut part,
-                    file,
-                    (bases[f], eval_rows[f]),
-                    &batch,
-                )?;
+                add_batch(&mut part, file, (bases[f], eval_rows[f]), &batch)?;
             }
         }
         builder
@@ -280,10 +326,32 @@ pub fn row_bases(eval_rows: &[u64]) -> Result<Vec<u32>> {
     Ok(bases)
 }
 
-/// Adds a batch of `file`'s postings to `part` (and their prefixes to `builder`),
-/// its rows numbered from `base` (of `rows`).
+/// Adds a batch of `file`'s prefix keys to `builder`'s prefix filter.
+fn add_prefixes(builder: &mut IndexBuilder, file: &str, batch: &RecordBatch) -> Result<()> {
+    use arrow::array::UInt64Array;
+    let prefix = batch
+        .column(0)
+        .as_any()
+        .downcast_ref::<UInt64Array>()
+        .ok_or_else(|| WorkerError::Shuffle {
+            file: file.to_string(),
+            what: "index prefixes of another schema".into(),
+        })?;
+    // The prefix filter is large and its words random: asked for ahead (see
+    // NgramIndex::each_match).
+    const AHEAD: usize = 16;
+    for i in 0..prefix.len() {
+        if i + AHEAD < prefix.len() {
+            builder.prefetch_prefix(prefix.value(i + AHEAD));
+        }
+        builder.add_prefix(prefix.value(i));
+    }
+    Ok(())
+}
+
+/// Adds a batch of `file`'s postings to `part`, its rows numbered from `base` (of
+/// `rows`).
 fn add_batch(
-    builder: &mut IndexBuilder,
     part: &mut Vec<(u64, u32)>,
     file: &str,
     (base, rows): (u32, u64),
@@ -296,16 +364,9 @@ fn add_batch(
     };
     let col = |i: usize| batch.column(i).as_any();
     let key = col(0).downcast_ref::<UInt64Array>().ok_or_else(bad)?;
-    let prefix = col(1).downcast_ref::<UInt64Array>().ok_or_else(bad)?;
-    let row = col(2).downcast_ref::<UInt32Array>().ok_or_else(bad)?;
+    let row = col(1).downcast_ref::<UInt32Array>().ok_or_else(bad)?;
     part.reserve(batch.num_rows());
-    // The prefix filter is large and its words random: asked for ahead (see
-    // NgramIndex::each_match).
-    const AHEAD: usize = 16;
     for i in 0..batch.num_rows() {
-        if i + AHEAD < batch.num_rows() {
-            builder.prefetch_prefix(prefix.value(i + AHEAD));
-        }
         let r = row.value(i);
         if u64::from(r) >= rows {
             return Err(WorkerError::Shuffle {
@@ -314,7 +375,6 @@ fn add_batch(
             });
         }
         part.push((key.value(i), base + r));
-        builder.add_prefix(prefix.value(i));
     }
     Ok(())
 }

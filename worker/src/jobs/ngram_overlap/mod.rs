@@ -867,7 +867,7 @@ impl TaskRunner for OverlapRunner {
                                     &output,
                                     &task.index_files,
                                     &task.eval_rows,
-                                    &task.lengths,
+                                    (&task.lengths, settings.n.last().copied().unwrap_or(0)),
                                     (task.group, task.groups, settings.partitions),
                                 ))?),
                             };

@@ -29,9 +29,19 @@ use super::ngrams::ScanTokens;
 /// and their Arrow batches. What sizes the index groups.
 pub const LOAD_BYTES_PER_POSTING: u64 = 40;
 
-/// N-grams of at least this many tokens are looked up only where their first
-/// `PREFIX_TOKENS` tokens are the first tokens of an indexed n-gram.
+/// Gated n-grams ([`is_gated`]) are looked up only where their first `PREFIX_TOKENS`
+/// tokens are the first tokens of an indexed gated n-gram.
 pub const PREFIX_TOKENS: u32 = 4;
+
+/// Whether n-grams of effective length `n` are looked up only behind the prefix
+/// filter, `longest` being the longest configured length: those of at least
+/// [`PREFIX_TOKENS`] tokens but shorter than `longest` (other configured lengths, and
+/// short rows' effective lengths), so that one prefix question gates them all. The
+/// longest length (most n-grams: every row of at least that many tokens) and the
+/// shortest are looked up at every position.
+pub fn is_gated(n: u32, longest: u32) -> bool {
+    n >= PREFIX_TOKENS && n < longest
+}
 
 /// The high bit of a `rows` value: the key occurs in several eval rows, listed in
 /// `shared` from the position in the low bits (a count, then the rows). So a global
@@ -143,7 +153,8 @@ pub struct IndexBuilder {
     rows: Vec<u32>,
     shared: Vec<u32>,
     prefix_filter: KeyFilter,
-    lengths: Vec<u32>,
+    /// The effective lengths indexed, ascending, each with whether it is gated.
+    lengths: Vec<(u32, bool)>,
 }
 
 /// The partition of window key `key` among `partitions`: ranges of the key space, in
@@ -154,20 +165,21 @@ pub fn partition_of(key: u64, partitions: u32) -> u32 {
 
 impl IndexBuilder {
     /// A builder for at most `postings` postings of n-grams of `lengths` (effective
-    /// lengths).
-    pub fn new(postings: usize, lengths: &[u32]) -> IndexBuilder {
-        let mut lengths = lengths.to_vec();
+    /// lengths; `longest`: the longest configured length) and `prefixes` prefix keys of
+    /// gated n-grams.
+    pub fn new(postings: usize, lengths: &[u32], longest: u32, prefixes: usize) -> IndexBuilder {
+        let mut lengths: Vec<(u32, bool)> =
+            lengths.iter().map(|&n| (n, is_gated(n, longest))).collect();
         lengths.sort_unstable();
         lengths.dedup();
-        // The prefix filter gates several long lengths with one question; for one
-        // (`n = [13]` and no short rows) it would only add a question: not built.
-        let gated = lengths.iter().filter(|&&n| n >= PREFIX_TOKENS).count() > 1;
+        // Without a gated length there is nothing for a prefix filter to gate.
+        let gated = lengths.iter().any(|&(_, g)| g);
         IndexBuilder {
             keys: Vec::with_capacity(postings),
             rows: Vec::with_capacity(postings),
             shared: Vec::new(),
             prefix_filter: if gated {
-                KeyFilter::with_capacity(postings)
+                KeyFilter::with_capacity(prefixes)
             } else {
                 KeyFilter::default()
             },
@@ -175,7 +187,7 @@ impl IndexBuilder {
         }
     }
 
-    /// Adds the prefix key of an indexed n-gram (the key of its first
+    /// Adds the prefix key of an indexed gated n-gram (the key of its first
     /// [`PREFIX_TOKENS`] tokens).
     pub fn add_prefix(&mut self, prefix: u64) {
         if !self.prefix_filter.words.is_empty() {
@@ -285,14 +297,14 @@ pub struct NgramIndex {
     directory: Vec<u32>,
     dir_shift: u32,
     filter: KeyFilter,
-    /// Lengths below `prefix_len` are looked up at every position; the others only
-    /// where `prefix_filter` may hold the window of `prefix_len` tokens there (0: no
+    /// Gated lengths are looked up only where `prefix_filter` may hold the window of
+    /// `prefix_len` tokens there, the others at every position (0: no
     /// prefix filter, every length at every position: there is one only for two or
-    /// more lengths of at least [`PREFIX_TOKENS`]).
+    /// gated length).
     prefix_len: u32,
     prefix_filter: KeyFilter,
-    /// The lengths indexed, ascending.
-    lengths: Vec<u32>,
+    /// The lengths indexed, ascending, each with whether it is gated.
+    lengths: Vec<(u32, bool)>,
 }
 
 impl NgramIndex {
@@ -347,62 +359,53 @@ impl NgramIndex {
             return;
         }
         let p = self.prefix_len as usize;
-        let split = if p == 0 {
-            self.lengths.len()
-        } else {
-            self.lengths.partition_point(|&n| (n as usize) < p)
-        };
-        let (short, long) = self.lengths.split_at(split);
         let len = doc.len();
         let mut start = 0;
         while start < len {
             let end = (start + BLOCK).min(len);
-            // Which positions of the block may start a long n-gram (bit i - start).
-            let mut long_here = 0u64;
+            // Which positions of the block may start a gated n-gram (bit i - start).
+            let mut gated_here = 0u64;
+            let gated_end = end.min((len + 1).saturating_sub(p));
             if p > 0 {
-                for i in start..end.min((len + 1).saturating_sub(p)) {
+                for i in start..gated_end {
                     self.prefix_filter.prefetch(doc.key(i, p));
                 }
             }
             for i in start..end {
-                for &n in short {
+                for &(n, gated) in &self.lengths {
                     if n as usize > len - i {
                         break;
                     }
-                    self.filter.prefetch(doc.key(i, n as usize));
+                    if !gated {
+                        self.filter.prefetch(doc.key(i, n as usize));
+                    }
                 }
             }
             if p > 0 {
-                for i in start..end.min((len + 1).saturating_sub(p)) {
+                for i in start..gated_end {
                     if self.prefix_filter.may_hold(doc.key(i, p)) {
-                        long_here |= 1 << (i - start);
-                        for &n in long {
+                        gated_here |= 1 << (i - start);
+                        for &(n, gated) in &self.lengths {
                             if n as usize > len - i {
                                 break;
                             }
-                            self.filter.prefetch(doc.key(i, n as usize));
+                            if gated {
+                                self.filter.prefetch(doc.key(i, n as usize));
+                            }
                         }
                     }
                 }
             }
             for i in start..end {
                 let left = len - i;
-                for &n in short {
+                let gated_ok = gated_here & (1 << (i - start)) != 0;
+                for &(n, gated) in &self.lengths {
                     let n = n as usize;
                     if n > left {
                         break;
                     }
-                    if let Some(rows) = self.rows_of(doc.key(i, n)) {
-                        each(i, n, rows);
-                    }
-                }
-                if long_here & (1 << (i - start)) == 0 {
-                    continue;
-                }
-                for &n in long {
-                    let n = n as usize;
-                    if n > left {
-                        break;
+                    if gated && !gated_ok {
+                        continue;
                     }
                     if let Some(rows) = self.rows_of(doc.key(i, n)) {
                         each(i, n, rows);
@@ -431,7 +434,8 @@ mod tests {
     /// An index of `postings` (key, n, prefix key, row), added in several partitions.
     fn index_of(postings: &[(u64, u32, u64, u32)]) -> NgramIndex {
         let lengths: Vec<u32> = postings.iter().map(|p| p.1).collect();
-        let mut b = IndexBuilder::new(postings.len(), &lengths);
+        let longest = lengths.iter().copied().max().unwrap_or(0);
+        let mut b = IndexBuilder::new(postings.len(), &lengths, longest, postings.len());
         let partitions = 3;
         for p in 0..partitions {
             let mut part: Vec<(u64, u32)> = postings
@@ -441,7 +445,7 @@ mod tests {
                 .collect();
             b.add_partition(&mut part).unwrap();
         }
-        for x in postings.iter().filter(|x| x.1 >= PREFIX_TOKENS) {
+        for x in postings.iter().filter(|x| is_gated(x.1, longest)) {
             b.add_prefix(x.2);
         }
         b.build()
@@ -549,14 +553,32 @@ mod tests {
     }
 
     #[test]
+    fn the_longest_and_the_shortest_lengths_are_not_gated() {
+        // n = [8, 13]: 13 (every long row's n-grams) and short rows' 1-3 token n-grams
+        // at every position, 8 and short rows' 4-12 behind the prefix filter.
+        assert!(!is_gated(13, 13) && !is_gated(3, 13) && !is_gated(1, 13));
+        assert!(is_gated(8, 13) && is_gated(4, 13) && is_gated(12, 13));
+        let index = index_of(&windows("a b c d e f g h i j k l m n", &[2, 8, 13], 1, 0));
+        assert_eq!(index.prefix_len, PREFIX_TOKENS);
+        let d = doc("x a b c d e f g h i j k l m n y");
+        let mut got = Vec::new();
+        index.each_match(&d, |i, n, _| got.push((i, n)));
+        let mut want: Vec<(usize, usize)> = (1..14).map(|i| (i, 2)).collect();
+        want.extend((1..8).map(|i| (i, 8)));
+        want.extend([(1, 13), (2, 13)]);
+        want.sort_unstable();
+        assert_eq!(got, want);
+    }
+
+    #[test]
     fn partitions_out_of_key_order_are_refused() {
-        let mut b = IndexBuilder::new(4, &[2]);
+        let mut b = IndexBuilder::new(4, &[2], 2, 0);
         b.add_partition(&mut vec![(u64::MAX - 1, 0)]).unwrap();
         assert_eq!(
             b.add_partition(&mut vec![(5, 1)]),
             Err(PartitionRefused::OutOfOrder)
         );
-        let mut b = IndexBuilder::new(4, &[2]);
+        let mut b = IndexBuilder::new(4, &[2], 2, 0);
         b.add_partition(&mut vec![(5, 0), (5, 0)]).unwrap();
         assert_eq!(
             b.add_partition(&mut vec![(5, 1)]),
