@@ -4,19 +4,20 @@
 //! its eval row (docs/overlap.md, "a hash only finds candidates").
 //!
 //! ```text
-//! index shuffle files (key, prefix key, n, eval row) ─► IndexBuilder ─► NgramIndex
+//! index shuffle files: (key, eval row), and the prefix keys of gated n-grams
+//!   ─► IndexBuilder ─► NgramIndex
 //!   keys:      sorted distinct window keys              8 B per n-gram
 //!   rows:      per key, its eval row (a global id), or  4 B
 //!              MULTI | where its rows are in `shared`    (+4 B per row beyond the first)
 //!   directory: per bucket of the keys' top bits, where   about 1 B
 //!              its keys start
 //!   filters:   keys, and the first PREFIX_TOKENS tokens' 2 to 4 B each
-//!              keys of the longer n-grams
+//!              keys of the gated n-grams (if any)
 //! ```
 //!
 //! About 16 bytes per distinct n-gram ([`NgramIndex::bytes`]; 17.7 measured at 17.6M
-//! 13-grams), 2 to 4 more where a prefix filter is built (two or more indexed lengths
-//! of at least [`PREFIX_TOKENS`] tokens, one prefix question gating them all); loading
+//! 13-grams), 2 to 4 more per gated n-gram ([`is_gated`]: lengths between
+//! [`PREFIX_TOKENS`] and the longest configured one, behind one prefix question); loading
 //! holds at most [`LOAD_BYTES_PER_POSTING`] per (n-gram, eval row) posting. A window is looked up
 //! with one filter probe, and only the keys that pass it touch the directory and the
 //! sorted keys (a bucket of about four keys, one or two cache lines).
@@ -24,9 +25,9 @@
 use super::ngrams::ScanTokens;
 
 /// The most memory loading an index takes per posting (one n-gram of one eval row):
-/// the index itself (about 20 B per distinct n-gram, its prefix filter sized by the
-/// postings) and, while a partition is added, that partition's postings (16 B each)
-/// and their Arrow batches. What sizes the index groups.
+/// the index itself (about 16 B per distinct n-gram, 20 with a prefix filter) and,
+/// while a partition is added, that partition's postings (16 B each) and their Arrow
+/// batches. What sizes the index groups.
 pub const LOAD_BYTES_PER_POSTING: u64 = 40;
 
 /// Gated n-grams ([`is_gated`]) are looked up only where their first `PREFIX_TOKENS`
