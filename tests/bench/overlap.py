@@ -192,6 +192,27 @@ def python_reference(eval_dir: Path, train_dir: Path, n: int) -> None:
     print(records)
 
 
+def write_job(spec: Path, eval_path: Path, train_dir: Path, n: list[int], out: Path, memory: str,
+              scratch: Path) -> None:
+    """Writes the benchmark's job file: local mode, one worker."""
+    spec.write_text(f"""
+kind = "ngram_overlap"
+[eval]
+paths = ["{eval_path}"]
+[train]
+paths = ["{train_dir}"]
+[ngrams]
+n = {n}
+[output]
+url = "{out}"
+[run]
+mode = "local"
+workers = 1
+memory_per_worker = "{memory}"
+scratch = "{scratch}"
+""")
+
+
 def timed(cmd: list[str], env=None) -> tuple[subprocess.CompletedProcess, float, float]:
     """Runs cmd under /usr/bin/time: (the process, CPU seconds, peak RSS in MiB)."""
     proc = subprocess.run(["/usr/bin/time", "-f", "TIME %U %S %M", *cmd], env=env,
@@ -214,22 +235,7 @@ def production(args) -> None:
     shutil.rmtree(out, ignore_errors=True)
     shutil.rmtree(args.work / "scratch", ignore_errors=True)
     spec = args.work / "overlap-production.toml"
-    spec.write_text(f"""
-kind = "ngram_overlap"
-[eval]
-paths = ["{eval_dir}"]
-[train]
-paths = ["{train_dir}"]
-[ngrams]
-n = [13]
-[output]
-url = "{out}"
-[run]
-mode = "local"
-workers = 1
-memory_per_worker = "{args.memory}"
-scratch = "{args.work / 'scratch'}"
-""")
+    write_job(spec, eval_dir, train_dir, [13], out, args.memory, args.work / "scratch")
     env = dict(os.environ, RUST_LOG="info,probeflow_worker=debug", NO_COLOR="1")
     proc, job_cpu, job_rss = timed([str(args.bin / "coordinator"), "run", str(spec)], env=env)
     stages = {}
@@ -290,22 +296,8 @@ def main() -> None:
     out = args.work / "out"
     shutil.rmtree(out, ignore_errors=True)
     spec = args.work / "overlap.toml"
-    spec.write_text(f"""
-kind = "ngram_overlap"
-[eval]
-paths = ["{eval_dir}/bench-dolma-abcdef.jsonl"]
-[train]
-paths = ["{train_dir}"]
-[ngrams]
-n = {N_VALUES}
-[output]
-url = "{out}"
-[run]
-mode = "local"
-workers = 1
-memory_per_worker = "1GiB"
-scratch = "{args.work / 'scratch'}"
-""")
+    write_job(spec, eval_dir / "bench-dolma-abcdef.jsonl", train_dir, N_VALUES, out, "1GiB",
+              args.work / "scratch")
     env = dict(os.environ, RUST_LOG="info,probeflow_worker=debug", NO_COLOR="1")
 
     def run_job() -> tuple[float, float, float, float, int]:

@@ -16,7 +16,11 @@
 
 use std::sync::Arc;
 
-use arrow::array::{ArrayRef, RecordBatch, UInt32Array, UInt32Builder, UInt64Builder};
+use futures::{StreamExt, TryStreamExt};
+
+use arrow::array::{
+    Array, ArrayBuilder, ArrayRef, RecordBatch, UInt32Array, UInt32Builder, UInt64Builder,
+};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 
 use super::gzip_jsonl::{GzipJsonl, Packing};
@@ -56,14 +60,13 @@ pub fn prefix_schema() -> SchemaRef {
 struct PartitionPostings {
     key: UInt64Builder,
     row: UInt32Builder,
-    len: usize,
     prefix: UInt64Builder,
-    prefixes: usize,
 }
 
-/// The distinct windows of one eval row: (key, effective length, prefix key: of the
-/// gated n-grams, else 0), sorted. `lengths`: the configured lengths, ascending.
-fn row_windows(doc: &ScanTokens, lengths: &[u32], out: &mut Vec<(u64, u32, u64)>) {
+/// The distinct windows of one eval row: (key, effective length, prefix key of a gated
+/// n-gram), sorted. `lengths`: the configured lengths, ascending.
+fn row_windows(doc: &ScanTokens, lengths: &[u32], out: &mut Vec<(u64, u32, Option<u64>)>) {
+    let longest = lengths.last().copied().unwrap_or(0);
     out.clear();
     let count = doc.len();
     let mut last = 0;
@@ -74,13 +77,9 @@ fn row_windows(doc: &ScanTokens, lengths: &[u32], out: &mut Vec<(u64, u32, u64)>
             continue;
         }
         last = eff;
-        let gated = is_gated(eff as u32, lengths.last().copied().unwrap_or(0));
+        let gated = is_gated(eff as u32, longest);
         for i in 0..=count - eff {
-            let prefix = if gated {
-                doc.key(i, PREFIX_TOKENS as usize)
-            } else {
-                0
-            };
+            let prefix = gated.then(|| doc.key(i, PREFIX_TOKENS as usize));
             out.push((doc.key(i, eff), eff as u32, prefix));
         }
     }
@@ -124,15 +123,12 @@ pub fn run_index(
             let row = record.row as u32;
             doc.fill(settings.tokenizer, record.text);
             row_windows(&doc, &settings.n, &mut windows);
-            let longest = settings.n.last().copied().unwrap_or(0);
             for &(key, n, prefix) in &windows {
                 let p = &mut parts[partition_of(key, settings.partitions) as usize];
                 p.key.append_value(key);
                 p.row.append_value(row);
-                p.len += 1;
-                if is_gated(n, longest) {
+                if let Some(prefix) = prefix {
                     p.prefix.append_value(prefix);
-                    p.prefixes += 1;
                 }
                 ngrams += 1;
                 present.insert(n);
@@ -159,14 +155,14 @@ pub fn run_index(
     let mut offset = 0u64;
     let mut segment = Vec::new();
     for (p, mut rows) in parts.into_iter().enumerate() {
-        if rows.len == 0 {
+        if rows.key.is_empty() {
             continue;
         }
-        let (len, prefixes) = (rows.len, rows.prefixes);
         let columns: Vec<ArrayRef> = vec![Arc::new(rows.key.finish()), Arc::new(rows.row.finish())];
         let prefix: ArrayRef = Arc::new(rows.prefix.finish());
         drop(rows);
-        let mut put = |at: u32, batch: RecordBatch, schema: &SchemaRef, rows: usize| {
+        let mut put = |at: u32, batch: RecordBatch, schema: &SchemaRef| {
+            let rows = batch.num_rows() as u64;
             segment.clear();
             let bytes = encode_segment(&mut segment, schema, [Ok(batch)])?;
             handle.block_on(upload.write(&segment))?;
@@ -175,7 +171,7 @@ pub fn run_index(
                 ShuffleSegment {
                     offset,
                     len: bytes,
-                    rows: rows as u64,
+                    rows,
                 },
             );
             offset += bytes;
@@ -185,26 +181,18 @@ pub fn run_index(
             p as u32,
             RecordBatch::try_new(schema.clone(), columns)?,
             &schema,
-            len,
         )?;
-        if prefixes > 0 {
+        if !prefix.is_empty() {
             let batch = RecordBatch::try_new(prefix_schema.clone(), vec![prefix])?;
-            put(
-                settings.partitions + p as u32,
-                batch,
-                &prefix_schema,
-                prefixes,
-            )?;
+            put(settings.partitions + p as u32, batch, &prefix_schema)?;
         }
     }
-    let index_bytes = offset;
     handle.block_on(async {
         upload.finish().await?;
         write_index(output, &shuffle_file, 2 * settings.partitions, &segments).await
     })?;
     Ok(IndexOutput {
         shuffle_file,
-        index_bytes,
         rows_file,
         counts,
         ngrams,
@@ -237,46 +225,35 @@ pub async fn load_index(
     let mine: Vec<u32> = (group..partitions)
         .step_by(groups.max(1) as usize)
         .collect();
-    // Every segment of the group first: their posting counts size the index.
-    let mut segments = Vec::with_capacity(mine.len() * files.len());
-    for &p in &mine {
-        for file in files {
-            segments.push(read_index_entry(output, file, p).await?);
-        }
-    }
-    let postings: u64 = segments.iter().map(|s| s.rows).sum();
+    // Every index entry of the group first (their posting counts size the index), many
+    // at once: a store far away costs a round trip per request.
+    let segments = index_entries(output, files, mine.iter().copied()).await?;
+    let postings: u64 = segments.iter().map(|(_, s)| s.rows).sum();
     // The gated n-grams' prefixes, when the index has any gated length.
     let gated = lengths.iter().any(|&n| is_gated(n, longest));
-    let mut prefix_segments = Vec::new();
-    if gated {
-        for &p in &mine {
-            for file in files {
-                prefix_segments.push((file, read_index_entry(output, file, partitions + p).await?));
-            }
-        }
-    }
+    let prefix_segments = if gated {
+        index_entries(output, files, mine.iter().map(|&p| partitions + p)).await?
+    } else {
+        Vec::new()
+    };
     let prefixes: u64 = prefix_segments.iter().map(|(_, s)| s.rows).sum();
     let mut builder = IndexBuilder::new(postings as usize, lengths, longest, prefixes as usize);
     let prefix_schema = prefix_schema();
-    for (file, segment) in prefix_segments {
-        if segment.rows > 0 {
-            for batch in read_segment(output, file, &segment, &prefix_schema).await? {
-                add_prefixes(&mut builder, file, &batch)?;
-            }
+    let mut prefix_batches = fetch_segments(output, files, prefix_segments, &prefix_schema);
+    while let Some((f, batches)) = prefix_batches.try_next().await? {
+        for batch in batches {
+            add_prefixes(&mut builder, &files[f], &batch)?;
         }
     }
     let mut part: Vec<(u64, u32)> = Vec::new();
+    let per_partition = files.len().max(1);
     let mut segments = segments.into_iter();
     for &p in &mine {
-        for (f, file) in files.iter().enumerate() {
-            let Some(segment) = segments.next() else {
-                break;
-            };
-            if segment.rows == 0 {
-                continue;
-            }
-            for batch in read_segment(output, file, &segment, &schema).await? {
-                add_batch(&mut part, file, (bases[f], eval_rows[f]), &batch)?;
+        let these: Vec<_> = segments.by_ref().take(per_partition).collect();
+        let mut batches = fetch_segments(output, files, these, &schema);
+        while let Some((f, batches)) = batches.try_next().await? {
+            for batch in batches {
+                add_batch(&mut part, &files[f], (bases[f], eval_rows[f]), &batch)?;
             }
         }
         builder
@@ -306,6 +283,43 @@ pub async fn load_index(
         "index group loaded"
     );
     Ok(index)
+}
+
+/// Index entries a scan fetches at once while loading its group.
+const ENTRIES_IN_FLIGHT: usize = 64;
+/// Segments a scan fetches at once while loading its group (each is held until added).
+const SEGMENTS_IN_FLIGHT: usize = 8;
+
+/// The index entries of partitions `partitions` of every file, partition by partition
+/// (files in order within each): (file, segment).
+async fn index_entries(
+    output: &StoreUrl,
+    files: &[String],
+    partitions: impl Iterator<Item = u32>,
+) -> Result<Vec<(usize, ShuffleSegment)>> {
+    let wanted: Vec<(usize, u32)> = partitions
+        .flat_map(|p| (0..files.len()).map(move |f| (f, p)))
+        .collect();
+    futures::stream::iter(wanted)
+        .map(|(f, p)| async move { Ok((f, read_index_entry(output, &files[f], p).await?)) })
+        .buffered(ENTRIES_IN_FLIGHT)
+        .try_collect()
+        .await
+}
+
+/// The batches of `segments` (empty ones skipped), in order, a few fetched at once.
+fn fetch_segments<'a>(
+    output: &'a StoreUrl,
+    files: &'a [String],
+    segments: Vec<(usize, ShuffleSegment)>,
+    schema: &'a SchemaRef,
+) -> impl futures::Stream<Item = Result<(usize, Vec<RecordBatch>)>> + Unpin + 'a {
+    futures::stream::iter(segments.into_iter().filter(|(_, s)| s.rows > 0))
+        .map(move |(f, segment)| async move {
+            Ok((f, read_segment(output, &files[f], &segment, schema).await?))
+        })
+        .buffered(SEGMENTS_IN_FLIGHT)
+        .boxed()
 }
 
 /// The first global eval row of each eval file (the rows of the files before it), and

@@ -144,8 +144,6 @@ pub struct IndexOutput {
     /// The index shuffle file (relative to the output root; its partitions' byte
     /// ranges are in its shuffle index).
     pub shuffle_file: String,
-    /// Encoded bytes of its postings.
-    pub index_bytes: u64,
     /// The valid rows file.
     pub rows_file: String,
     pub counts: RowCounts,
