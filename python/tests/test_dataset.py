@@ -227,8 +227,13 @@ def test_threads_that_cannot_start_are_not_an_input_error(shards):
     """Sampler threads the system refuses to start raise probeflow.ThreadError (a
     RuntimeError), not InvalidInputError: nothing is wrong with the input."""
     path, _ = shards
+    # One malloc arena: glibc reserves 64 MiB of address space for each new arena, so a
+    # thread that gets one under the 64 MiB headroom can fail an allocation and abort
+    # the process instead of failing to start (the likely cause of one SIGABRT here in
+    # ~25 runs).
+    env = dict(os.environ, MALLOC_ARENA_MAX="1")
     proc = subprocess.run([sys.executable, "-c", THREADS_CANNOT_START, path],
-                          capture_output=True, text=True, check=True)
+                          capture_output=True, text=True, check=True, env=env)
     name, mro, message = json.loads(proc.stdout)
     assert name == "ThreadError" and "RuntimeError" in mro and "ValueError" not in mro, (name, mro)
     assert "cannot start sampler threads" in message, message
