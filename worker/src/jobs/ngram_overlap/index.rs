@@ -18,15 +18,13 @@ use std::sync::Arc;
 
 use futures::{StreamExt, TryStreamExt};
 
-use arrow::array::{
-    Array, ArrayBuilder, ArrayRef, RecordBatch, UInt32Array, UInt32Builder, UInt64Builder,
-};
+use arrow::array::{Array, ArrayRef, RecordBatch, UInt32Array, UInt64Array};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 
 use super::gzip_jsonl::{GzipJsonl, Packing};
 use super::ngram_index::{
-    is_gated, partition_of, IndexBuilder, NgramIndex, PartitionRefused, MAX_EVAL_ROWS,
-    PREFIX_TOKENS,
+    is_gated, partition_of, sort_postings, IndexBuilder, NgramIndex, PartitionRefused,
+    MAX_EVAL_ROWS, PREFIX_TOKENS,
 };
 use super::ngrams::ScanTokens;
 use super::protocol::{
@@ -56,20 +54,30 @@ pub fn prefix_schema() -> SchemaRef {
     )]))
 }
 
+/// One partition's postings while an eval file is read: (window key, row), and the
+/// prefix keys of its gated n-grams.
 #[derive(Default)]
 struct PartitionPostings {
-    key: UInt64Builder,
-    row: UInt32Builder,
-    prefix: UInt64Builder,
+    keys: Vec<u64>,
+    rows: Vec<u32>,
+    prefixes: Vec<u64>,
 }
 
-/// The distinct windows of one eval row: (key, effective length, prefix key of a gated
-/// n-gram), sorted. `lengths`: the configured lengths, ascending.
-fn row_windows(doc: &ScanTokens, lengths: &[u32], out: &mut Vec<(u64, u32, Option<u64>)>) {
+/// Calls `window(key, prefix key of a gated n-gram)` for every window of one eval row,
+/// repeats included (the partitions' sort removes them), and returns the effective
+/// lengths it had windows of, as a bit set (bit `n`; lengths above 31 are configured
+/// lengths too long for the bit set, and reported through `long`). `lengths`: the
+/// configured lengths, ascending.
+fn row_windows(
+    doc: &ScanTokens,
+    lengths: &[u32],
+    long: &mut std::collections::BTreeSet<u32>,
+    mut window: impl FnMut(u64, Option<u64>),
+) -> u32 {
     let longest = lengths.last().copied().unwrap_or(0);
-    out.clear();
     let count = doc.len();
     let mut last = 0;
+    let mut present = 0u32;
     // Configured lengths above the row's token count share one effective length.
     for &n in lengths {
         let eff = (n as usize).min(count);
@@ -77,14 +85,18 @@ fn row_windows(doc: &ScanTokens, lengths: &[u32], out: &mut Vec<(u64, u32, Optio
             continue;
         }
         last = eff;
+        if eff < 32 {
+            present |= 1 << eff;
+        } else {
+            long.insert(eff as u32);
+        }
         let gated = is_gated(eff as u32, longest);
         for i in 0..=count - eff {
             let prefix = gated.then(|| doc.key(i, PREFIX_TOKENS as usize));
-            out.push((doc.key(i, eff), eff as u32, prefix));
+            window(doc.key(i, eff), prefix);
         }
     }
-    out.sort_unstable();
-    out.dedup();
+    present
 }
 
 /// Runs index task `task` (on a blocking thread: call through `spawn_blocking`).
@@ -101,10 +113,9 @@ pub fn run_index(
         .collect();
     let rows_file = eval_rows_path(task.eval_file, attempt);
     let mut rows_out = GzipJsonl::new(output, &rows_file, Packing::Stored);
-    let mut ngrams = 0u64;
-    let mut present = std::collections::BTreeSet::new();
+    let mut present = 0u32;
+    let mut long_present = std::collections::BTreeSet::new();
     let mut doc = ScanTokens::default();
-    let mut windows = Vec::new();
     let counts = read_records(
         handle,
         &task.file,
@@ -122,17 +133,14 @@ pub fn run_index(
             }
             let row = record.row as u32;
             doc.fill(settings.tokenizer, record.text);
-            row_windows(&doc, &settings.n, &mut windows);
-            for &(key, n, prefix) in &windows {
+            present |= row_windows(&doc, &settings.n, &mut long_present, |key, prefix| {
                 let p = &mut parts[partition_of(key, settings.partitions) as usize];
-                p.key.append_value(key);
-                p.row.append_value(row);
+                p.keys.push(key);
+                p.rows.push(row);
                 if let Some(prefix) = prefix {
-                    p.prefix.append_value(prefix);
+                    p.prefixes.push(prefix);
                 }
-                ngrams += 1;
-                present.insert(n);
-            }
+            });
             rows_out.line(
                 handle,
                 &EvalRow {
@@ -145,8 +153,8 @@ pub fn run_index(
         },
     )?;
     rows_out.finish(handle)?;
-    // Partitions in order, each encoded, uploaded (in parts) and freed before the next:
-    // the task holds its postings once, not a second time as one encoded file.
+    // Partitions in order, each sorted, encoded, uploaded (in parts) and freed before
+    // the next: the task holds its postings once, not a second time as one encoded file.
     let schema = posting_schema();
     let prefix_schema = prefix_schema();
     let shuffle_file = index_shuffle_path(task.eval_file, attempt);
@@ -154,13 +162,26 @@ pub fn run_index(
     let mut segments = std::collections::BTreeMap::new();
     let mut offset = 0u64;
     let mut segment = Vec::new();
-    for (p, mut rows) in parts.into_iter().enumerate() {
-        if rows.key.is_empty() {
+    let mut ngrams = 0u64;
+    let mut sorted = Vec::new();
+    for (p, part) in parts.into_iter().enumerate() {
+        if part.keys.is_empty() {
             continue;
         }
-        let columns: Vec<ArrayRef> = vec![Arc::new(rows.key.finish()), Arc::new(rows.row.finish())];
-        let prefix: ArrayRef = Arc::new(rows.prefix.finish());
-        drop(rows);
+        let PartitionPostings {
+            keys,
+            rows,
+            mut prefixes,
+        } = part;
+        sort_postings(keys.len(), |i| (keys[i], rows[i]), &mut sorted);
+        drop((keys, rows));
+        ngrams += sorted.len() as u64;
+        let keys: UInt64Array = sorted.iter().map(|p| p.0).collect::<Vec<u64>>().into();
+        let rows: UInt32Array = sorted.iter().map(|p| p.1).collect::<Vec<u32>>().into();
+        let columns: Vec<ArrayRef> = vec![Arc::new(keys), Arc::new(rows)];
+        prefixes.sort_unstable();
+        prefixes.dedup();
+        let prefixes: ArrayRef = Arc::new(UInt64Array::from(prefixes));
         let mut put = |at: u32, batch: RecordBatch, schema: &SchemaRef| {
             let rows = batch.num_rows() as u64;
             segment.clear();
@@ -182,8 +203,8 @@ pub fn run_index(
             RecordBatch::try_new(schema.clone(), columns)?,
             &schema,
         )?;
-        if !prefix.is_empty() {
-            let batch = RecordBatch::try_new(prefix_schema.clone(), vec![prefix])?;
+        if !prefixes.is_empty() {
+            let batch = RecordBatch::try_new(prefix_schema.clone(), vec![prefixes])?;
             put(settings.partitions + p as u32, batch, &prefix_schema)?;
         }
     }
@@ -191,12 +212,14 @@ pub fn run_index(
         upload.finish().await?;
         write_index(output, &shuffle_file, 2 * settings.partitions, &segments).await
     })?;
+    let mut lengths = long_present;
+    lengths.extend((1..32).filter(|n| present & (1 << n) != 0));
     Ok(IndexOutput {
         shuffle_file,
         rows_file,
         counts,
         ngrams,
-        lengths: present,
+        lengths,
     })
 }
 
@@ -342,7 +365,6 @@ pub fn row_bases(eval_rows: &[u64]) -> Result<Vec<u32>> {
 
 /// Adds a batch of `file`'s prefix keys to `builder`'s prefix filter.
 fn add_prefixes(builder: &mut IndexBuilder, file: &str, batch: &RecordBatch) -> Result<()> {
-    use arrow::array::UInt64Array;
     let prefix = batch
         .column(0)
         .as_any()
@@ -371,7 +393,6 @@ fn add_batch(
     (base, rows): (u32, u64),
     batch: &RecordBatch,
 ) -> Result<()> {
-    use arrow::array::UInt64Array;
     let bad = || WorkerError::Shuffle {
         file: file.to_string(),
         what: "index postings of another schema".into(),

@@ -147,8 +147,8 @@ pub struct IndexOutput {
     /// The valid rows file.
     pub rows_file: String,
     pub counts: RowCounts,
-    /// Postings written: distinct (row, effective length, window key); what sizes the
-    /// index groups.
+    /// Postings written: distinct (window key, row) (a key holds its effective length);
+    /// what sizes the index groups.
     pub ngrams: u64,
     /// The effective n-gram lengths present.
     pub lengths: BTreeSet<u32>,

@@ -16,7 +16,7 @@
 
 use super::gzip_jsonl::{GzipJsonl, Packing};
 use super::index::row_bases;
-use super::ngram_index::NgramIndex;
+use super::ngram_index::{MatchScratch, NgramIndex};
 use super::ngrams::ScanTokens;
 use super::protocol::{
     events_path, rejects_path, ScanDoc, ScanEvent, ScanOutput, ScanTask, Settings,
@@ -40,6 +40,7 @@ pub fn run_scan(
     let events_file = events_path(task.index, attempt);
     let mut events_out = GzipJsonl::new(output, &events_file, Packing::Intermediate);
     let mut doc = ScanTokens::default();
+    let mut scratch = MatchScratch::default();
     let bases = row_bases(&task.eval_rows)?;
     let mut hits: Vec<(u32, usize, usize)> = Vec::new();
     let mut ngrams = 0u64;
@@ -65,7 +66,7 @@ pub fn run_scan(
                 ngrams += (doc.len() + 1).saturating_sub(n as usize) as u64;
             }
             hits.clear();
-            index.each_match(&doc, |i, n, rows| {
+            index.each_match(&doc, &mut scratch, |i, n, rows| {
                 hits.extend(rows.iter().map(|&row| (row, i, n)));
             });
             if hits.is_empty() {
