@@ -79,8 +79,12 @@ impl GzipJsonl {
             self.compress_staged()?;
         }
         if self.gz.get_ref().len() >= PART_BYTES {
+            // Sent from the compressor's own buffer, which is then kept for the next
+            // part (not grown again from nothing, page by page).
             let part = std::mem::take(self.gz.get_mut());
-            self.send(handle, part)?;
+            self.send(handle, &part)?;
+            *self.gz.get_mut() = part;
+            self.gz.get_mut().clear();
         }
         Ok(())
     }
@@ -95,10 +99,10 @@ impl GzipJsonl {
         Ok(())
     }
 
-    fn send(&mut self, handle: &tokio::runtime::Handle, part: Vec<u8>) -> Result<()> {
-        self.hash.update(&part);
+    fn send(&mut self, handle: &tokio::runtime::Handle, part: &[u8]) -> Result<()> {
+        self.hash.update(part);
         self.bytes += part.len() as u64;
-        handle.block_on(self.upload.write(&part))
+        handle.block_on(self.upload.write(part))
     }
 
     pub fn finish(mut self, handle: &tokio::runtime::Handle) -> Result<OutputFile> {
@@ -109,7 +113,7 @@ impl GzipJsonl {
         )
         .finish()
         .map_err(|e| corrupt(&self.path, e))?;
-        self.send(handle, rest)?;
+        self.send(handle, &rest)?;
         handle.block_on(self.upload.finish())?;
         Ok(OutputFile {
             path: self.path,

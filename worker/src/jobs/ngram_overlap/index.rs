@@ -54,13 +54,39 @@ pub fn prefix_schema() -> SchemaRef {
     )]))
 }
 
-/// One partition's postings while an eval file is read: (window key, row), and the
-/// prefix keys of its gated n-grams.
+/// Postings per block of a [`PartitionPostings`].
+const POSTINGS_PER_BLOCK: usize = 1 << 14;
+
+/// One partition's postings while an eval file is read: (window key, row) in blocks
+/// that are never grown (a growing array copies itself and touches fresh pages at
+/// every doubling), and the prefix keys of its gated n-grams.
 #[derive(Default)]
 struct PartitionPostings {
-    keys: Vec<u64>,
-    rows: Vec<u32>,
+    keys: Vec<Vec<u64>>,
+    rows: Vec<Vec<u32>>,
+    len: usize,
     prefixes: Vec<u64>,
+}
+
+impl PartitionPostings {
+    fn push(&mut self, key: u64, row: u32) {
+        if self.len % POSTINGS_PER_BLOCK == 0 {
+            self.keys.push(Vec::with_capacity(POSTINGS_PER_BLOCK));
+            self.rows.push(Vec::with_capacity(POSTINGS_PER_BLOCK));
+        }
+        if let (Some(keys), Some(rows)) = (self.keys.last_mut(), self.rows.last_mut()) {
+            keys.push(key);
+            rows.push(row);
+            self.len += 1;
+        }
+    }
+
+    /// Posting `i` (below `len`).
+    #[inline]
+    fn get(&self, i: usize) -> (u64, u32) {
+        let (block, at) = (i / POSTINGS_PER_BLOCK, i % POSTINGS_PER_BLOCK);
+        (self.keys[block][at], self.rows[block][at])
+    }
 }
 
 /// Calls `window(key, prefix key of a gated n-gram)` for every window of one eval row,
@@ -135,8 +161,7 @@ pub fn run_index(
             doc.fill(settings.tokenizer, record.text);
             present |= row_windows(&doc, &settings.n, &mut long_present, |key, prefix| {
                 let p = &mut parts[partition_of(key, settings.partitions) as usize];
-                p.keys.push(key);
-                p.rows.push(row);
+                p.push(key, row);
                 if let Some(prefix) = prefix {
                     p.prefixes.push(prefix);
                 }
@@ -165,16 +190,11 @@ pub fn run_index(
     let mut ngrams = 0u64;
     let mut sorted = Vec::new();
     for (p, part) in parts.into_iter().enumerate() {
-        if part.keys.is_empty() {
+        if part.len == 0 {
             continue;
         }
-        let PartitionPostings {
-            keys,
-            rows,
-            mut prefixes,
-        } = part;
-        sort_postings(keys.len(), |i| (keys[i], rows[i]), &mut sorted);
-        drop((keys, rows));
+        sort_postings(part.len, |i| part.get(i), &mut sorted);
+        let mut prefixes = part.prefixes;
         ngrams += sorted.len() as u64;
         let keys: UInt64Array = sorted.iter().map(|p| p.0).collect::<Vec<u64>>().into();
         let rows: UInt32Array = sorted.iter().map(|p| p.1).collect::<Vec<u32>>().into();

@@ -86,6 +86,9 @@ pub enum IdKind {
 pub struct LightRecord<'a> {
     pub text: Option<JsonValue<'a>>,
     pub id: Option<IdKind>,
+    /// The `id` where it is a string without escapes (its `str()` is itself), from the
+    /// plain path: an id read without decoding the record a second time.
+    pub id_text: Option<&'a str>,
     pub hashable: bool,
     /// The whole record where the general path decoded it (so its id needs no second
     /// decode); `None` from the plain path.
@@ -123,6 +126,7 @@ fn general_record<'a>(line: &'a str, text_field: &str) -> Result<LightRecord<'a>
     Ok(LightRecord {
         text,
         id,
+        id_text: None,
         hashable: value.msgpack_encodable(),
         record: Some(value),
     })
@@ -154,6 +158,7 @@ fn plain_record<'a>(
     at = skip_whitespace(b, at + 1);
     let mut text = None;
     let mut id = None;
+    let mut id_text = None;
     if b.get(at) == Some(&b'}') {
         at += 1;
     } else {
@@ -177,6 +182,10 @@ fn plain_record<'a>(
                 value_end(line, at, 0)?
             };
             if key == "id" {
+                id_text = match value {
+                    Found::Line(start, end) => Some(line.get(start..end)?),
+                    _ => None,
+                };
                 id = Some(match value {
                     Found::Null => IdKind::Null,
                     Found::Compound => IdKind::Unusable,
@@ -211,6 +220,7 @@ fn plain_record<'a>(
     Some(LightRecord {
         text,
         id,
+        id_text,
         hashable: true,
         record: None,
     })
@@ -474,9 +484,42 @@ mod tests {
                 JsonValue::Other(k) => JsonValue::Other(k),
             }),
             id: record.id,
+            id_text: None,
             hashable: record.hashable,
             record: record.record,
         })
+    }
+
+    #[test]
+    fn an_id_read_as_is_is_the_last_ids_string_without_escapes() {
+        let id_text = |line: &str| {
+            let mut scratch = String::new();
+            super::light_record(line, "text", &mut scratch)
+                .unwrap()
+                .id_text
+                .map(str::to_string)
+        };
+        assert_eq!(
+            id_text(r#"{"id": "a-1", "text": "t"}"#).as_deref(),
+            Some("a-1")
+        );
+        assert_eq!(
+            id_text(r#"{"id": "x", "text": "t", "id": "y"}"#).as_deref(),
+            Some("y")
+        );
+        // Left to the whole decode (and Python's str()): escapes, numbers, a later
+        // id of another kind, and lines only the general path reads.
+        for line in [
+            r#"{"id": "a\"b", "text": "t"}"#,
+            r#"{"id": "\u00e9", "text": "t"}"#,
+            r#"{"id": 7, "text": "t"}"#,
+            r#"{"id": "x", "text": "t", "id": 1.5}"#,
+            r#"{"id": null, "text": "t"}"#,
+            r#"{"text": "t"}"#,
+            r#"{"\u0069d": "x", "text": "t"}"#,
+        ] {
+            assert_eq!(id_text(line), None, "{line}");
+        }
     }
 
     #[test]

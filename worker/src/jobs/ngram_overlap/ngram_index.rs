@@ -181,14 +181,20 @@ pub fn partition_of(key: u64, partitions: u32) -> u32 {
     ((u128::from(key) * u128::from(partitions.max(1))) >> 64) as u32
 }
 
-/// Postings per bucket of [`sort_postings`]'s distribution pass, about.
-const POSTINGS_PER_SORT_BUCKET: usize = 16;
+/// Bits of the key each of [`sort_postings`]'s distribution passes sorts by.
+const SORT_RADIX_BITS: u32 = 8;
+
+/// Postings per bucket the second distribution pass leaves, about.
+const POSTINGS_PER_SORT_BUCKET: usize = 4;
 
 /// Writes the `len` postings `posting(0..len)` to `out` sorted by (key, row), repeats
-/// removed. Window keys are hashes, spread evenly over their range: one distribution
-/// pass by the keys' high bits (relative to the smallest) leaves buckets of about
-/// [`POSTINGS_PER_SORT_BUCKET`], each then sorted alone in the cache; skewed keys only
-/// make some buckets larger (each sort is O(m log m)).
+/// removed. Window keys are hashes, spread evenly over their range: a distribution
+/// pass by the keys' top [`SORT_RADIX_BITS`] bits (relative to the smallest), then in
+/// each of its buckets (about a thousand postings of a 64-partition index, in the
+/// core's cache) a second by the next bits, into buckets of about
+/// [`POSTINGS_PER_SORT_BUCKET`], each then sorted alone. Both passes write to at most
+/// 2^[`SORT_RADIX_BITS`] places at once in the first, a cache-sized range in the
+/// second; skewed keys only make some buckets larger (each sort is O(m log m)).
 pub fn sort_postings(len: usize, posting: impl Fn(usize) -> (u64, u32), out: &mut Vec<(u64, u32)>) {
     out.clear();
     if len == 0 {
@@ -200,13 +206,12 @@ pub fn sort_postings(len: usize, posting: impl Fn(usize) -> (u64, u32), out: &mu
         lo = lo.min(key);
         hi = hi.max(key);
     }
-    let bits = (len / POSTINGS_PER_SORT_BUCKET).max(1).ilog2().min(20);
-    // (key − lo) >> shift < 2^bits for every key.
-    let shift = (64 - (hi - lo).leading_zeros()).saturating_sub(bits);
-    let bucket = |key: u64| ((key - lo) >> shift) as usize;
-    let mut starts = vec![0usize; (1 << bits) + 1];
+    // (key − lo) >> shift < 2^SORT_RADIX_BITS for every key.
+    let shift = (64 - (hi - lo).leading_zeros()).saturating_sub(SORT_RADIX_BITS);
+    let top = |key: u64| ((key - lo) >> shift) as usize;
+    let mut starts = vec![0usize; (1 << SORT_RADIX_BITS) + 1];
     for i in 0..len {
-        starts[bucket(posting(i).0) + 1] += 1;
+        starts[top(posting(i).0) + 1] += 1;
     }
     for b in 1..starts.len() {
         starts[b] += starts[b - 1];
@@ -215,12 +220,42 @@ pub fn sort_postings(len: usize, posting: impl Fn(usize) -> (u64, u32), out: &mu
     out.resize(len, (0, 0));
     for i in 0..len {
         let p = posting(i);
-        let b = bucket(p.0);
+        let b = top(p.0);
         out[next[b]] = p;
         next[b] += 1;
     }
-    for b in starts.windows(2) {
-        out[b[0]..b[1]].sort_unstable();
+    let mut bucket = Vec::new();
+    let mut inner = Vec::new();
+    for range in starts.windows(2) {
+        let (a, b) = (range[0], range[1]);
+        if b - a <= 2 * POSTINGS_PER_SORT_BUCKET {
+            out[a..b].sort_unstable();
+            continue;
+        }
+        // Within a bucket the bits above `shift` are equal: the next `bits` below
+        // them order it.
+        let bits = ((b - a) / POSTINGS_PER_SORT_BUCKET).ilog2().min(16);
+        let (low, mask) = (shift.saturating_sub(bits), (1usize << bits) - 1);
+        let sub = |key: u64| ((key - lo) >> low) as usize & mask;
+        bucket.clear();
+        bucket.extend_from_slice(&out[a..b]);
+        inner.clear();
+        inner.resize((1 << bits) + 1, a);
+        for p in &bucket {
+            inner[sub(p.0) + 1] += 1;
+        }
+        for i in 1..inner.len() {
+            inner[i] += inner[i - 1] - a;
+        }
+        let mut at = inner.clone();
+        for &p in &bucket {
+            let s = sub(p.0);
+            out[at[s]] = p;
+            at[s] += 1;
+        }
+        for r in inner.windows(2) {
+            out[r[0]..r[1]].sort_unstable();
+        }
     }
     out.dedup();
 }
@@ -700,6 +735,49 @@ mod tests {
         assert_eq!(partition_of(0, 64), 0);
         assert_eq!(partition_of(u64::MAX, 64), 63);
         assert_eq!(partition_of(1 << 63, 64), 32);
+    }
+
+    #[test]
+    fn postings_are_sorted_and_their_repeats_removed_whatever_their_keys() {
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut random = move || {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            x
+        };
+        let spread: Vec<(u64, u32)> = (0..50_000)
+            .map(|_| (random(), (random() % 7) as u32))
+            .collect();
+        let narrow: Vec<(u64, u32)> = (0..20_000)
+            .map(|_| (1_000 + random() % 300, (random() % 5) as u32))
+            .collect();
+        let skewed: Vec<(u64, u32)> = (0..20_000)
+            .map(|i| {
+                (
+                    if i % 3 == 0 { random() } else { 42 },
+                    (random() % 9) as u32,
+                )
+            })
+            .collect();
+        let mut repeated = spread[..5_000].to_vec();
+        repeated.extend_from_slice(&spread[..5_000]);
+        for postings in [
+            spread,
+            narrow,
+            skewed,
+            repeated,
+            vec![(5, 1)],
+            vec![],
+            vec![(u64::MAX, 0), (0, 0)],
+        ] {
+            let mut want = postings.clone();
+            want.sort_unstable();
+            want.dedup();
+            let mut got = vec![(1, 1)];
+            sort_postings(postings.len(), |i| postings[i], &mut got);
+            assert_eq!(got, want);
+        }
     }
 
     #[test]

@@ -249,7 +249,8 @@ pub struct ScanEvent {
     pub train_offsets: Vec<[u64; 2]>,
 }
 
-/// One eval row, as an index task keeps it for the report.
+/// One eval row, as an index task keeps it for the report. `row` comes first: the
+/// report reads it before the rest of a line (and parses only the rows it needs).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EvalRow {
     pub row: u64,

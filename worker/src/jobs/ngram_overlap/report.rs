@@ -102,6 +102,17 @@ fn for_each_line<T: serde::de::DeserializeOwned>(
     Ok(())
 }
 
+/// The row number of an eval rows file line as the index task writes it
+/// (`{"row":N,...`); `None` for any other line, which is then parsed whole.
+fn leading_row(line: &[u8]) -> Option<u64> {
+    let rest = line.strip_prefix(b"{\"row\":")?;
+    let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
+    if digits == 0 || digits > 19 || rest.get(digits) != Some(&b',') {
+        return None;
+    }
+    std::str::from_utf8(&rest[..digits]).ok()?.parse().ok()
+}
+
 /// Runs the report (on a blocking thread: call through `spawn_blocking`).
 pub fn run_report(
     handle: &tokio::runtime::Handle,
@@ -125,12 +136,18 @@ pub fn run_report(
         if wanted.range((i, 0)..=(i, u64::MAX)).next().is_none() {
             continue;
         }
-        for_each_line(handle, output, &eval.rows_file, |r: EvalRow| {
+        let rel = eval.rows_file.as_str();
+        let mut lines = read_gz_lines(handle, output, rel)?;
+        while let Some(line) = lines.next_line().map_err(|e| corrupt(rel, e))? {
+            // Most rows have no candidate: their row number is read, not the rest.
+            if leading_row(line).is_some_and(|row| !wanted.contains(&(i, row))) {
+                continue;
+            }
+            let r: EvalRow = serde_json::from_slice(line).map_err(|e| corrupt(rel, e))?;
             if wanted.contains(&(i, r.row)) {
                 rows.insert((i, r.row), r);
             }
-            Ok(())
-        })?;
+        }
     }
     // Per dataset and configured n: the overlapping instances.
     let mut stats: BTreeMap<(&str, u32), BTreeSet<&str>> = BTreeMap::new();
@@ -289,4 +306,35 @@ pub fn run_report(
         details: detail_count,
         overlapping,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_eval_rows_line_gives_its_row_number_up_front_or_is_parsed_whole() {
+        let line = serde_json::to_vec(&EvalRow {
+            row: 1234,
+            id: "x".into(),
+            text: "y".into(),
+        })
+        .unwrap();
+        assert_eq!(leading_row(&line), Some(1234));
+        assert_eq!(leading_row(b"{\"row\":0,\"id\":\"a\"}"), Some(0));
+        for other in [
+            &b"{\"id\":\"a\",\"row\":5}"[..],
+            b"{\"row\":,",
+            b"{\"row\":5}",
+            b"{\"row\":99999999999999999999,",
+            b"",
+        ] {
+            assert_eq!(
+                leading_row(other),
+                None,
+                "{:?}",
+                String::from_utf8_lossy(other)
+            );
+        }
+    }
 }

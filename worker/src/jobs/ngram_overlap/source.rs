@@ -92,6 +92,8 @@ enum IdSource<'a> {
     /// for.
     Line {
         line: &'a str,
+        /// The id where the light decode read it as is.
+        text: Option<&'a str>,
         parsed: &'a mut Option<PyValue>,
         file: &'a str,
     },
@@ -107,7 +109,10 @@ impl Record<'_> {
     /// The record's id: its `id`, else the hash of the whole record.
     pub fn id(&mut self) -> Result<String> {
         match &mut self.id {
-            IdSource::Line { line, parsed, file } => {
+            IdSource::Line { text: Some(id), .. } => Ok(id.to_string()),
+            IdSource::Line {
+                line, parsed, file, ..
+            } => {
                 if parsed.is_none() {
                     // The light decode read this line with the same rules, so it decodes.
                     let value = py_json::loads(line).map_err(|e| {
@@ -377,6 +382,7 @@ fn read_jsonl(
             text: &text,
             id: IdSource::Line {
                 line: line_text,
+                text: light.id_text,
                 parsed: &mut parsed,
                 file: &file.url,
             },
