@@ -70,7 +70,7 @@ struct PartitionPostings {
 
 impl PartitionPostings {
     fn push(&mut self, key: u64, row: u32) {
-        if self.len % POSTINGS_PER_BLOCK == 0 {
+        if self.len.is_multiple_of(POSTINGS_PER_BLOCK) {
             self.keys.push(Vec::with_capacity(POSTINGS_PER_BLOCK));
             self.rows.push(Vec::with_capacity(POSTINGS_PER_BLOCK));
         }
