@@ -21,15 +21,12 @@ use futures::{StreamExt, TryStreamExt};
 use arrow::array::{Array, ArrayRef, RecordBatch, UInt32Array, UInt64Array};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 
-use super::gzip_jsonl::{GzipJsonl, Packing};
 use super::ngram_index::{
     is_gated, partition_of, sort_postings, IndexBuilder, NgramIndex, PartitionRefused,
     MAX_EVAL_ROWS, PREFIX_TOKENS,
 };
 use super::ngrams::ScanTokens;
-use super::protocol::{
-    eval_rows_path, index_shuffle_path, rejects_path, EvalRow, IndexOutput, IndexTask, Settings,
-};
+use super::protocol::{index_shuffle_path, rejects_path, IndexOutput, IndexTask, Settings};
 use super::source::{read_records, WholeFiles};
 use crate::engine::shuffle::{
     encode_segment, read_index_entry, read_segment, write_index, ShuffleSegment,
@@ -137,8 +134,6 @@ pub fn run_index(
     let mut parts: Vec<PartitionPostings> = (0..settings.partitions)
         .map(|_| PartitionPostings::default())
         .collect();
-    let rows_file = eval_rows_path(task.eval_file, attempt);
-    let mut rows_out = GzipJsonl::new(output, &rows_file, Packing::Stored);
     let mut present = 0u32;
     let mut long_present = std::collections::BTreeSet::new();
     let mut doc = ScanTokens::default();
@@ -150,7 +145,9 @@ pub fn run_index(
         output,
         Some(&rejects_path("eval", task.eval_file)),
         |mut record| {
-            let id = record.id()?;
+            // Asked for so that a row without a usable id is rejected here as in
+            // the report (which reads the ids of the rows with candidates).
+            record.id()?;
             if record.row >= MAX_EVAL_ROWS {
                 return Err(WorkerError::Job(format!(
                     "{}: more than {MAX_EVAL_ROWS} rows; one job indexes at most that many",
@@ -166,18 +163,9 @@ pub fn run_index(
                     p.prefixes.push(prefix);
                 }
             });
-            rows_out.line(
-                handle,
-                &EvalRow {
-                    row: record.row,
-                    id,
-                    text: record.text.to_string(),
-                },
-            )?;
             Ok(())
         },
     )?;
-    rows_out.finish(handle)?;
     // Partitions in order, each sorted, encoded, uploaded (in parts) and freed before
     // the next: the task holds its postings once, not a second time as one encoded file.
     let schema = posting_schema();
@@ -236,7 +224,6 @@ pub fn run_index(
     lengths.extend((1..32).filter(|n| present & (1 << n) != 0));
     Ok(IndexOutput {
         shuffle_file,
-        rows_file,
         counts,
         ngrams,
         lengths,

@@ -60,10 +60,10 @@ use crate::engine::store::{self, StoreUrl};
 use crate::engine::thread_cpu::ThreadCpuTimer;
 use crate::error::{Result, WorkerError};
 use protocol::{
-    eval_rows_path, events_path, index_id, index_shuffle_path, instances_path, rejects_path,
-    report_id, scan_id, EvalFile, IndexOutput, IndexTask, InputFile, ReportOutput, ReportTask,
-    ScanOutput, ScanTask, Settings, DETAILS, INDEX, INTERMEDIATE_FORMAT_VERSION, PROGRESS_SUMMARY,
-    REPORT, SCAN, STATS, SUCCESS, WORK_DIR,
+    events_path, index_id, index_shuffle_path, instances_path, rejects_path, report_id, scan_id,
+    EvalFile, IndexOutput, IndexTask, InputFile, ReportOutput, ReportTask, ScanOutput, ScanTask,
+    Settings, DETAILS, INDEX, INTERMEDIATE_FORMAT_VERSION, PROGRESS_SUMMARY, REPORT, SCAN, STATS,
+    SUCCESS, WORK_DIR,
 };
 use spec::OverlapFile;
 
@@ -460,9 +460,8 @@ impl OverlapDriver {
                     WorkerError::Job(format!("no index result for eval file {i}"))
                 })?;
                 Ok(EvalFile {
-                    url: e.file.url.clone(),
+                    file: e.file.clone(),
                     dataset: e.dataset.clone(),
-                    rows_file: out.rows_file.clone(),
                     instances: out.counts.valid(),
                 })
             })
@@ -613,9 +612,7 @@ impl JobDriver for OverlapDriver {
             INDEX => {
                 let t: IndexTask = decode("index task", &task.body).map_err(err)?;
                 let o: IndexOutput = decode("index result", output).map_err(err)?;
-                if o.shuffle_file != index_shuffle_path(t.eval_file, attempt)
-                    || o.rows_file != eval_rows_path(t.eval_file, attempt)
-                {
+                if o.shuffle_file != index_shuffle_path(t.eval_file, attempt) {
                     return Err(format!("files not planned for this attempt: {o:?}"));
                 }
                 check_rejects("eval", t.eval_file, &o.counts.rejects_file)?;
@@ -795,7 +792,6 @@ async fn discard_attempt(job: &JobContext, task: TaskId, attempt: u32) -> Result
         INDEX => vec![
             index_shuffle_path(task.index, attempt),
             crate::engine::shuffle::index_path(&index_shuffle_path(task.index, attempt)),
-            eval_rows_path(task.index, attempt),
         ],
         SCAN => vec![events_path(task.index, attempt)],
         _ => return Ok(false),
@@ -885,7 +881,7 @@ impl TaskRunner for OverlapRunner {
                         }
                         (REPORT, _) => {
                             let task: ReportTask = decode("report task", &body)?;
-                            let out = report::run_report(&handle, &task, &output, &settings)?;
+                            let out = report::run_report(&handle, &task, &output, &settings, &mut whole)?;
                             Ok(done((encode(&out)?, None, whole)))
                         }
                         (other, _) => Err(WorkerError::Job(format!(

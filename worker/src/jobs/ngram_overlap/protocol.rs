@@ -33,7 +33,9 @@ pub const OUTPUT_FORMAT_VERSION: u32 = 1;
 /// scan events) change: an unfinished run planned with another is not resumed.
 /// 2: a scan writes one line per training document ([`ScanDoc`]), not per event.
 /// 3: the index holds window keys, not n-gram texts; scan events are candidates.
-pub const INTERMEDIATE_FORMAT_VERSION: u32 = 3;
+/// 4: no eval rows file: the report reads the eval rows it needs from the (pinned)
+/// eval files themselves.
+pub const INTERMEDIATE_FORMAT_VERSION: u32 = 4;
 
 /// The completion marker (the design notes' name), written last.
 pub const SUCCESS: &str = ".SUCCESS";
@@ -56,10 +58,6 @@ pub fn report_id() -> TaskId {
 /// Attempt `attempt` of index task `eval_file`: its index shuffle file.
 pub fn index_shuffle_path(eval_file: u32, attempt: u32) -> String {
     format!("{WORK_DIR}/index-{eval_file:05}-a{attempt}.arrow")
-}
-/// ... and its valid rows (row, id, text), for the report.
-pub fn eval_rows_path(eval_file: u32, attempt: u32) -> String {
-    format!("{WORK_DIR}/eval-{eval_file:05}-a{attempt}.jsonl.gz")
 }
 /// Attempt `attempt` of scan task `index`: its overlap events.
 pub fn events_path(index: u32, attempt: u32) -> String {
@@ -144,8 +142,6 @@ pub struct IndexOutput {
     /// The index shuffle file (relative to the output root; its partitions' byte
     /// ranges are in its shuffle index).
     pub shuffle_file: String,
-    /// The valid rows file.
-    pub rows_file: String,
     pub counts: RowCounts,
     /// Postings written: distinct (window key, row) (a key holds its effective length);
     /// what sizes the index groups.
@@ -188,12 +184,13 @@ pub struct ScanOutput {
     pub text_bytes: u64,
 }
 
-/// One eval file, for the report.
+/// One eval file, for the report (which reads the rows it needs from the file itself,
+/// pinned as the index task read it).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct EvalFile {
-    pub url: String,
+    pub file: InputFile,
     pub dataset: String,
-    pub rows_file: String,
+    /// Its valid rows, as its index task counted them.
     pub instances: u64,
 }
 
@@ -247,13 +244,4 @@ pub struct ScanEvent {
     /// The training window's text (its tokens joined by spaces).
     pub ngram: String,
     pub train_offsets: Vec<[u64; 2]>,
-}
-
-/// One eval row, as an index task keeps it for the report. `row` comes first: the
-/// report reads it before the rest of a line (and parses only the rows it needs).
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct EvalRow {
-    pub row: u64,
-    pub id: String,
-    pub text: String,
 }

@@ -7,8 +7,9 @@
 //! * `tmp/overlap_instances-<t>-of-<T>.jsonl.gz`, one per training file: per training
 //!   row, eval dataset and configured `n`, the instances it overlaps.
 //!
-//! Two passes over the events: the first finds the eval rows with candidates (only
-//! their texts and ids are loaded), the second decides each candidate against its eval
+//! Two passes over the events: the first finds the eval rows with candidates, whose
+//! ids and texts alone are then read from the eval files themselves (pinned: a file
+//! changed since its index task read it is refused), the second decides each candidate against its eval
 //! row (re-tokenized: the row must have an n-gram of that length and text, which gives
 //! its offsets and the configured lengths it stands for) and writes the records a
 //! training file at a time. A candidate whose text is not the eval row's (two n-grams
@@ -21,10 +22,10 @@ use serde::{Deserialize, Serialize};
 use super::gzip_jsonl::{GzipJsonl, Packing};
 use super::ngrams::{eval_ngram, EvalNgram};
 use super::protocol::{
-    instances_path, EvalRow, OutputFile, ReportOutput, ReportTask, ScanDoc, ScanEvent, Settings,
-    DETAILS, STATS,
+    instances_path, OutputFile, ReportOutput, ReportTask, ScanDoc, ScanEvent, Settings, DETAILS,
+    STATS,
 };
-use super::source::read_gz_lines;
+use super::source::{read_gz_lines, read_records, WholeFiles};
 use super::tokenize::Token;
 use crate::engine::store::StoreUrl;
 use crate::error::{Result, WorkerError};
@@ -102,15 +103,10 @@ fn for_each_line<T: serde::de::DeserializeOwned>(
     Ok(())
 }
 
-/// The row number of an eval rows file line as the index task writes it
-/// (`{"row":N,...`); `None` for any other line, which is then parsed whole.
-fn leading_row(line: &[u8]) -> Option<u64> {
-    let rest = line.strip_prefix(b"{\"row\":")?;
-    let digits = rest.iter().take_while(|b| b.is_ascii_digit()).count();
-    if digits == 0 || digits > 19 || rest.get(digits) != Some(&b',') {
-        return None;
-    }
-    std::str::from_utf8(&rest[..digits]).ok()?.parse().ok()
+/// An eval row a candidate names: its id and text.
+struct EvalText {
+    id: String,
+    text: String,
 }
 
 /// Runs the report (on a blocking thread: call through `spawn_blocking`).
@@ -119,6 +115,7 @@ pub fn run_report(
     task: &ReportTask,
     output: &StoreUrl,
     settings: &Settings,
+    whole: &mut WholeFiles,
 ) -> Result<ReportOutput> {
     // Pass 1: the eval rows that overlap.
     let mut wanted: BTreeSet<(u32, u64)> = BTreeSet::new();
@@ -130,23 +127,42 @@ pub fn run_report(
             })?;
         }
     }
-    let mut rows: HashMap<(u32, u64), EvalRow> = HashMap::new();
+    // Their ids and texts, read from the eval files themselves (refused if changed
+    // since they were indexed), each file only if it has such a row.
+    let mut rows: HashMap<(u32, u64), EvalText> = HashMap::new();
     for (i, eval) in task.eval.iter().enumerate() {
         let i = i as u32;
         if wanted.range((i, 0)..=(i, u64::MAX)).next().is_none() {
             continue;
         }
-        let rel = eval.rows_file.as_str();
-        let mut lines = read_gz_lines(handle, output, rel)?;
-        while let Some(line) = lines.next_line().map_err(|e| corrupt(rel, e))? {
-            // Most rows have no candidate: their row number is read, not the rest.
-            if leading_row(line).is_some_and(|row| !wanted.contains(&(i, row))) {
-                continue;
-            }
-            let r: EvalRow = serde_json::from_slice(line).map_err(|e| corrupt(rel, e))?;
-            if wanted.contains(&(i, r.row)) {
-                rows.insert((i, r.row), r);
-            }
+        let counts = read_records(
+            handle,
+            &eval.file,
+            &settings.eval_text_field,
+            whole,
+            output,
+            None,
+            |mut record| {
+                if wanted.contains(&(i, record.row)) {
+                    let id = record.id()?;
+                    rows.insert(
+                        (i, record.row),
+                        EvalText {
+                            id,
+                            text: record.text.to_string(),
+                        },
+                    );
+                }
+                Ok(())
+            },
+        )?;
+        if counts.valid() != eval.instances {
+            return Err(WorkerError::Job(format!(
+                "{}: {} valid rows now, {} when it was indexed",
+                eval.file.url,
+                counts.valid(),
+                eval.instances
+            )));
         }
     }
     // Per dataset and configured n: the overlapping instances.
@@ -204,8 +220,8 @@ pub fn run_report(
                 .ok_or_else(|| corrupt(train_path, "an event of an unknown eval file"))?;
             let row = rows.get(&(e.eval_file, e.eval_row)).ok_or_else(|| {
                 corrupt(
-                    &eval.rows_file,
-                    format!("no row {} (an event names it)", e.eval_row),
+                    &eval.file.url,
+                    format!("no valid row {} (an event names it)", e.eval_row),
                 )
             })?;
             let row_tokens = tokens
@@ -223,7 +239,7 @@ pub fn run_report(
                 handle,
                 &DetailRecord {
                     eval_dataset: &eval.dataset,
-                    eval_path: &eval.url,
+                    eval_path: &eval.file.url,
                     eval_row: e.eval_row,
                     instance_id: &row.id,
                     eval_text: &row.text,
@@ -310,31 +326,62 @@ pub fn run_report(
 
 #[cfg(test)]
 mod tests {
+    use super::super::protocol::{EvalFile, InputFile};
+    use super::super::tokenize::TokenizerKind;
     use super::*;
+    use object_store::ObjectStoreExt;
+    use std::io::Write;
 
+    /// The report reads the eval rows it needs from the eval files: one that changed
+    /// after it was indexed (row numbers and texts no longer those the scans found) is
+    /// refused, never read as it is now.
     #[test]
-    fn an_eval_rows_line_gives_its_row_number_up_front_or_is_parsed_whole() {
-        let line = serde_json::to_vec(&EvalRow {
-            row: 1234,
-            id: "x".into(),
-            text: "y".into(),
-        })
-        .unwrap();
-        assert_eq!(leading_row(&line), Some(1234));
-        assert_eq!(leading_row(b"{\"row\":0,\"id\":\"a\"}"), Some(0));
-        for other in [
-            &b"{\"id\":\"a\",\"row\":5}"[..],
-            b"{\"row\":,",
-            b"{\"row\":5}",
-            b"{\"row\":99999999999999999999,",
-            b"",
-        ] {
-            assert_eq!(
-                leading_row(other),
-                None,
-                "{:?}",
-                String::from_utf8_lossy(other)
-            );
-        }
+    fn an_eval_file_changed_after_it_was_indexed_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let eval = dir.path().join("eval.jsonl");
+        std::fs::write(&eval, "{\"id\": \"a\", \"text\": \"one two three\"}\n").unwrap();
+        let runtime = tokio::runtime::Runtime::new().unwrap();
+        let handle = runtime.handle();
+        let url = eval.display().to_string();
+        let loc = StoreUrl::parse(&url).unwrap();
+        let meta = handle.block_on(loc.store.head(&loc.root)).unwrap();
+        let file = InputFile {
+            url: url.clone(),
+            size: meta.size,
+            etag: meta.e_tag,
+        };
+        let output = StoreUrl::parse(&dir.path().join("out").display().to_string()).unwrap();
+        let mut events = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        events
+            .write_all(b"{\"events\": [{\"eval_file\": 0, \"eval_row\": 0}]}\n")
+            .unwrap();
+        let events = events.finish().unwrap();
+        handle
+            .block_on(output.put(&output.child("tmp/scan.jsonl.gz"), events))
+            .unwrap();
+        let task = ReportTask {
+            eval: vec![EvalFile {
+                file,
+                dataset: "d".into(),
+                instances: 1,
+            }],
+            train: vec!["t.jsonl".into()],
+            events: vec![vec!["tmp/scan.jsonl.gz".into()]],
+        };
+        let settings = Settings {
+            n: vec![2],
+            tokenizer: TokenizerKind::Default,
+            eval_text_field: "text".into(),
+            train_text_field: "text".into(),
+            partitions: 1,
+            whole_gzip_max: 0,
+        };
+        // Another text, same size: only the pin tells them apart.
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        std::fs::write(&eval, "{\"id\": \"a\", \"text\": \"one two THREE\"}\n").unwrap();
+        let err =
+            run_report(handle, &task, &output, &settings, &mut WholeFiles::new(0)).unwrap_err();
+        assert!(matches!(err, WorkerError::InputChanged { .. }), "{err}");
+        assert!(err.to_string().contains("eval.jsonl"), "{err}");
     }
 }
