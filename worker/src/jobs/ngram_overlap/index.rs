@@ -22,8 +22,8 @@ use arrow::array::{Array, ArrayRef, RecordBatch, UInt32Array, UInt64Array};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 
 use super::ngram_index::{
-    is_gated, partition_of, sort_postings, IndexBuilder, NgramIndex, PartitionRefused,
-    MAX_EVAL_ROWS, PREFIX_TOKENS,
+    is_gated, partition_keys, partition_of, sort_postings, IndexBuilder, NgramIndex,
+    PartitionRefused, MAX_EVAL_ROWS, PREFIX_TOKENS,
 };
 use super::ngrams::ScanTokens;
 use super::protocol::{index_shuffle_path, rejects_path, IndexOutput, IndexTask, Settings};
@@ -76,13 +76,6 @@ impl PartitionPostings {
             rows.push(row);
             self.len += 1;
         }
-    }
-
-    /// Posting `i` (below `len`).
-    #[inline]
-    fn get(&self, i: usize) -> (u64, u32) {
-        let (block, at) = (i / POSTINGS_PER_BLOCK, i % POSTINGS_PER_BLOCK);
-        (self.keys[block][at], self.rows[block][at])
     }
 }
 
@@ -181,7 +174,17 @@ pub fn run_index(
         if part.len == 0 {
             continue;
         }
-        sort_postings(part.len, |i| part.get(i), &mut sorted);
+        sort_postings(
+            || {
+                part.keys
+                    .iter()
+                    .flatten()
+                    .copied()
+                    .zip(part.rows.iter().flatten().copied())
+            },
+            partition_keys(p as u32, settings.partitions),
+            &mut sorted,
+        );
         let mut prefixes = part.prefixes;
         ngrams += sorted.len() as u64;
         let keys: UInt64Array = sorted.iter().map(|p| p.0).collect::<Vec<u64>>().into();

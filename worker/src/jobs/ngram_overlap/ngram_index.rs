@@ -187,41 +187,59 @@ const SORT_RADIX_BITS: u32 = 8;
 /// Postings per bucket the second distribution pass leaves, about.
 const POSTINGS_PER_SORT_BUCKET: usize = 4;
 
-/// Writes the `len` postings `posting(0..len)` to `out` sorted by (key, row), repeats
-/// removed. Window keys are hashes, spread evenly over their range: a distribution
-/// pass by the keys' top [`SORT_RADIX_BITS`] bits (relative to the smallest), then in
-/// each of its buckets (about a thousand postings of a 64-partition index, in the
-/// core's cache) a second by the next bits, into buckets of about
-/// [`POSTINGS_PER_SORT_BUCKET`], each then sorted alone. Both passes write to at most
-/// 2^[`SORT_RADIX_BITS`] places at once in the first, a cache-sized range in the
-/// second; skewed keys only make some buckets larger (each sort is O(m log m)).
-pub fn sort_postings(len: usize, posting: impl Fn(usize) -> (u64, u32), out: &mut Vec<(u64, u32)>) {
+/// The keys of partition `p` of `partitions` ([`partition_of`]): `lo..=hi`.
+pub fn partition_keys(p: u32, partitions: u32) -> (u64, u64) {
+    let partitions = u128::from(partitions.max(1));
+    // The least key with key × partitions ≥ p × 2^64.
+    let start = |p: u128| ((p << 64).div_ceil(partitions)).min(1 << 64);
+    let (lo, next) = (start(u128::from(p)), start(u128::from(p) + 1));
+    (
+        lo.min(u128::from(u64::MAX)) as u64,
+        (next.max(1) - 1).min(u128::from(u64::MAX)) as u64,
+    )
+}
+
+/// Writes the postings `postings()` (an iterator, made twice: they are read twice) to
+/// `out` sorted by (key, row), repeats removed; their keys are expected in `lo..=hi`
+/// (a partition's, [`partition_keys`]; with one outside, the result is sorted again
+/// whole: slower, the same).
+/// Window keys are hashes, spread evenly over their range: a distribution pass by the
+/// keys' top [`SORT_RADIX_BITS`] bits of that range, then in each of its buckets
+/// (about a thousand postings of a 64-partition index, in the core's cache) a second by
+/// the next bits, into buckets of about [`POSTINGS_PER_SORT_BUCKET`], each then sorted
+/// alone. The first pass writes to 2^[`SORT_RADIX_BITS`] places at once, the second
+/// within a cache-sized range; skewed keys only make some buckets larger (each sort is
+/// O(m log m)).
+pub fn sort_postings<I: Iterator<Item = (u64, u32)>>(
+    postings: impl Fn() -> I,
+    (lo, hi): (u64, u64),
+    out: &mut Vec<(u64, u32)>,
+) {
     out.clear();
+    // (key − lo) >> shift < 2^SORT_RADIX_BITS for every key in range.
+    let shift = (64 - hi.saturating_sub(lo).leading_zeros()).saturating_sub(SORT_RADIX_BITS);
+    let last = (1usize << SORT_RADIX_BITS) - 1;
+    let top = |key: u64| ((key.saturating_sub(lo) >> shift) as usize).min(last);
+    let mut starts = vec![0usize; last + 2];
+    let mut len = 0;
+    for (key, _) in postings() {
+        starts[top(key) + 1] += 1;
+        len += 1;
+    }
     if len == 0 {
         return;
-    }
-    let (mut lo, mut hi) = (u64::MAX, 0u64);
-    for i in 0..len {
-        let key = posting(i).0;
-        lo = lo.min(key);
-        hi = hi.max(key);
-    }
-    // (key − lo) >> shift < 2^SORT_RADIX_BITS for every key.
-    let shift = (64 - (hi - lo).leading_zeros()).saturating_sub(SORT_RADIX_BITS);
-    let top = |key: u64| ((key - lo) >> shift) as usize;
-    let mut starts = vec![0usize; (1 << SORT_RADIX_BITS) + 1];
-    for i in 0..len {
-        starts[top(posting(i).0) + 1] += 1;
     }
     for b in 1..starts.len() {
         starts[b] += starts[b - 1];
     }
     let mut next = starts.clone();
     out.resize(len, (0, 0));
-    for i in 0..len {
-        let p = posting(i);
+    for p in postings() {
         let b = top(p.0);
-        out[next[b]] = p;
+        // A second iterator longer than the first (it cannot be) is cut at `len`.
+        if let Some(slot) = out.get_mut(next[b]) {
+            *slot = p;
+        }
         next[b] += 1;
     }
     let mut bucket = Vec::new();
@@ -236,7 +254,7 @@ pub fn sort_postings(len: usize, posting: impl Fn(usize) -> (u64, u32), out: &mu
         // them order it.
         let bits = ((b - a) / POSTINGS_PER_SORT_BUCKET).ilog2().min(16);
         let (low, mask) = (shift.saturating_sub(bits), (1usize << bits) - 1);
-        let sub = |key: u64| ((key - lo) >> low) as usize & mask;
+        let sub = |key: u64| (key.saturating_sub(lo) >> low) as usize & mask;
         bucket.clear();
         bucket.extend_from_slice(&out[a..b]);
         inner.clear();
@@ -256,6 +274,10 @@ pub fn sort_postings(len: usize, posting: impl Fn(usize) -> (u64, u32), out: &mu
         for r in inner.windows(2) {
             out[r[0]..r[1]].sort_unstable();
         }
+    }
+    // Keys outside `lo..=hi` share the edge buckets out of order: sorted whole.
+    if !out.is_sorted() {
+        out.sort_unstable();
     }
     out.dedup();
 }
@@ -306,7 +328,9 @@ impl IndexBuilder {
         postings: &mut Vec<(u64, u32)>,
     ) -> Result<(), PartitionRefused> {
         if !postings.is_sorted() {
-            sort_postings(postings.len(), |i| postings[i], &mut self.sorted);
+            let lo = postings.iter().map(|p| p.0).min().unwrap_or(0);
+            let hi = postings.iter().map(|p| p.0).max().unwrap_or(0);
+            sort_postings(|| postings.iter().copied(), (lo, hi), &mut self.sorted);
             std::mem::swap(postings, &mut self.sorted);
         }
         postings.dedup();
@@ -775,8 +799,39 @@ mod tests {
             want.sort_unstable();
             want.dedup();
             let mut got = vec![(1, 1)];
-            sort_postings(postings.len(), |i| postings[i], &mut got);
+            let lo = postings.iter().map(|p| p.0).min().unwrap_or(0);
+            let hi = postings.iter().map(|p| p.0).max().unwrap_or(0);
+            sort_postings(|| postings.iter().copied(), (lo, hi), &mut got);
             assert_eq!(got, want);
+            // A range wider than the keys', or one some keys are outside of.
+            for range in [
+                (0, u64::MAX),
+                (lo / 2 + hi / 2, hi),
+                (lo, lo / 2 + hi / 2),
+                (5, 4),
+            ] {
+                sort_postings(|| postings.iter().copied(), range, &mut got);
+                assert_eq!(got, want, "{range:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_partitions_keys_are_the_keys_partition_of_puts_there() {
+        for partitions in [1u32, 3, 64, 1000, 65_536] {
+            let mut next = 0u64;
+            for p in 0..partitions {
+                let (lo, hi) = partition_keys(p, partitions);
+                assert_eq!(lo, next, "partition {p} of {partitions}");
+                assert_eq!(partition_of(lo, partitions), p);
+                assert_eq!(partition_of(hi, partitions), p);
+                if p + 1 < partitions {
+                    assert_eq!(partition_of(hi + 1, partitions), p + 1);
+                    next = hi + 1;
+                } else {
+                    assert_eq!(hi, u64::MAX);
+                }
+            }
         }
     }
 
