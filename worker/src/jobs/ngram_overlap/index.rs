@@ -1,7 +1,7 @@
 //! The index task: one eval file → the window keys of its n-grams, partitioned by key
-//! range ([`partition_of`]) into one shuffle file (the engine's partitioned Arrow IPC), plus
-//! the file's valid rows (row, id, text) for the report; and the scan's loading of an
-//! index group from those files into an [`NgramIndex`].
+//! range ([`partition_of`]) into one shuffle file (the engine's partitioned Arrow IPC); and
+//! the scan's loading of an index group from those files into an [`NgramIndex`]. (The
+//! report reads the eval rows it needs from the eval files themselves.)
 //!
 //! A posting is one (window key, row): every distinct window of the row, tokenized as a
 //! scan tokenizes training text ([`ScanTokens`], so both sides compute the same keys).
@@ -10,9 +10,11 @@
 //! [`PREFIX_TOKENS`] tokens, shorter than the longest configured length) also give the
 //! key of their first [`PREFIX_TOKENS`] tokens, written as partition `partitions + p`
 //! of the same file: with `n = [13]` and no short rows there are none.
-//! Postings are written in (partition, row, key) order, so an attempt's bytes depend
-//! only on the file and the settings. A scan loads its group's partitions in key
-//! order, each sorted alone ([`IndexBuilder`]).
+//! A task holds its file's postings in fixed blocks per partition (12 bytes each, 20
+//! with a prefix key), then sorts each partition by (key, row), repeats removed
+//! ([`sort_postings`]), and writes it: an attempt's bytes depend only on the file and
+//! the settings. A scan loads its group's partitions in key order; a partition of one
+//! eval file arrives sorted, one of several is sorted again ([`IndexBuilder`]).
 
 use std::sync::Arc;
 

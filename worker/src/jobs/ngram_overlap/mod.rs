@@ -5,10 +5,11 @@
 //! ```text
 //! plan:   list + pin the eval and training files
 //! index:  eval file ─► tokens ─► window keys (min(n, tokens) for short rows)
-//!           ─► shuffle file of postings partitioned by key range  (+ the rows)
+//!           ─► shuffle file of postings partitioned by key range, each sorted
 //! scan:   training file × index group ─► compact index ─► stream records
 //!           ─► look every window's key up ─► candidates (eval row, window text)
-//! report: candidates, each kept if its eval row has that n-gram (re-tokenized)
+//! report: candidates, each kept if its eval row (read again from the pinned eval
+//!           file) has that n-gram (re-tokenized)
 //!           ─► stats/overlap_details.jsonl.gz, stats/overlap_stats.jsonl,
 //!           tmp/overlap_instances-*.jsonl.gz
 //! finish: progress_summary.json, .SUCCESS; the intermediate files removed

@@ -11,21 +11,23 @@
 //!              MULTI | where its rows are in `shared`    (+4 B per row beyond the first)
 //!   directory: per bucket of the keys' top bits, where   about 1 B
 //!              its keys start
-//!   filters:   keys, and the first PREFIX_TOKENS tokens' 2 to 4 B each
+//!   filters:   keys, and the first PREFIX_TOKENS tokens' 1 B each
 //!              keys of the gated n-grams (if any)
 //! ```
 //!
-//! About 16 bytes per distinct n-gram ([`NgramIndex::bytes`]; 17.7 measured at 17.6M
-//! 13-grams), 2 to 4 more per gated n-gram ([`is_gated`]: lengths between
+//! About 14 bytes per distinct n-gram ([`NgramIndex::bytes`]; 14.9 measured at 17.6M
+//! 13-grams), 1 more per gated n-gram ([`is_gated`]: lengths between
 //! [`PREFIX_TOKENS`] and the longest configured one, behind one prefix question); loading
-//! holds at most [`LOAD_BYTES_PER_POSTING`] per (n-gram, eval row) posting. A window is looked up
-//! with one filter probe, and only the keys that pass it touch the directory and the
-//! sorted keys (a bucket of about four keys, one or two cache lines).
+//! holds at most [`LOAD_BYTES_PER_POSTING`] per (n-gram, eval row) posting. A window is
+//! looked up with one filter probe (asked for ahead: [`NgramIndex::each_match`]), and
+//! only the keys that pass it touch the directory and the sorted keys (a bucket of
+//! about four keys, one or two cache lines). Index tasks write each partition sorted
+//! ([`sort_postings`]), so loading one eval file's partition is a check and a copy.
 
 use super::ngrams::ScanTokens;
 
 /// The most memory loading an index takes per posting (one n-gram of one eval row):
-/// the index itself (about 16 B per distinct n-gram, 20 with a prefix filter) and,
+/// the index itself (about 14 B per distinct n-gram, 15 with a prefix filter) and,
 /// while a partition is added, that partition's postings (16 B each) and their Arrow
 /// batches. What sizes the index groups.
 pub const LOAD_BYTES_PER_POSTING: u64 = 40;
