@@ -424,9 +424,12 @@ impl OverlapDriver {
             .flat_map(|o| o.lengths.iter().copied())
             .collect();
         let mut tasks = Vec::new();
-        for (t, file) in self.plan.train.iter().enumerate() {
-            for group in 0..self.groups {
-                let index = t as u32 * self.groups + group;
+        // Group by group: a worker keeps the last group it loaded, so its scans of the
+        // same group follow one another and load it once, not once per training file.
+        let train = self.plan.train.len() as u32;
+        for group in 0..self.groups {
+            for (t, file) in self.plan.train.iter().enumerate() {
+                let index = group * train + t as u32;
                 let index_files = self
                     .index
                     .values()
@@ -472,7 +475,7 @@ impl OverlapDriver {
                 (0..self.groups)
                     .map(|g| {
                         self.scans
-                            .get(&(t * self.groups + g))
+                            .get(&(g * self.plan.train.len() as u32 + t))
                             .map(|s| s.events_file.clone())
                             .ok_or_else(|| {
                                 WorkerError::Job(format!("no scan result for training file {t}"))
