@@ -175,6 +175,13 @@ pub struct IndexBuilder {
     lengths: Vec<(u32, bool)>,
     /// A partition's postings being sorted.
     sorted: Vec<(u64, u32)>,
+    /// The key filter and the directory, filled a partition at a time while its keys
+    /// are in the cache (not in passes over all the keys at the end).
+    filter: KeyFilter,
+    directory: Vec<u32>,
+    /// The directory's buckets (a power of two) and the shift that leaves a key's.
+    buckets: usize,
+    dir_shift: u32,
 }
 
 /// The partition of window key `key` among `partitions`: ranges of the key space, in
@@ -295,10 +302,16 @@ impl IndexBuilder {
         lengths.dedup();
         // Without a gated length there is nothing for a prefix filter to gate.
         let gated = lengths.iter().any(|&(_, g)| g);
+        // Sized by the postings, which are at least the distinct keys.
+        let buckets = (postings / KEYS_PER_BUCKET).next_power_of_two().max(1);
         IndexBuilder {
             keys: Vec::with_capacity(postings),
             rows: Vec::with_capacity(postings),
             shared: Vec::new(),
+            filter: KeyFilter::with_capacity(postings),
+            directory: Vec::with_capacity(buckets + 1),
+            buckets,
+            dir_shift: 64 - buckets.trailing_zeros(),
             prefix_filter: if gated {
                 KeyFilter::with_capacity(prefixes)
             } else {
@@ -347,6 +360,7 @@ impl IndexBuilder {
         if self.shared.len() + 2 * postings.len() >= MULTI as usize {
             return Err(PartitionRefused::TooManyShared);
         }
+        let first = self.keys.len();
         let mut at = 0;
         while at < postings.len() {
             let key = postings[at].0;
@@ -361,6 +375,14 @@ impl IndexBuilder {
             }
             at = end;
         }
+        for (k, &key) in self.keys.iter().enumerate().skip(first) {
+            self.filter.insert(key);
+            // directory[b]: the first key of bucket b or after.
+            let bucket = bucket_of(key, self.dir_shift) as usize;
+            while self.directory.len() <= bucket.min(self.buckets - 1) {
+                self.directory.push(k as u32);
+            }
+        }
         postings.clear();
         Ok(())
     }
@@ -373,25 +395,16 @@ impl IndexBuilder {
             prefix_filter,
             lengths,
             sorted: _,
+            filter,
+            mut directory,
+            buckets,
+            dir_shift,
         } = self;
         keys.shrink_to_fit();
         rows.shrink_to_fit();
         shared.shrink_to_fit();
-        let mut filter = KeyFilter::with_capacity(keys.len());
-        for &key in &keys {
-            filter.insert(key);
-        }
-        let buckets = (keys.len() / KEYS_PER_BUCKET).next_power_of_two().max(1);
-        let dir_shift = 64 - buckets.trailing_zeros();
-        let mut directory = Vec::with_capacity(buckets + 1);
-        let mut k = 0usize;
-        for bucket in 0..buckets as u64 {
-            while k < keys.len() && bucket_of(keys[k], dir_shift) < bucket {
-                k += 1;
-            }
-            directory.push(k as u32);
-        }
-        directory.push(keys.len() as u32);
+        // The buckets after the last key's, and the end.
+        directory.resize(buckets + 1, keys.len() as u32);
         let gated = !prefix_filter.words.is_empty();
         NgramIndex {
             keys,
