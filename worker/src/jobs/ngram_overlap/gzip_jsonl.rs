@@ -28,11 +28,6 @@ pub enum Packing {
     Intermediate,
     /// Results the user keeps: zlib's default level.
     Result,
-    /// Intermediate files of text the job holds elsewhere compressed or cannot
-    /// compress much in the time it would take (the eval rows: at the fastest level,
-    /// deflating them was a fifth of indexing a 107 MB eval side): gzip's stored
-    /// blocks, a copy and a checksum.
-    Stored,
 }
 
 impl Packing {
@@ -40,7 +35,6 @@ impl Packing {
         match self {
             Packing::Intermediate => flate2::Compression::fast(),
             Packing::Result => flate2::Compression::default(),
-            Packing::Stored => flate2::Compression::none(),
         }
     }
 }

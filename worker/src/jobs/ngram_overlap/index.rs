@@ -16,6 +16,7 @@
 //! the settings. A scan loads its group's partitions in key order; a partition of one
 //! eval file arrives sorted, one of several is sorted again ([`IndexBuilder`]).
 
+use std::collections::{BTreeMap, BTreeSet};
 use std::sync::Arc;
 
 use futures::{StreamExt, TryStreamExt};
@@ -82,20 +83,18 @@ impl PartitionPostings {
 }
 
 /// Calls `window(key, prefix key of a gated n-gram)` for every window of one eval row,
-/// repeats included (the partitions' sort removes them), and returns the effective
-/// lengths it had windows of, as a bit set (bit `n`; lengths above 31 are configured
-/// lengths too long for the bit set, and reported through `long`). `lengths`: the
-/// configured lengths, ascending.
+/// repeats included (the partitions' sort removes them), and adds the effective
+/// lengths it had windows of to `present`. `lengths`: the configured lengths,
+/// ascending.
 fn row_windows(
     doc: &ScanTokens,
     lengths: &[u32],
-    long: &mut std::collections::BTreeSet<u32>,
+    present: &mut BTreeSet<u32>,
     mut window: impl FnMut(u64, Option<u64>),
-) -> u32 {
+) {
     let longest = lengths.last().copied().unwrap_or(0);
     let count = doc.len();
     let mut last = 0;
-    let mut present = 0u32;
     // Configured lengths above the row's token count share one effective length.
     for &n in lengths {
         let eff = (n as usize).min(count);
@@ -103,18 +102,13 @@ fn row_windows(
             continue;
         }
         last = eff;
-        if eff < 32 {
-            present |= 1 << eff;
-        } else {
-            long.insert(eff as u32);
-        }
+        present.insert(eff as u32);
         let gated = is_gated(eff as u32, longest);
         for i in 0..=count - eff {
             let prefix = gated.then(|| doc.key(i, PREFIX_TOKENS as usize));
             window(doc.key(i, eff), prefix);
         }
     }
-    present
 }
 
 /// Runs index task `task` (on a blocking thread: call through `spawn_blocking`).
@@ -129,8 +123,7 @@ pub fn run_index(
     let mut parts: Vec<PartitionPostings> = (0..settings.partitions)
         .map(|_| PartitionPostings::default())
         .collect();
-    let mut present = 0u32;
-    let mut long_present = std::collections::BTreeSet::new();
+    let mut lengths = BTreeSet::new();
     let mut doc = ScanTokens::default();
     let counts = read_records(
         handle,
@@ -151,7 +144,7 @@ pub fn run_index(
             }
             let row = record.row as u32;
             doc.fill(settings.tokenizer, record.text);
-            present |= row_windows(&doc, &settings.n, &mut long_present, |key, prefix| {
+            row_windows(&doc, &settings.n, &mut lengths, |key, prefix| {
                 let p = &mut parts[partition_of(key, settings.partitions) as usize];
                 p.push(key, row);
                 if let Some(prefix) = prefix {
@@ -167,7 +160,7 @@ pub fn run_index(
     let prefix_schema = prefix_schema();
     let shuffle_file = index_shuffle_path(task.eval_file, attempt);
     let mut upload = output.put_in_parts(output.child(&shuffle_file));
-    let mut segments = std::collections::BTreeMap::new();
+    let mut segments = BTreeMap::new();
     let mut offset = 0u64;
     let mut segment = Vec::new();
     let mut ngrams = 0u64;
@@ -225,8 +218,6 @@ pub fn run_index(
         upload.finish().await?;
         write_index(output, &shuffle_file, 2 * settings.partitions, &segments).await
     })?;
-    let mut lengths = long_present;
-    lengths.extend((1..32).filter(|n| present & (1 << n) != 0));
     Ok(IndexOutput {
         shuffle_file,
         counts,
@@ -377,7 +368,7 @@ pub fn row_bases(eval_rows: &[u64]) -> Result<Vec<u32>> {
 
 /// Adds a batch of `file`'s prefix keys to `builder`'s prefix filter.
 fn add_prefixes(builder: &mut IndexBuilder, file: &str, batch: &RecordBatch) -> Result<()> {
-    let prefix = batch
+    let prefixes = batch
         .column(0)
         .as_any()
         .downcast_ref::<UInt64Array>()
@@ -385,15 +376,7 @@ fn add_prefixes(builder: &mut IndexBuilder, file: &str, batch: &RecordBatch) -> 
             file: file.to_string(),
             what: "index prefixes of another schema".into(),
         })?;
-    // The prefix filter is large and its words random: asked for ahead (see
-    // NgramIndex::each_match).
-    const AHEAD: usize = 16;
-    for i in 0..prefix.len() {
-        if i + AHEAD < prefix.len() {
-            builder.prefetch_prefix(prefix.value(i + AHEAD));
-        }
-        builder.add_prefix(prefix.value(i));
-    }
+    builder.add_prefixes(prefixes.values());
     Ok(())
 }
 

@@ -127,8 +127,22 @@ impl KeyFilter {
         }
     }
 
+    /// Adds every key of `keys`, asking for each key's word [`PROBE_AHEAD`] keys
+    /// before it is written (a large filter's words are not in the cache).
+    fn insert_all(&mut self, keys: &[u64]) {
+        if self.words.is_empty() {
+            return;
+        }
+        for (j, &key) in keys.iter().enumerate() {
+            if let Some(&ahead) = keys.get(j + PROBE_AHEAD) {
+                self.prefetch(ahead);
+            }
+            self.insert(key);
+        }
+    }
+
     /// Whether `key` may be in the set (never, for an empty filter never built).
-    #[inline]
+    #[cfg(test)]
     fn may_hold(&self, key: u64) -> bool {
         if self.words.is_empty() {
             return false;
@@ -322,17 +336,10 @@ impl IndexBuilder {
         }
     }
 
-    /// Adds the prefix key of an indexed gated n-gram (the key of its first
-    /// [`PREFIX_TOKENS`] tokens).
-    pub fn add_prefix(&mut self, prefix: u64) {
-        if !self.prefix_filter.words.is_empty() {
-            self.prefix_filter.insert(prefix);
-        }
-    }
-
-    /// Asks for the memory [`IndexBuilder::add_prefix`] of `prefix` will touch.
-    pub fn prefetch_prefix(&self, prefix: u64) {
-        self.prefix_filter.prefetch(prefix);
+    /// Adds the prefix keys of indexed gated n-grams (each the key of its first
+    /// [`PREFIX_TOKENS`] tokens); nothing without a gated length.
+    pub fn add_prefixes(&mut self, prefixes: &[u64]) {
+        self.prefix_filter.insert_all(prefixes);
     }
 
     /// Adds one partition's postings (window key, global eval row), in any order and
@@ -468,8 +475,9 @@ impl NgramIndex {
             + self.prefix_filter.bytes()
     }
 
-    /// The global eval rows of window key `key`, if indexed.
-    #[inline]
+    /// The global eval rows of window key `key`, if indexed (the tests' reference for
+    /// [`NgramIndex::each_match`]).
+    #[cfg(test)]
     pub fn rows_of(&self, key: u64) -> Option<&[u32]> {
         if !self.filter.may_hold(key) {
             return None;
@@ -625,9 +633,12 @@ mod tests {
                 .collect();
             b.add_partition(&mut part).unwrap();
         }
-        for x in postings.iter().filter(|x| is_gated(x.1, longest)) {
-            b.add_prefix(x.2);
-        }
+        let prefixes: Vec<u64> = postings
+            .iter()
+            .filter(|x| is_gated(x.1, longest))
+            .map(|x| x.2)
+            .collect();
+        b.add_prefixes(&prefixes);
         b.build()
     }
 

@@ -2,7 +2,7 @@
 //!
 //! ```text
 //! index  (one task per eval file)      → an index shuffle file (window-key postings
-//!                                         partitioned by key) + the file's rows
+//!                                         partitioned by key, each partition sorted)
 //! scan   (training file × index group) → the candidate events of that file against
 //!                                         that group of index partitions
 //! report (one task)                    → each candidate decided against its eval row
@@ -29,8 +29,8 @@ pub const REPORT: &str = "report";
 /// Changes when the same input and settings would give other output bytes.
 pub const OUTPUT_FORMAT_VERSION: u32 = 1;
 
-/// Changes when the files tasks write for later tasks (eval rows, the index shuffle,
-/// scan events) change: an unfinished run planned with another is not resumed.
+/// Changes when the files tasks write for later tasks (the index shuffle, scan events)
+/// change: an unfinished run planned with another is not resumed.
 /// 2: a scan writes one line per training document ([`ScanDoc`]), not per event.
 /// 3: the index holds window keys, not n-gram texts; scan events are candidates.
 /// 4: no eval rows file: the report reads the eval rows it needs from the (pinned)
