@@ -9,10 +9,10 @@
 //!
 //! Two passes over the events: the first finds the eval rows with candidates, whose
 //! ids and texts alone are then read from the eval files themselves (pinned: a file
-//! changed since its index task read it is refused), the second decides each candidate against its eval
-//! row (re-tokenized: the row must have an n-gram of that length and text, which gives
-//! its offsets and the configured lengths it stands for) and writes the records a
-//! training file at a time. A candidate whose text is not the eval row's (two n-grams
+//! changed since its index task read it is refused); the second decides each
+//! candidate against its eval row (re-tokenized: the row must have an n-gram of that
+//! length and text, which gives its offsets and the configured lengths it stands for)
+//! and writes the records a training file at a time. A candidate whose text is not the eval row's (two n-grams
 //! with one 64-bit window key) is dropped and counted.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
