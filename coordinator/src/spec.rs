@@ -9,7 +9,7 @@
 
 use std::path::{Path, PathBuf};
 
-use probeflow_worker::engine::job::{JobFile, JobKind, PlanHints};
+use probeflow_worker::engine::job::{JobFile, JobKind};
 use probeflow_worker::jobs;
 use serde::{Deserialize, Serialize};
 
@@ -58,8 +58,10 @@ pub struct RunSpec {
     /// A task's lease; heartbeats renew it every quarter.
     #[serde(default = "default_lease")]
     pub lease_seconds: u64,
-    /// Rows per map task (default: from `memory_per_worker`).
-    pub rows_per_map_task: Option<u64>,
+    /// Moved to `[input] rows_per_map_task` (a setting of the probe_rows kind): here
+    /// only to say so.
+    #[serde(default, skip_serializing)]
+    pub rows_per_map_task: Option<toml::Value>,
     /// The output lock lapses this long after its owner's last renewal (renewed every
     /// third of it); a dead coordinator's lock on another host is taken over after it.
     #[serde(default = "default_output_lock_seconds")]
@@ -206,14 +208,6 @@ impl JobSpec {
     pub fn memory_bytes(&self) -> u64 {
         parse_bytes(&self.run.memory_per_worker).unwrap_or(2 << 30)
     }
-
-    /// What `[run]` tells planning.
-    pub fn plan_hints(&self) -> PlanHints {
-        PlanHints {
-            memory_per_worker: self.memory_bytes(),
-            rows_per_map_task: self.run.rows_per_map_task,
-        }
-    }
 }
 
 impl RunSpec {
@@ -230,8 +224,10 @@ impl RunSpec {
         if self.output_lock_seconds < 3 {
             return Err("[run] output_lock_seconds must be at least 3".into());
         }
-        if self.rows_per_map_task == Some(0) {
-            return Err("[run] rows_per_map_task must be at least 1".into());
+        if self.rows_per_map_task.is_some() {
+            return Err("[run] rows_per_map_task is now [input] rows_per_map_task (a setting \
+                        of the probe_rows kind, not of the engine): move it there"
+                .into());
         }
         if let Some(tls) = &self.tls {
             if tls.handshake_timeout_seconds == 0 {

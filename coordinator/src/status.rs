@@ -4,6 +4,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write;
 
+use probeflow_worker::engine::completion::{self, Completion};
 use probeflow_worker::engine::protocol::{Payload, TaskId};
 use probeflow_worker::engine::store::StoreUrl;
 use probeflow_worker::jobs;
@@ -32,13 +33,28 @@ pub async fn status(output_url: &str) -> Result<String> {
         );
         return Ok(out);
     };
-    if let Some(lines) = kind.describe_finished(&output).await? {
-        let _ = writeln!(out, "{}: finished ({} job)", output.url, job.kind);
-        for line in lines {
-            let _ = writeln!(out, "  {line}");
+    match completion::read(&output, kind.completion_marker()).await? {
+        Completion::Absent => {}
+        Completion::Complete(record) => {
+            let _ = writeln!(out, "{}: finished ({} job)", output.url, job.kind);
+            let _ = writeln!(out, "  {}", record.summary);
+            for line in kind.describe_finished(&output).await? {
+                let _ = writeln!(out, "  {line}");
+            }
+            out.push_str(&excluded);
+            return Ok(out);
         }
-        out.push_str(&excluded);
-        return Ok(out);
+        Completion::Unreadable(why) => {
+            let _ = writeln!(
+                out,
+                "{}: finished ({} job) by another release: its {} is not this release's ({why})",
+                output.url,
+                job.kind,
+                kind.completion_marker()
+            );
+            out.push_str(&excluded);
+            return Ok(out);
+        }
     }
     let _ = writeln!(
         out,

@@ -74,6 +74,7 @@ def job(work: Path, maps: int, partitions: int, port: int) -> Path:
     spec.write_text(f"""
 [input]
 url = "{work / 'input'}/*.parquet"
+rows_per_map_task = 1
 [output]
 url = "{work / 'out'}"
 shards = {partitions}
@@ -83,7 +84,6 @@ listen = "127.0.0.1:{port}"
 workers = 1
 memory_per_worker = "256MiB"
 scratch = "{work / 'scratch'}"
-rows_per_map_task = 1
 lease_seconds = 60
 """)
     return spec

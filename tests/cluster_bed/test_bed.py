@@ -74,6 +74,7 @@ def job_text(input_url: str, output: str | Path, mode: str, listen: str, lease: 
     return f"""
 [input]
 url = "{input_url}"
+rows_per_map_task = {map_rows}
 [output]
 url = "{output}"
 shards = {SHARDS}
@@ -84,7 +85,6 @@ seed = 3
 mode = "{mode}"
 workers = 2
 memory_per_worker = "256MiB"
-rows_per_map_task = {map_rows}
 lease_seconds = {lease}
 output_lock_seconds = {lock}
 {listen}

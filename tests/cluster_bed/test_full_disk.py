@@ -23,13 +23,13 @@ def job(path: Path, input_url: str, output: Path, scratch: Path) -> Path:
     path.write_text(f"""
 [input]
 url = "{input_url}"
+rows_per_map_task = 20000
 [output]
 url = "{output}"
 shards = 4
 [run]
 workers = 2
 memory_per_worker = "256MiB"
-rows_per_map_task = 20000
 scratch = "{scratch}"
 """)
     return path

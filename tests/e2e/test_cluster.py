@@ -40,6 +40,7 @@ handshake_timeout_seconds = {handshake_timeout}
         f"""
 [input]
 url = "{input_dir}/*.parquet"
+rows_per_map_task = 20000
 [output]
 url = "{tmp / ('out-' + name)}"
 shards = {SHARDS}
@@ -53,7 +54,6 @@ workers = 2
 listen = "127.0.0.1:{port}"
 memory_per_worker = "256MiB"
 scratch = "{tmp / ('scratch-' + name)}"
-rows_per_map_task = 20000
 lease_seconds = {lease}
 {tls_table}"""
     )

@@ -58,6 +58,7 @@ def job_file(tmp: Path, name: str, input_url: str, output: Path, workers=2, extr
         f"""
 [input]
 url = "{input_url}"
+rows_per_map_task = 60000
 {extra_input}
 [output]
 url = "{output}"
@@ -72,7 +73,6 @@ mode = "local"
 workers = {workers}
 memory_per_worker = "256MiB"
 scratch = "{tmp / 'scratch'}"
-rows_per_map_task = 60000
 {extra_run}
 """
     )
@@ -630,6 +630,7 @@ def test_probe_rows_shards_are_byte_identical_to_the_pre_engine_release(tmp_path
         f"""
 [input]
 synthetic = {{ rows = 300_000, seed = 3 }}
+rows_per_map_task = 40000
 [output]
 url = "{out}"
 shards = 8
@@ -640,7 +641,6 @@ seed = 5
 [run]
 workers = 2
 memory_per_worker = "256MiB"
-rows_per_map_task = 40000
 scratch = "{tmp_path / 'scratch'}"
 """
     )
@@ -665,14 +665,14 @@ def synthetic_job(tmp: Path, name: str, rows: int, seed: int, shards: int, memor
         f"""
 [input]
 synthetic = {{ rows = {rows}, seed = {seed} }}
-[output]
+{map_rows_line}[output]
 url = "{tmp / f'out-{name}'}"
 shards = {shards}
 [run]
 workers = 1
 memory_per_worker = "{memory}"
 scratch = "{scratch}"
-{map_rows_line}"""
+"""
     )
     return spec
 

@@ -23,7 +23,7 @@ use clap::Parser;
 use probeflow_worker::engine::actor::{CoordinatorMsg, JobOutput, Wire, WorkerActor, WorkerArgs};
 use probeflow_worker::engine::cluster;
 use probeflow_worker::engine::fault::Faults;
-use probeflow_worker::engine::job::WorkerConfig;
+use probeflow_worker::engine::kind::WorkerConfig;
 use probeflow_worker::engine::protocol::{Registration, PROTOCOL_VERSION};
 use probeflow_worker::engine::store::StoreUrl;
 use probeflow_worker::engine::tls::{self, ClusterTls, TlsFiles};

@@ -20,7 +20,10 @@ use std::time::{Duration, Instant};
 use probeflow_worker::engine::actor::{CoordinatorMsg, TaskReply, Wire, WorkerActor, WorkerArgs};
 use probeflow_worker::engine::cluster;
 use probeflow_worker::engine::fault::Faults;
-use probeflow_worker::engine::job::{JobDriver, WorkerConfig};
+use probeflow_worker::engine::completion::{self, Completion, CompletionRecord};
+use probeflow_worker::engine::inputs::{list_inputs, refuse_changed_inputs};
+use probeflow_worker::engine::job::JobDriver;
+use probeflow_worker::engine::kind::WorkerConfig;
 use probeflow_worker::engine::protocol::{
     Assignment, JobContext, Payload, Registration, TaskFailure, TaskId, WorkerTiming,
     PROTOCOL_VERSION,
@@ -85,6 +88,9 @@ pub struct CoordinatorState {
     journaling: HashMap<TaskId, (u32, Payload, String)>,
     /// Writes the kind's progress files off the actor.
     writer: OutputWriter,
+    /// The completion marker's name, and its record but for the summary.
+    marker: &'static str,
+    completion: CompletionRecord,
 }
 
 pub struct CoordinatorActor;
@@ -177,6 +183,11 @@ impl CoordinatorState {
                     // The kind's progress files first: its final outputs come last.
                     self.writer.flush().await?;
                     let summary = self.driver.finish(&self.output).await?;
+                    let record = CompletionRecord {
+                        summary: summary.clone(),
+                        ..self.completion.clone()
+                    };
+                    completion::write(&self.output, self.marker, &record).await?;
                     return Ok(Some(summary));
                 }
                 Some(tasks) => {
@@ -241,7 +252,7 @@ impl CoordinatorState {
 
     /// Takes a journaled result.
     async fn accept(&mut self, task: TaskId, output: Payload) -> Result<()> {
-        let progressed = self.driver.accept(task, output)?;
+        let progressed = self.driver.accept(task, &output)?;
         self.writer.write(self.driver.record_progress(None));
         self.progress.task_done(task.stage.as_str(), progressed);
         self.accepted.insert(task);
@@ -588,14 +599,30 @@ pub async fn run_job(spec: &JobSpec) -> Result<RunOutcome> {
     result
 }
 
-/// The outcome when `output` is already complete: done if it is this job's output
-/// over the same input, an error if the job or the input differ (the kind decides).
+/// The outcome when `output` is already complete: done if its completion marker is
+/// this job's (same kind and fingerprint) over the same input; a conflict if the job
+/// or the input differ.
 async fn already_complete(spec: &JobSpec, output: &StoreUrl) -> Result<Option<RunOutcome>> {
-    Ok(spec
-        .file
-        .completed(output)
-        .await?
-        .map(RunOutcome::AlreadyComplete))
+    let record = match completion::read(output, spec.kind.completion_marker()).await? {
+        Completion::Absent => return Ok(None),
+        Completion::Unreadable(why) => {
+            return Err(completion::another_jobs_output(
+                output,
+                &format!(
+                    "its completion marker {} is not this release's: {why}",
+                    spec.kind.completion_marker()
+                ),
+            )
+            .into())
+        }
+        Completion::Complete(record) => record,
+    };
+    let same_kind = record.kind.is_empty() || record.kind == spec.kind.name();
+    if !same_kind || record.fingerprint != spec.fingerprint() {
+        return Err(completion::another_jobs_output(output, "fingerprint mismatch").into());
+    }
+    refuse_changed_inputs(&spec.file.inputs(), &record.inputs, "this output was made").await?;
+    Ok(Some(RunOutcome::AlreadyComplete(record.summary)))
 }
 
 /// Keeps the output lock renewed in a task of its own (storage latency never stalls
@@ -660,6 +687,7 @@ async fn run_owned(
             )))
         }
         Some(job) => {
+            refuse_changed_inputs(&spec.file.inputs(), &job.inputs, "the job was planned").await?;
             tracing::info!(
                 tasks_done = journal.tasks.len(),
                 "resuming from the journal"
@@ -667,14 +695,17 @@ async fn run_owned(
             job
         }
         None => {
-            let plan = spec.file.plan(&output, spec.plan_hints()).await?;
+            let listed = list_inputs(&spec.file.inputs()).await?;
+            let inputs = listed.iter().map(|f| f.file.clone()).collect();
+            let plan = spec.file.plan(&output, spec.memory_bytes(), listed).await?;
             // Entries left by a plan whose record was unreadable belong to that plan.
             output.delete_prefix("_job/journal").await?;
             let record = JobRecord {
                 version: journal::JOURNAL_VERSION,
                 kind: spec.kind.name().to_string(),
                 fingerprint: fingerprint.clone(),
-                spec: spec.file.to_json(),
+                spec: spec.file.to_json()?,
+                inputs,
                 plan,
             };
             output.put_json(journal::job_path(), &record).await?;
@@ -682,11 +713,11 @@ async fn run_owned(
         }
     };
     let replay_started = Instant::now();
-    let mut driver = spec.file.open(&output, record.plan).await?;
+    let mut driver = spec.file.open(&output, &record.plan)?;
     let progress = Progress::new(&driver.progress_plan());
     let mut accepted = HashSet::new();
     for (task, entry) in journal.tasks {
-        match driver.accept(task, entry.output) {
+        match driver.accept(task, &entry.output) {
             Ok(p) => {
                 progress.task_done(task.stage.as_str(), p);
                 accepted.insert(task);
@@ -708,7 +739,13 @@ async fn run_owned(
         job_id: fingerprint.clone(),
         kind: spec.kind.name().to_string(),
         output: output.url.clone(),
-        settings: driver.settings(),
+        settings: driver.settings()?,
+    };
+    let completion = CompletionRecord {
+        kind: spec.kind.name().to_string(),
+        fingerprint: fingerprint.clone(),
+        summary: String::new(),
+        inputs: record.inputs,
     };
     let mut state = CoordinatorState {
         job,
@@ -728,6 +765,8 @@ async fn run_owned(
         lock_lost,
         journaling: HashMap::new(),
         writer: OutputWriter::start(output.clone()),
+        marker: spec.kind.completion_marker(),
+        completion,
     };
     if let Some(summary) = state.advance().await? {
         // Crashed after the last task but before the job's final outputs.

@@ -14,13 +14,14 @@
 use std::collections::BTreeMap;
 
 use futures::{StreamExt, TryStreamExt};
+use probeflow_worker::engine::inputs::PinnedFile;
 use probeflow_worker::engine::protocol::{Payload, TaskId};
 use probeflow_worker::engine::store::StoreUrl;
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 
 use crate::error::{JobError, Result};
 
-pub const JOURNAL_VERSION: u32 = 4;
+pub const JOURNAL_VERSION: u32 = 5;
 
 /// Journal entries read at once when resuming.
 const JOURNAL_READS_IN_FLIGHT: usize = 64;
@@ -34,6 +35,8 @@ pub struct JobRecord {
     pub fingerprint: String,
     /// The kind's job file sections, as JSON.
     pub spec: Payload,
+    /// The input files as pinned when the job was planned (refused if they change).
+    pub inputs: Vec<PinnedFile>,
     /// The kind's plan.
     pub plan: Payload,
 }
@@ -150,6 +153,7 @@ mod tests {
             version,
             kind: "probe_rows".into(),
             fingerprint: "f".into(),
+            inputs: Vec::new(),
             spec: Payload::null(),
             plan: Payload::encode(&serde_json::json!({"maps": [1, 2]})).unwrap(),
         }

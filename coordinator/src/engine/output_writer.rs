@@ -12,7 +12,7 @@
 //! files could not be written still fails (before its final outputs), as when they
 //! were written in place.
 
-use probeflow_worker::engine::job::ProgressFile;
+use probeflow_worker::engine::kind::ProgressFile;
 use probeflow_worker::engine::store::StoreUrl;
 use probeflow_worker::WorkerError;
 use tokio::sync::{mpsc, oneshot};

@@ -6,7 +6,7 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use indicatif::{ProgressBar, ProgressStyle};
-use probeflow_worker::engine::job::{ProgressPlan, Progressed};
+use probeflow_worker::engine::kind::{ProgressPlan, Progressed};
 
 struct Counts {
     /// Per stage: name, tasks done, tasks planned.

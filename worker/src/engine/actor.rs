@@ -24,7 +24,8 @@ use ractor_cluster::{RactorClusterMessage, RactorMessage};
 use serde::{de::DeserializeOwned, Deserialize, Serialize};
 
 use crate::engine::fault::Faults;
-use crate::engine::job::{find_kind, JobKind, TaskEnv, TaskRunner, WorkerConfig};
+use crate::engine::job::{find_kind, JobKind, TaskRunner};
+use crate::engine::kind::{TaskEnv, WorkerConfig};
 use crate::engine::protocol::{
     Assignment, Registration, TaskFailure, TaskId, TaskOutput, WorkerTiming,
 };
@@ -387,11 +388,11 @@ impl Actor for WorkerActor {
                     Ok(s) => match state.faults.before_task(s.path()) {
                         Err(e) => Ok(Err(e)),
                         Ok(()) if state.faults.simulates_tasks() => {
-                            Ok(runner.simulated(&assignment).ok_or_else(|| {
-                                crate::error::WorkerError::Job(format!(
+                            Ok(runner.simulated(&assignment).unwrap_or_else(|| {
+                                Err(crate::error::WorkerError::Job(format!(
                                     "the {} job kind cannot simulate its tasks",
                                     assignment.job.kind
-                                ))
+                                )))
                             }))
                         }
                         Ok(()) => {

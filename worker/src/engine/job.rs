@@ -1,56 +1,42 @@
-//! The seam between the engine and the jobs it runs.
+//! The engine's side of the seam: the job kinds as the engine holds them, without
+//! their types (a registry of kinds, a job file of any kind, a driver and a runner of
+//! JSON bodies), and the one adapter from a typed [`Kind`] to them.
 //!
-//! A job kind ([`JobKind`]) is registered once (`crate::jobs::KINDS`) and brings:
+//! ```text
+//! TaskSpec { id, body: JSON } ─► JobDriver::check/accept ─► adapter: StageSet::decode(id.stage, body) ─► K::Driver
+//! Assignment ─► TaskRunner::run ─► adapter: decode task and settings ─► K::Runner::run ─► encode the result
+//! ```
 //!
-//! * its job file ([`JobFile`]): the kind's own sections of the TOML file (everything
-//!   but `kind` and `[run]`, which the engine reads), its output location, its
-//!   fingerprint (what determines the output bytes), how to tell a complete output,
-//!   and how to plan the job (its plan is journaled once, opaque to the engine);
-//! * its driver ([`JobDriver`]), on the coordinator: the stages of tasks (a stage may
-//!   depend on the results of the ones before), a check of every result against the
-//!   plan, the accepted results (journaled by the engine before the driver sees them,
-//!   and fed back to it on resume), and the end of the job (its final outputs);
-//! * its task runner ([`TaskRunner`]), on every worker: runs one leased task.
-//!
-//! Everything else is the engine's: the queue, leases, heartbeats, attempts, backoff,
-//! fencing, the journal, resume, the output lock, scratch isolation, progress, local
-//! and cluster mode, and the shuffle ([`crate::engine::shuffle`]) that any job can use.
+//! Everything kind-independent about a job file is here too: the fingerprint (the hash
+//! of the kind's [`KindFile::identity`]) and the validation of its text.
 
-use std::future::Future;
-use std::pin::Pin;
+use std::marker::PhantomData;
 
+use crate::engine::inputs::{InputSource, ListedFile};
+use crate::engine::kind::{
+    BoxFuture, Driver, Kind, KindFile, Output, PlanContext, ProgressFile, ProgressPlan,
+    Progressed, Runner, TaskCall, TaskEnv,
+};
 use crate::engine::protocol::{Assignment, JobContext, Payload, TaskId, TaskSpec};
-use crate::engine::scratch::JobScratch;
+use crate::engine::stages::{StageSet, Stages};
 use crate::engine::store::StoreUrl;
 use crate::error::{Result, WorkerError};
 
-pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
-
-/// A kind of job the engine can run.
+/// A kind of job the engine can run, its types erased (every [`Kind`] is one).
 pub trait JobKind: Sync {
     /// Its name in job files (`kind = "..."`).
     fn name(&self) -> &'static str;
-    /// The file a finished output of this kind has, written last (relative to the
-    /// output root): how a worker that lost the coordinator tells "the job is done"
-    /// from "the coordinator is down".
+    /// Its completion marker's name.
     fn completion_marker(&self) -> &'static str;
-    /// Reads and validates job file `file` (its text): the kind's own sections (the
-    /// engine reads `kind` and `[run]`, which the kind's type accepts and ignores, see
-    /// [`EngineKeys`]); unknown keys are errors with their line and column.
-    fn load(&self, file: &str, text: &str) -> Result<Box<dyn JobFile>>;
-    /// A worker's runner of this kind's tasks (one per worker actor: it may keep
-    /// caches from task to task).
+    /// Reads and validates job file `file` (its text): the kind's own sections;
+    /// unknown keys are errors with their line and column.
+    fn load(&'static self, file: &str, text: &str) -> Result<Box<dyn JobFile>>;
+    /// A worker's runner of this kind's tasks.
     fn runner(&self) -> Box<dyn TaskRunner>;
-    /// For `coordinator status`: lines describing `output` if it holds a finished
-    /// output of this kind, `None` otherwise.
-    fn describe_finished<'a>(
-        &'a self,
-        output: &'a StoreUrl,
-    ) -> BoxFuture<'a, Result<Option<Vec<String>>>>;
+    /// For `coordinator status`: the kind's lines on a finished output.
+    fn describe_finished<'a>(&'a self, output: &'a StoreUrl) -> BoxFuture<'a, Result<Vec<String>>>;
     /// For `coordinator status`: each stage's task count in a journaled job (`spec`:
-    /// the kind's job file sections, `plan`: its plan), given the results journaled so
-    /// far (`results`); `None` for a count not known yet (one that depends on the
-    /// results of an earlier stage still running).
+    /// the journaled job file sections, `plan`: its plan) given its journaled results.
     fn planned_tasks(
         &self,
         spec: &Payload,
@@ -65,93 +51,43 @@ impl std::fmt::Debug for dyn JobKind {
     }
 }
 
-/// What the engine's `[run]` settings tell a job's planning.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct PlanHints {
-    /// Memory per worker, bytes.
-    pub memory_per_worker: u64,
-    /// `[run] rows_per_map_task`, when set.
-    pub rows_per_map_task: Option<u64>,
-}
-
-/// A job file of one kind, validated.
+/// A validated job file of some kind.
 pub trait JobFile: Send + Sync + std::fmt::Debug {
     /// The output root URL.
     fn output_url(&self) -> &str;
-    /// blake3 (hex) of everything that determines the output bytes, and nothing about
-    /// how the job runs: a job resumes with other `[run]` settings.
+    /// blake3 (hex) of what determines the output bytes ([`KindFile::identity`]).
     fn fingerprint(&self) -> String;
     /// The kind's settings as JSON (recorded in the journal).
-    fn to_json(&self) -> Payload;
-    /// If `output` holds a complete output: a one-line summary when it is this job's
-    /// over the same input; an error naming the difference otherwise. `None` when the
-    /// output is not complete.
-    fn completed<'a>(&'a self, output: &'a StoreUrl) -> BoxFuture<'a, Result<Option<String>>>;
-    /// Plans a new job (lists and pins its input, cuts the first stage): the plan is
-    /// journaled and given to [`JobFile::open`] on every run and resume.
-    fn plan<'a>(&'a self, output: &'a StoreUrl, hints: PlanHints)
-        -> BoxFuture<'a, Result<Payload>>;
-    /// The driver of the planned job; refuses input that changed since planning.
-    fn open<'a>(
+    fn to_json(&self) -> Result<Payload>;
+    /// The input the engine lists and pins.
+    fn inputs(&self) -> Vec<InputSource>;
+    /// Plans a new job; the plan is journaled.
+    fn plan<'a>(
         &'a self,
         output: &'a StoreUrl,
-        plan: Payload,
-    ) -> BoxFuture<'a, Result<Box<dyn JobDriver>>>;
+        memory_per_worker: u64,
+        inputs: Vec<ListedFile>,
+    ) -> BoxFuture<'a, Result<Payload>>;
+    /// The driver of the planned job.
+    fn open(&self, output: &StoreUrl, plan: &Payload) -> Result<Box<dyn JobDriver>>;
 }
 
-/// What an accepted result adds to the job's progress.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct Progressed {
-    /// Work units done (the kind's unit, e.g. input rows).
-    pub units: u64,
-    /// Bytes of final output written.
-    pub bytes: u64,
-}
-
-/// The size of a job, for progress displays.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ProgressPlan {
-    /// Each stage's name and task count (when known before it starts).
-    pub stages: Vec<(&'static str, u64)>,
-    /// What a unit is ("rows", "records") and how many the job has.
-    pub unit: &'static str,
-    pub total_units: u64,
-}
-
-/// A planned job, on the coordinator.
+/// A planned job on the coordinator, its types erased.
 pub trait JobDriver: Send {
-    /// The kind's settings every task gets ([`JobContext::settings`]).
-    fn settings(&self) -> Payload;
-    /// The size of the job, for progress.
+    /// The settings every task gets ([`JobContext::settings`]).
+    fn settings(&self) -> Result<Payload>;
     fn progress_plan(&self) -> ProgressPlan;
-    /// The tasks of stage `stage` (from 0), given every result accepted so far (all of
-    /// the stages before it); `None` when the job has no more stages.
+    /// See [`Driver::stage`].
     fn stage(&mut self, stage: usize) -> Result<Option<Vec<TaskSpec>>>;
-    /// Checks a result against the plan before it counts (a refused result is a failed
-    /// attempt): it may name only what was planned for this task and attempt.
-    fn check(
-        &self,
-        task: &TaskSpec,
-        attempt: u32,
-        output: &Payload,
-    ) -> std::result::Result<(), String>;
-    /// Takes an accepted result (already journaled; also each journaled result on
-    /// resume). An error means the result cannot be used (its task is redone).
-    fn accept(&mut self, task: TaskId, output: Payload) -> Result<Progressed>;
-    /// The kind's own progress files to write, if it keeps any: asked after each
-    /// accepted result (`stage_done` = `None`; not for results replayed on resume) and
-    /// when stage `k` is complete (`Some(k)`, also on resume). The engine writes them
-    /// off the coordinator's actor, in the order asked, all before [`Self::finish`]
-    /// (whose start waits for them). The default writes nothing.
-    fn record_progress(&mut self, _stage_done: Option<usize>) -> Vec<ProgressFile> {
-        Vec::new()
-    }
-    /// After the last stage: writes the job's final outputs (completion marker last)
-    /// and returns a one-line summary.
+    /// See [`Driver::check`]; a result that does not decode is refused too.
+    fn check(&self, task: &TaskSpec, attempt: u32, output: &Payload) -> std::result::Result<(), String>;
+    /// See [`Driver::accept`].
+    fn accept(&mut self, task: TaskId, output: &Payload) -> Result<Progressed>;
+    /// See [`Driver::record_progress`].
+    fn record_progress(&mut self, stage_done: Option<usize>) -> Vec<ProgressFile>;
+    /// See [`Driver::finish`].
     fn finish<'a>(&'a mut self, output: &'a StoreUrl) -> BoxFuture<'a, Result<String>>;
-    /// A refused result of attempt `attempt` of `task` arrived after the job finished:
-    /// removes what that attempt wrote (by its planned names only). True if anything
-    /// was removed.
+    /// See [`Driver::discard_late`].
     fn discard_late<'a>(
         &'a self,
         job: &'a JobContext,
@@ -160,85 +96,280 @@ pub trait JobDriver: Send {
     ) -> BoxFuture<'a, Result<bool>>;
 }
 
-/// What a worker gives a task besides its assignment.
-pub struct TaskEnv<'a> {
-    pub config: &'a WorkerConfig,
-    /// This job run's local scratch directory on the worker.
-    pub scratch: &'a JobScratch,
-}
-
-/// A progress file a job kind has the engine write to its output.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ProgressFile {
-    /// Relative to the output root.
-    pub path: String,
-    pub bytes: Vec<u8>,
-}
-
-/// Runs one job kind's tasks on a worker.
+/// Runs one kind's tasks on a worker, its types erased.
 pub trait TaskRunner: Send {
-    fn run<'a>(
-        &'a mut self,
-        task: &'a Assignment,
-        env: TaskEnv<'a>,
-    ) -> BoxFuture<'a, Result<Payload>>;
-    /// The result of `task` could not be delivered (the coordinator is gone): removes
-    /// what the attempt wrote if the job finished without it. True if anything was
-    /// removed.
+    fn run<'a>(&'a mut self, task: &'a Assignment, env: TaskEnv<'a>) -> BoxFuture<'a, Result<Payload>>;
+    /// See [`Runner::discard_unreported`].
     fn discard_unreported<'a>(&'a self, task: &'a Assignment) -> BoxFuture<'a, Result<bool>>;
-    /// Fault injection (`simulate-tasks`, test builds): the result this task would
-    /// give, without doing its work (`None`: the kind cannot simulate).
-    fn simulated(&self, _task: &Assignment) -> Option<Payload> {
-        None
-    }
-    /// Fault injection (`forge-results`, test builds): the result with paths this
-    /// attempt was not given. The default forges nothing.
-    fn forged(&self, _task: &Assignment, output: Payload) -> Payload {
-        output
-    }
-}
-
-/// A worker's resources.
-#[derive(Debug, Clone)]
-pub struct WorkerConfig {
-    /// Local scratch root (each job run gets its own directory under it).
-    pub scratch: std::path::PathBuf,
-    /// Memory per task (sorts spill beyond it).
-    pub memory_bytes: usize,
-}
-
-/// Reads job file `file` (its text) as a kind's sections `T` and validates them: errors
-/// name the file, and TOML's own errors (unknown keys, wrong types) their line and
-/// column.
-pub fn parse_job_file<T: serde::de::DeserializeOwned>(
-    file: &str,
-    text: &str,
-    validate: impl FnOnce(&T) -> std::result::Result<(), String>,
-) -> Result<T> {
-    let spec: T = toml::from_str(text).map_err(|e: toml::de::Error| WorkerError::Spec {
-        file: file.to_string(),
-        what: e.to_string().trim_end().to_string(),
-    })?;
-    validate(&spec).map_err(|what| WorkerError::Spec {
-        file: file.to_string(),
-        what,
-    })?;
-    Ok(spec)
-}
-
-/// A task body, a result or a plan (`what`, for the error) decoded as the kind's type.
-pub fn decode_payload<T: serde::de::DeserializeOwned>(what: &str, value: &Payload) -> Result<T> {
-    value
-        .decode()
-        .map_err(|e| WorkerError::Job(format!("{what}: {e}")))
-}
-
-/// A kind's value as a task body, a result or a plan.
-pub fn encode_payload<T: serde::Serialize>(value: &T) -> Result<Payload> {
-    Payload::encode(value).map_err(|e| WorkerError::Job(e.to_string()))
+    /// See [`Runner::simulated`].
+    fn simulated(&self, task: &Assignment) -> Option<Result<Payload>>;
+    /// See [`Runner::forged`].
+    fn forged(&self, task: &Assignment, output: Payload) -> Payload;
 }
 
 /// The kind named `name` among `kinds`.
 pub fn find_kind(kinds: &[&'static dyn JobKind], name: &str) -> Option<&'static dyn JobKind> {
     kinds.iter().copied().find(|k| k.name() == name)
+}
+
+/// The fingerprint of a job file: blake3 (hex) of its kind's identity.
+pub fn fingerprint_of(identity: &serde_json::Value) -> String {
+    blake3::hash(identity.to_string().as_bytes())
+        .to_hex()
+        .to_string()
+}
+
+/// Reads job file `file` (its text) as a kind's sections `T` and validates them: errors
+/// name the file, and TOML's own errors (unknown keys, wrong types) their line and
+/// column.
+fn parse_job_file<T: KindFile>(file: &str, text: &str) -> Result<T> {
+    let spec_error = |what: String| WorkerError::Spec {
+        file: file.to_string(),
+        what,
+    };
+    let spec: T = toml::from_str(text)
+        .map_err(|e: toml::de::Error| spec_error(e.to_string().trim_end().to_string()))?;
+    spec.validate().map_err(spec_error)?;
+    Ok(spec)
+}
+
+fn decode_plan<T: serde::de::DeserializeOwned>(what: &str, value: &Payload) -> Result<T> {
+    value
+        .decode()
+        .map_err(|e| WorkerError::Job(format!("{what} does not decode: {e}")))
+}
+
+fn encode<T: serde::Serialize>(what: &str, value: &T) -> Result<Payload> {
+    Payload::encode(value).map_err(|e| WorkerError::Job(format!("{what} does not encode: {e}")))
+}
+
+impl<K: Kind> JobKind for K {
+    fn name(&self) -> &'static str {
+        K::NAME
+    }
+
+    fn completion_marker(&self) -> &'static str {
+        K::COMPLETION_MARKER
+    }
+
+    fn load(&'static self, file: &str, text: &str) -> Result<Box<dyn JobFile>> {
+        Ok(Box::new(FileOf::<K> {
+            kind: self,
+            file: parse_job_file::<K::File>(file, text)?,
+        }))
+    }
+
+    fn runner(&self) -> Box<dyn TaskRunner> {
+        Box::new(RunnerOf::<K> {
+            runner: Kind::runner(self),
+        })
+    }
+
+    fn describe_finished<'a>(&'a self, output: &'a StoreUrl) -> BoxFuture<'a, Result<Vec<String>>> {
+        Kind::describe_finished(self, output)
+    }
+
+    fn planned_tasks(
+        &self,
+        spec: &Payload,
+        plan: &Payload,
+        results: &[(TaskId, &Payload)],
+    ) -> Vec<(&'static str, Option<u64>)> {
+        let (Ok(file), Ok(plan)) = (spec.decode::<K::File>(), plan.decode::<K::Plan>()) else {
+            return Vec::new();
+        };
+        let results: Vec<(TaskId, Output<K>)> = results
+            .iter()
+            .filter_map(|(id, body)| Some((*id, Output::<K>::decode(id.stage.as_str(), body).ok()?)))
+            .collect();
+        Kind::planned_tasks(self, &file, &plan, &results)
+    }
+}
+
+/// A job file of kind `K`.
+struct FileOf<K: Kind> {
+    kind: &'static K,
+    file: K::File,
+}
+
+impl<K: Kind> std::fmt::Debug for FileOf<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct(K::NAME).field("file", &self.file).finish()
+    }
+}
+
+impl<K: Kind> JobFile for FileOf<K> {
+    fn output_url(&self) -> &str {
+        self.file.output_url()
+    }
+
+    fn fingerprint(&self) -> String {
+        fingerprint_of(&self.file.identity())
+    }
+
+    fn to_json(&self) -> Result<Payload> {
+        encode("the job file's sections", &self.file)
+    }
+
+    fn inputs(&self) -> Vec<InputSource> {
+        self.file.inputs()
+    }
+
+    fn plan<'a>(
+        &'a self,
+        output: &'a StoreUrl,
+        memory_per_worker: u64,
+        inputs: Vec<ListedFile>,
+    ) -> BoxFuture<'a, Result<Payload>> {
+        Box::pin(async move {
+            let context = PlanContext {
+                output,
+                memory_per_worker,
+                inputs,
+            };
+            let plan = self.kind.plan(&self.file, context).await?;
+            encode("the plan", &plan)
+        })
+    }
+
+    fn open(&self, output: &StoreUrl, plan: &Payload) -> Result<Box<dyn JobDriver>> {
+        let plan: K::Plan = decode_plan("the journaled plan", plan)?;
+        Ok(Box::new(DriverOf::<K> {
+            driver: self.kind.open(&self.file, output, plan)?,
+            kind: PhantomData,
+        }))
+    }
+}
+
+/// A driver of kind `K`: bodies decoded by their stage, results encoded.
+struct DriverOf<K: Kind> {
+    driver: K::Driver,
+    kind: PhantomData<fn() -> K>,
+}
+
+impl<K: Kind> JobDriver for DriverOf<K> {
+    fn settings(&self) -> Result<Payload> {
+        encode("the job's settings", self.driver.settings())
+    }
+
+    fn progress_plan(&self) -> ProgressPlan {
+        self.driver.progress_plan()
+    }
+
+    fn stage(&mut self, stage: usize) -> Result<Option<Vec<TaskSpec>>> {
+        let Some(tasks) = self.driver.stage(stage)? else {
+            return Ok(None);
+        };
+        tasks
+            .into_iter()
+            .map(|(index, task)| {
+                Ok(TaskSpec {
+                    id: TaskId::new(task.stage(), index),
+                    body: task.encode()?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()
+            .map(Some)
+    }
+
+    fn check(&self, task: &TaskSpec, attempt: u32, output: &Payload) -> std::result::Result<(), String> {
+        let stage = task.id.stage.as_str();
+        let t = K::Task::decode(stage, &task.body).map_err(|e| e.to_string())?;
+        let o = Output::<K>::decode(stage, output).map_err(|e| e.to_string())?;
+        let done = t
+            .done(&o)
+            .ok_or_else(|| format!("a result of another stage than {stage}"))?;
+        self.driver.check(done, attempt)
+    }
+
+    fn accept(&mut self, task: TaskId, output: &Payload) -> Result<Progressed> {
+        let output = Output::<K>::decode(task.stage.as_str(), output)?;
+        self.driver.accept(task, output)
+    }
+
+    fn record_progress(&mut self, stage_done: Option<usize>) -> Vec<ProgressFile> {
+        self.driver.record_progress(stage_done)
+    }
+
+    fn finish<'a>(&'a mut self, output: &'a StoreUrl) -> BoxFuture<'a, Result<String>> {
+        self.driver.finish(output)
+    }
+
+    fn discard_late<'a>(
+        &'a self,
+        job: &'a JobContext,
+        task: TaskId,
+        attempt: u32,
+    ) -> BoxFuture<'a, Result<bool>> {
+        self.driver.discard_late(job, task, attempt)
+    }
+}
+
+/// A runner of kind `K`: the task and settings decoded, the result encoded.
+struct RunnerOf<K: Kind> {
+    runner: K::Runner,
+}
+
+/// An assignment's task and settings, decoded.
+fn decoded<K: Kind>(a: &Assignment) -> Result<(K::Task, K::Settings)> {
+    let task = K::Task::decode(a.task.id.stage.as_str(), &a.task.body)?;
+    let settings = decode_plan("the job's settings", &a.job.settings)?;
+    Ok((task, settings))
+}
+
+fn call<'a, K: Kind>(a: &'a Assignment, task: &'a K::Task, settings: &'a K::Settings) -> TaskCall<'a, K> {
+    TaskCall {
+        id: a.task.id,
+        task,
+        attempt: a.attempt,
+        job: &a.job,
+        settings,
+    }
+}
+
+impl<K: Kind> TaskRunner for RunnerOf<K> {
+    fn run<'a>(&'a mut self, a: &'a Assignment, env: TaskEnv<'a>) -> BoxFuture<'a, Result<Payload>> {
+        Box::pin(async move {
+            let (task, settings) = decoded::<K>(a)?;
+            let output = self.runner.run(call(a, &task, &settings), env).await?;
+            if output.stage() != task.stage() {
+                return Err(WorkerError::Job(format!(
+                    "a {} task gave a {} result",
+                    task.stage(),
+                    output.stage()
+                )));
+            }
+            output.encode()
+        })
+    }
+
+    fn discard_unreported<'a>(&'a self, a: &'a Assignment) -> BoxFuture<'a, Result<bool>> {
+        Box::pin(async move {
+            let (task, settings) = decoded::<K>(a)?;
+            self.runner
+                .discard_unreported(call(a, &task, &settings))
+                .await
+        })
+    }
+
+    fn simulated(&self, a: &Assignment) -> Option<Result<Payload>> {
+        let (task, settings) = match decoded::<K>(a) {
+            Ok(d) => d,
+            Err(e) => return Some(Err(e)),
+        };
+        let output = self.runner.simulated(call(a, &task, &settings))?;
+        Some(output.encode())
+    }
+
+    fn forged(&self, a: &Assignment, output: Payload) -> Payload {
+        let stage = a.task.id.stage.as_str();
+        let (Ok((task, settings)), Ok(out)) = (decoded::<K>(a), Output::<K>::decode(stage, &output))
+        else {
+            return output;
+        };
+        self.runner
+            .forged(call(a, &task, &settings), out)
+            .encode()
+            .unwrap_or(output)
+    }
 }

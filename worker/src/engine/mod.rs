@@ -9,13 +9,17 @@
 pub mod actor;
 pub mod allocator;
 pub mod cluster;
+pub mod completion;
 pub mod fault;
+pub mod inputs;
 pub mod job;
+pub mod kind;
 pub mod listener;
 pub mod parquet_source;
 pub mod protocol;
 pub mod scratch;
 pub mod shuffle;
+pub mod stages;
 pub mod store;
 pub mod thread_cpu;
 pub mod tls;

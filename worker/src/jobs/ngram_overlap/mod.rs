@@ -52,19 +52,20 @@ use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 
-use crate::engine::job::{
-    decode_payload as decode, encode_payload as encode, parse_job_file, BoxFuture, JobDriver,
-    JobFile, JobKind, PlanHints, ProgressFile, ProgressPlan, Progressed, TaskEnv, TaskRunner,
+use crate::engine::inputs::InputSource;
+use crate::engine::kind::{
+    BoxFuture, Done, Driver, Kind, KindFile, Output, PlanContext, ProgressFile, ProgressPlan,
+    Progressed, Runner, TaskCall, TaskEnv,
 };
-use crate::engine::protocol::{Assignment, JobContext, Payload, TaskId, TaskSpec};
-use crate::engine::store::{self, StoreUrl};
+use crate::engine::protocol::{JobContext, TaskId};
+use crate::engine::store::StoreUrl;
 use crate::engine::thread_cpu::ThreadCpuTimer;
 use crate::error::{Result, WorkerError};
 use protocol::{
-    events_path, index_id, index_shuffle_path, instances_path, rejects_path, report_id, scan_id,
-    EvalFile, IndexOutput, IndexTask, InputFile, ReportOutput, ReportTask, ScanOutput, ScanTask,
-    Settings, DETAILS, INDEX, INTERMEDIATE_FORMAT_VERSION, PROGRESS_SUMMARY, REPORT, SCAN, STATS,
-    SUCCESS, WORK_DIR,
+    events_path, index_shuffle_path, instances_path, rejects_path, EvalFile, IndexOutput,
+    IndexTask, InputFile, OverlapDone, OverlapOutput, OverlapTask, ReportOutput, ReportTask,
+    ScanOutput, ScanTask, Settings, DETAILS, INDEX, INTERMEDIATE_FORMAT_VERSION,
+    PROGRESS_SUMMARY, REPORT, SCAN, STATS, SUCCESS, WORK_DIR,
 };
 use spec::OverlapFile;
 
@@ -74,88 +75,143 @@ pub const NAME: &str = "ngram_overlap";
 /// The n-gram overlap job kind.
 pub struct NgramOverlap;
 
-/// What `.SUCCESS` holds.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-struct Success {
-    fingerprint: String,
-    summary: String,
-    /// The input the output was made from, eval files then training files.
-    inputs: Vec<InputFile>,
-}
+impl Kind for NgramOverlap {
+    const NAME: &'static str = NAME;
+    const COMPLETION_MARKER: &'static str = SUCCESS;
+    type File = OverlapFile;
+    type Plan = Plan;
+    type Settings = Settings;
+    type Task = OverlapTask;
+    type Driver = OverlapDriver;
+    type Runner = OverlapRunner;
 
-impl JobKind for NgramOverlap {
-    fn name(&self) -> &'static str {
-        NAME
-    }
-
-    fn completion_marker(&self) -> &'static str {
-        SUCCESS
-    }
-
-    fn load(&self, file: &str, text: &str) -> Result<Box<dyn JobFile>> {
-        let spec: OverlapFile = parse_job_file(file, text, |s: &OverlapFile| s.validate())?;
-        Ok(Box::new(spec))
-    }
-
-    fn runner(&self) -> Box<dyn TaskRunner> {
-        Box::new(OverlapRunner::default())
-    }
-
-    fn describe_finished<'a>(
-        &'a self,
-        output: &'a StoreUrl,
-    ) -> BoxFuture<'a, Result<Option<Vec<String>>>> {
+    fn plan<'a>(&'a self, file: &'a OverlapFile, context: PlanContext<'a>) -> BoxFuture<'a, Result<Plan>> {
         Box::pin(async move {
-            Ok(read_success(output).await?.map(|s| {
-                vec![
-                    s.summary,
-                    format!("statistics in {STATS}, records in {DETAILS}"),
-                ]
-            }))
+            let mut eval = Vec::new();
+            let mut train = Vec::new();
+            for listed in context.inputs {
+                match listed.source {
+                    EVAL_SOURCE => eval.push(EvalInput {
+                        dataset: records::eval_dataset_name(&listed.path),
+                        file: listed.file,
+                    }),
+                    _ => train.push(listed.file),
+                }
+            }
+            let memory = context.memory_per_worker;
+            let index_budget = file
+                .index
+                .memory
+                .as_deref()
+                .and_then(crate::engine::units::parse_bytes)
+                .unwrap_or(memory / 2);
+            Ok(Plan {
+                eval,
+                train,
+                index_budget,
+                whole_gzip_max: (memory / 16).min(WHOLE_GZIP_CAP),
+                intermediate_format: INTERMEDIATE_FORMAT_VERSION,
+            })
         })
+    }
+
+    fn open(&self, file: &OverlapFile, output: &StoreUrl, plan: Plan) -> Result<OverlapDriver> {
+        plan.check_intermediate_format(output)?;
+        Ok(OverlapDriver {
+            settings: Settings {
+                whole_gzip_max: plan.whole_gzip_max,
+                ..file.settings()
+            },
+            plan,
+            index: BTreeMap::new(),
+            groups: 1,
+            scans: BTreeMap::new(),
+            report: None,
+            progress: ProgressLog::default(),
+        })
+    }
+
+    fn runner(&self) -> OverlapRunner {
+        OverlapRunner::default()
+    }
+
+    fn describe_finished<'a>(&'a self, _output: &'a StoreUrl) -> BoxFuture<'a, Result<Vec<String>>> {
+        Box::pin(async { Ok(vec![format!("statistics in {STATS}, records in {DETAILS}")]) })
     }
 
     fn planned_tasks(
         &self,
-        spec: &Payload,
-        plan: &Payload,
-        results: &[(TaskId, &Payload)],
+        file: &OverlapFile,
+        plan: &Plan,
+        results: &[(TaskId, OverlapOutput)],
     ) -> Vec<(&'static str, Option<u64>)> {
-        let Ok(p) = plan.decode::<Plan>() else {
-            return Vec::new();
-        };
         // One scan task per training file and index group; the groups are known once
         // every index task is done.
-        let scans = || -> Option<u64> {
-            let partitions = spec.decode::<OverlapFile>().ok()?.index.partitions;
-            let index = results
-                .iter()
-                .filter(|(task, _)| task.stage.as_str() == INDEX)
-                .map(|(_, output)| output.decode::<IndexOutput>().ok())
-                .collect::<Option<Vec<_>>>()?;
-            (index.len() == p.eval.len()).then(|| {
-                let postings = index.iter().map(|o| o.ngrams).sum();
-                p.train.len() as u64 * u64::from(index_groups(postings, p.index_budget, partitions))
+        let index: Vec<&IndexOutput> = results
+            .iter()
+            .filter_map(|(_, output)| match output {
+                OverlapOutput::Index(o) => Some(o),
+                _ => None,
             })
-        };
+            .collect();
+        let scans = (index.len() == plan.eval.len()).then(|| {
+            let postings = index.iter().map(|o| o.ngrams).sum();
+            plan.train.len() as u64
+                * u64::from(index_groups(postings, plan.index_budget, file.index.partitions))
+        });
         vec![
-            (INDEX, Some(p.eval.len() as u64)),
-            (SCAN, scans()),
+            (INDEX, Some(plan.eval.len() as u64)),
+            (SCAN, scans),
             (REPORT, Some(1)),
         ]
     }
 }
 
-async fn read_success(output: &StoreUrl) -> Result<Option<Success>> {
-    let Some(bytes) = output.get_opt(&output.child(SUCCESS)).await? else {
-        return Ok(None);
-    };
-    serde_json::from_slice(&bytes)
-        .map(Some)
-        .map_err(|e| WorkerError::Corrupt {
-            file: output.display(&output.child(SUCCESS)),
-            what: format!("not this job kind's completion marker: {e}"),
+/// The index of the eval side among [`KindFile::inputs`] (the training side follows).
+const EVAL_SOURCE: usize = 0;
+
+/// The formats the job reads.
+const FORMATS: &str = "a .jsonl, .jsonl.gz, .jsonl.zst or .parquet file";
+
+impl KindFile for OverlapFile {
+    fn validate(&self) -> std::result::Result<(), String> {
+        OverlapFile::validate(self)
+    }
+
+    fn output_url(&self) -> &str {
+        &self.output.url
+    }
+
+    fn identity(&self) -> serde_json::Value {
+        serde_json::json!({
+            "kind": NAME,
+            "eval": self.eval,
+            "train": self.train,
+            "ngrams": self.ngrams,
+            "output": self.output,
+            "format": protocol::OUTPUT_FORMAT_VERSION,
         })
+    }
+
+    fn inputs(&self) -> Vec<InputSource> {
+        fn accepts(name: &str) -> bool {
+            source::format_of(name).is_some()
+        }
+        vec![
+            InputSource {
+                section: "eval",
+                paths: self.eval.paths.clone(),
+                formats: FORMATS,
+                accepts,
+            },
+            InputSource {
+                section: "train",
+                paths: self.train.paths.clone(),
+                formats: FORMATS,
+                accepts,
+            },
+        ]
+    }
 }
 
 /// An eval file and the dataset it belongs to.
@@ -206,162 +262,6 @@ impl Plan {
 /// eighth of it for the file, beside its index group).
 const WHOLE_GZIP_CAP: u64 = 64 << 20;
 
-/// Lists one side's paths: every file, pinned, in the order of the paths (each path's
-/// files sorted). A file listed twice, or in a format the job cannot read, is an error.
-async fn list_side(side: &str, paths: &[String]) -> Result<Vec<(String, InputFile)>> {
-    let mut out: Vec<(String, InputFile)> = Vec::new();
-    let mut seen = BTreeSet::new();
-    for path in paths {
-        let (base, files) =
-            store::list_matching_in(path, |rel| source::format_of(rel).is_some()).await?;
-        if files.is_empty() {
-            return Err(WorkerError::Job(format!(
-                "[{side}] no input files match {path}"
-            )));
-        }
-        for meta in files {
-            let url = base.display(&meta.location);
-            if source::format_of(&url).is_none() {
-                return Err(WorkerError::Job(format!(
-                    "[{side}] {url}: not a .jsonl, .jsonl.gz, .jsonl.zst or .parquet file"
-                )));
-            }
-            if !seen.insert(url.clone()) {
-                return Err(WorkerError::Job(format!(
-                    "[{side}] {url} is listed twice (by {path} and an earlier path)"
-                )));
-            }
-            out.push((
-                path.clone(),
-                InputFile {
-                    url,
-                    size: meta.size,
-                    etag: meta.e_tag,
-                },
-            ));
-        }
-    }
-    Ok(out)
-}
-
-impl Plan {
-    /// Every input file, eval files then training files.
-    fn inputs(&self) -> Vec<InputFile> {
-        let eval = self.eval.iter().map(|e| e.file.clone());
-        eval.chain(self.train.iter().cloned()).collect()
-    }
-}
-
-impl OverlapFile {
-    /// Refuses input that is not `planned` any more (a file changed, added or
-    /// vanished): the output would not be this input's.
-    async fn refuse_changed_input(&self, planned: &[InputFile], since: &str) -> Result<()> {
-        let mut now = list_side("eval", &self.eval.paths).await?;
-        now.extend(list_side("train", &self.train.paths).await?);
-        let changes = store::pin_changes(
-            planned.iter().map(|f| (f.url.as_str(), f.size, &f.etag)),
-            now.iter().map(|(_, f)| (f.url.as_str(), f.size, &f.etag)),
-        );
-        store::refuse_changes("the input", since, &changes)
-    }
-}
-
-impl JobFile for OverlapFile {
-    fn output_url(&self) -> &str {
-        &self.output.url
-    }
-
-    fn fingerprint(&self) -> String {
-        OverlapFile::fingerprint(self)
-    }
-
-    fn to_json(&self) -> Payload {
-        Payload::encode(self).unwrap_or_default()
-    }
-
-    fn completed<'a>(&'a self, output: &'a StoreUrl) -> BoxFuture<'a, Result<Option<String>>> {
-        Box::pin(async move {
-            match read_success(output).await {
-                Ok(None) => Ok(None),
-                Ok(Some(s)) if s.fingerprint == OverlapFile::fingerprint(self) => {
-                    self.refuse_changed_input(&s.inputs, "this output was made")
-                        .await?;
-                    Ok(Some(s.summary))
-                }
-                Ok(Some(_)) | Err(WorkerError::Corrupt { .. }) => {
-                    Err(WorkerError::Conflict(format!(
-                        "{} already holds the output of a different job (fingerprint mismatch); \
-                         choose another [output] url or remove it",
-                        output.url
-                    )))
-                }
-                Err(e) => Err(e),
-            }
-        })
-    }
-
-    fn plan<'a>(
-        &'a self,
-        _output: &'a StoreUrl,
-        hints: PlanHints,
-    ) -> BoxFuture<'a, Result<Payload>> {
-        Box::pin(async move {
-            let eval = list_side("eval", &self.eval.paths)
-                .await?
-                .into_iter()
-                .map(|(path, file)| EvalInput {
-                    dataset: records::eval_dataset_name(&path),
-                    file,
-                })
-                .collect();
-            let train = list_side("train", &self.train.paths)
-                .await?
-                .into_iter()
-                .map(|(_, f)| f)
-                .collect();
-            let index_budget = self
-                .index
-                .memory
-                .as_deref()
-                .and_then(crate::engine::units::parse_bytes)
-                .unwrap_or(hints.memory_per_worker / 2);
-            encode(&Plan {
-                eval,
-                train,
-                index_budget,
-                whole_gzip_max: (hints.memory_per_worker / 16).min(WHOLE_GZIP_CAP),
-                intermediate_format: INTERMEDIATE_FORMAT_VERSION,
-            })
-        })
-    }
-
-    fn open<'a>(
-        &'a self,
-        output: &'a StoreUrl,
-        plan: Payload,
-    ) -> BoxFuture<'a, Result<Box<dyn JobDriver>>> {
-        Box::pin(async move {
-            let plan: Plan = decode("the journaled plan", &plan)?;
-            plan.check_intermediate_format(output)?;
-            self.refuse_changed_input(&plan.inputs(), "the job was planned")
-                .await?;
-            Ok(Box::new(OverlapDriver {
-                settings: Settings {
-                    whole_gzip_max: plan.whole_gzip_max,
-                    ..self.settings()
-                },
-                fingerprint: OverlapFile::fingerprint(self),
-                plan,
-                index: BTreeMap::new(),
-                groups: 1,
-                scans: BTreeMap::new(),
-                report: None,
-                progress: ProgressLog::default(),
-            }) as Box<dyn JobDriver>)
-        })
-    }
-}
-
 /// Running totals, for `progress/` and `progress_summary.json`.
 #[derive(Debug, Clone, Default, Serialize)]
 struct Totals {
@@ -398,9 +298,8 @@ fn index_groups(postings: u64, budget: u64, partitions: u32) -> u32 {
 }
 
 /// A planned overlap job on the coordinator.
-struct OverlapDriver {
+pub struct OverlapDriver {
     settings: Settings,
-    fingerprint: String,
     plan: Plan,
     index: BTreeMap<u32, IndexOutput>,
     /// Index groups (scan tasks per training file), fixed when the scan stage is made.
@@ -416,7 +315,7 @@ impl OverlapDriver {
         index_groups(postings, self.plan.index_budget, self.settings.partitions)
     }
 
-    fn scan_tasks(&mut self) -> Result<Vec<TaskSpec>> {
+    fn scan_tasks(&mut self) -> Vec<(u32, OverlapTask)> {
         self.groups = self.index_groups();
         let lengths: BTreeSet<u32> = self
             .index
@@ -435,25 +334,23 @@ impl OverlapDriver {
                     .values()
                     .map(|o| o.shuffle_file.clone())
                     .collect();
-                tasks.push(TaskSpec {
-                    id: scan_id(index),
-                    body: encode(&ScanTask {
-                        index,
-                        train_file: t as u32,
-                        file: file.clone(),
-                        group,
-                        groups: self.groups,
-                        index_files,
-                        eval_rows: self.index.values().map(|o| o.counts.rows).collect(),
-                        lengths: lengths.iter().copied().collect(),
-                    })?,
-                });
+                let task = ScanTask {
+                    index,
+                    train_file: t as u32,
+                    file: file.clone(),
+                    group,
+                    groups: self.groups,
+                    index_files,
+                    eval_rows: self.index.values().map(|o| o.counts.rows).collect(),
+                    lengths: lengths.iter().copied().collect(),
+                };
+                tasks.push((index, OverlapTask::Scan(task)));
             }
         }
-        Ok(tasks)
+        tasks
     }
 
-    fn report_task(&self) -> Result<TaskSpec> {
+    fn report_task(&self) -> Result<(u32, OverlapTask)> {
         let eval = self
             .plan
             .eval
@@ -484,14 +381,12 @@ impl OverlapDriver {
                     .collect::<Result<Vec<_>>>()
             })
             .collect::<Result<Vec<_>>>()?;
-        Ok(TaskSpec {
-            id: report_id(),
-            body: encode(&ReportTask {
-                eval,
-                train: self.plan.train.iter().map(|f| f.url.clone()).collect(),
-                events,
-            })?,
-        })
+        let task = ReportTask {
+            eval,
+            train: self.plan.train.iter().map(|f| f.url.clone()).collect(),
+            events,
+        };
+        Ok((0, OverlapTask::Report(task)))
     }
 
     fn summary(&self) -> String {
@@ -563,9 +458,9 @@ fn check_rejects(side: &str, file: u32, got: &Option<String>) -> std::result::Re
     }
 }
 
-impl JobDriver for OverlapDriver {
-    fn settings(&self) -> Payload {
-        Payload::encode(&self.settings).unwrap_or_default()
+impl Driver<NgramOverlap> for OverlapDriver {
+    fn settings(&self) -> &Settings {
+        &self.settings
     }
 
     fn progress_plan(&self) -> ProgressPlan {
@@ -582,7 +477,7 @@ impl JobDriver for OverlapDriver {
         }
     }
 
-    fn stage(&mut self, stage: usize) -> Result<Option<Vec<TaskSpec>>> {
+    fn stage(&mut self, stage: usize) -> Result<Option<Vec<(u32, OverlapTask)>>> {
         Ok(Some(match stage {
             0 => self
                 .plan
@@ -590,32 +485,22 @@ impl JobDriver for OverlapDriver {
                 .iter()
                 .enumerate()
                 .map(|(i, e)| {
-                    Ok(TaskSpec {
-                        id: index_id(i as u32),
-                        body: encode(&IndexTask {
-                            eval_file: i as u32,
-                            file: e.file.clone(),
-                        })?,
-                    })
+                    let task = IndexTask {
+                        eval_file: i as u32,
+                        file: e.file.clone(),
+                    };
+                    (i as u32, OverlapTask::Index(task))
                 })
-                .collect::<Result<Vec<_>>>()?,
-            1 => self.scan_tasks()?,
+                .collect(),
+            1 => self.scan_tasks(),
             2 => vec![self.report_task()?],
             _ => return Ok(None),
         }))
     }
 
-    fn check(
-        &self,
-        task: &TaskSpec,
-        attempt: u32,
-        output: &Payload,
-    ) -> std::result::Result<(), String> {
-        let err = |e: WorkerError| e.to_string();
-        match task.id.stage.as_str() {
-            INDEX => {
-                let t: IndexTask = decode("index task", &task.body).map_err(err)?;
-                let o: IndexOutput = decode("index result", output).map_err(err)?;
+    fn check(&self, done: Done<'_, NgramOverlap>, attempt: u32) -> std::result::Result<(), String> {
+        match done {
+            OverlapDone::Index(t, o) => {
                 if o.shuffle_file != index_shuffle_path(t.eval_file, attempt) {
                     return Err(format!("files not planned for this attempt: {o:?}"));
                 }
@@ -626,9 +511,7 @@ impl JobDriver for OverlapDriver {
                 }
                 Ok(())
             }
-            SCAN => {
-                let t: ScanTask = decode("scan task", &task.body).map_err(err)?;
-                let o: ScanOutput = decode("scan result", output).map_err(err)?;
+            OverlapDone::Scan(t, o) => {
                 if (o.train_file, o.group) != (t.train_file, t.group) {
                     return Err(format!(
                         "a result for training file {} group {}",
@@ -643,8 +526,7 @@ impl JobDriver for OverlapDriver {
                 }
                 check_rejects("train", t.train_file, &o.counts.rejects_file)
             }
-            REPORT => {
-                let o: ReportOutput = decode("report result", output).map_err(err)?;
+            OverlapDone::Report(_, o) => {
                 let train = self.plan.train.len() as u32;
                 let mut allowed: BTreeSet<String> =
                     (0..train).map(|t| instances_path(t, train)).collect();
@@ -656,15 +538,13 @@ impl JobDriver for OverlapDriver {
                 }
                 Ok(())
             }
-            other => Err(format!("a result of an unknown stage {other:?}")),
         }
     }
 
-    fn accept(&mut self, task: TaskId, output: Payload) -> Result<Progressed> {
+    fn accept(&mut self, task: TaskId, output: OverlapOutput) -> Result<Progressed> {
         let t = &mut self.progress.totals;
-        let progressed = match task.stage.as_str() {
-            INDEX => {
-                let o: IndexOutput = decode("index result", &output)?;
+        let progressed = match output {
+            OverlapOutput::Index(o) => {
                 t.eval_records += o.counts.valid();
                 t.eval_rejected += o.counts.rows - o.counts.valid();
                 t.test_ngrams += o.ngrams;
@@ -679,8 +559,7 @@ impl JobDriver for OverlapDriver {
                     bytes: 0,
                 }
             }
-            SCAN => {
-                let o: ScanOutput = decode("scan result", &output)?;
+            OverlapOutput::Scan(o) => {
                 // Every group's scan reads the whole file: its rows count once.
                 let first_group = o.group == 0;
                 if first_group {
@@ -700,16 +579,10 @@ impl JobDriver for OverlapDriver {
                     bytes: 0,
                 }
             }
-            REPORT => {
-                let o: ReportOutput = decode("report result", &output)?;
+            OverlapOutput::Report(o) => {
                 let bytes = o.files.iter().map(|f| f.bytes).sum();
                 self.report = Some(o);
                 Progressed { units: 0, bytes }
-            }
-            other => {
-                return Err(WorkerError::Job(format!(
-                    "a result of an unknown stage {other:?}"
-                )))
             }
         };
         self.progress.accepted += 1;
@@ -758,19 +631,8 @@ impl JobDriver for OverlapDriver {
             if self.report.is_none() {
                 return Err(WorkerError::Job("finished without a report".into()));
             }
-            let summary = self.summary();
-            output
-                .put_json(
-                    SUCCESS,
-                    &Success {
-                        fingerprint: self.fingerprint.clone(),
-                        summary: summary.clone(),
-                        inputs: self.plan.inputs(),
-                    },
-                )
-                .await?;
             output.delete_prefix(WORK_DIR).await?;
-            Ok(summary)
+            Ok(self.summary())
         })
     }
 
@@ -813,36 +675,40 @@ type GroupKey = (String, u32, u32, Vec<String>);
 /// of its last scan for the next scan of the same group, and the buffers small
 /// `.jsonl.gz` files are inflated into.
 #[derive(Default)]
-struct OverlapRunner {
+pub struct OverlapRunner {
     index: Option<(GroupKey, Arc<ngram_index::NgramIndex>)>,
     whole: source::WholeFiles,
 }
 
-impl TaskRunner for OverlapRunner {
+/// What a task's thread gives back: its result, the index group it used (a scan's),
+/// and the inflate buffers.
+type Ran = (
+    OverlapOutput,
+    Option<Arc<ngram_index::NgramIndex>>,
+    source::WholeFiles,
+);
+
+impl Runner<NgramOverlap> for OverlapRunner {
     fn run<'a>(
         &'a mut self,
-        a: &'a Assignment,
+        call: TaskCall<'a, NgramOverlap>,
         _env: TaskEnv<'a>,
-    ) -> BoxFuture<'a, Result<Payload>> {
+    ) -> BoxFuture<'a, Result<OverlapOutput>> {
         Box::pin(async move {
-            let settings: Settings = decode("the job's settings", &a.job.settings)?;
-            let output = StoreUrl::parse(&a.job.output)?;
+            let settings = call.settings.clone();
+            let output = StoreUrl::parse(&call.job.output)?;
             let handle = tokio::runtime::Handle::current();
-            let stage = a.task.id.stage.as_str().to_string();
-            let body = a.task.body.clone();
-            let attempt = a.attempt;
-            let scan: Option<ScanTask> = match stage.as_str() {
-                SCAN => Some(decode("scan task", &body)?),
-                _ => None,
-            };
-            let group: Option<GroupKey> = scan.as_ref().map(|t| {
-                (
-                    a.job.job_id.clone(),
+            let task = call.task.clone();
+            let attempt = call.attempt;
+            let group: Option<GroupKey> = match &task {
+                OverlapTask::Scan(t) => Some((
+                    call.job.job_id.clone(),
                     t.group,
                     t.groups,
                     t.index_files.clone(),
-                )
-            });
+                )),
+                _ => None,
+            };
             let cached = match (&self.index, &group) {
                 (Some((key, index)), Some(want)) if key == want => Some(index.clone()),
                 _ => None,
@@ -851,49 +717,43 @@ impl TaskRunner for OverlapRunner {
             if whole.max != settings.whole_gzip_max {
                 whole = source::WholeFiles::new(settings.whole_gzip_max);
             }
-            let task_id = a.task.id;
-            let joined = tokio::task::spawn_blocking(
-                move || -> Result<(Payload, Option<Arc<ngram_index::NgramIndex>>, source::WholeFiles)> {
-                    let cpu = ThreadCpuTimer::start();
-                    let done = |out| {
-                        tracing::debug!(task = %task_id, attempt, cpu_ms = cpu.elapsed_ms(), "task CPU time");
-                        out
-                    };
-                    match (stage.as_str(), scan) {
-                        (SCAN, Some(task)) => {
-                            let index = match cached {
-                                Some(index) => index,
-                                None => Arc::new(handle.block_on(index::load_index(
-                                    &output,
-                                    &task.index_files,
-                                    &task.eval_rows,
-                                    (&task.lengths, settings.n.last().copied().unwrap_or(0)),
-                                    (task.group, task.groups, settings.partitions),
-                                ))?),
-                            };
-                            let out = scan::run_scan(
-                                &handle, &task, &index, &output, &settings, attempt, &mut whole,
-                            )?;
-                            Ok(done((encode(&out)?, Some(index), whole)))
-                        }
-                        (INDEX, _) => {
-                            let task: IndexTask = decode("index task", &body)?;
-                            let out = index::run_index(
-                                &handle, &task, &output, &settings, attempt, &mut whole,
-                            )?;
-                            Ok(done((encode(&out)?, None, whole)))
-                        }
-                        (REPORT, _) => {
-                            let task: ReportTask = decode("report task", &body)?;
-                            let out = report::run_report(&handle, &task, &output, &settings, &mut whole)?;
-                            Ok(done((encode(&out)?, None, whole)))
-                        }
-                        (other, _) => Err(WorkerError::Job(format!(
-                            "no stage {other:?} in an overlap job"
-                        ))),
+            let task_id = call.id;
+            let joined = tokio::task::spawn_blocking(move || -> Result<Ran> {
+                let cpu = ThreadCpuTimer::start();
+                let done = |out| {
+                    tracing::debug!(task = %task_id, attempt, cpu_ms = cpu.elapsed_ms(), "task CPU time");
+                    out
+                };
+                match task {
+                    OverlapTask::Scan(task) => {
+                        let index = match cached {
+                            Some(index) => index,
+                            None => Arc::new(handle.block_on(index::load_index(
+                                &output,
+                                &task.index_files,
+                                &task.eval_rows,
+                                (&task.lengths, settings.n.last().copied().unwrap_or(0)),
+                                (task.group, task.groups, settings.partitions),
+                            ))?),
+                        };
+                        let out = scan::run_scan(
+                            &handle, &task, &index, &output, &settings, attempt, &mut whole,
+                        )?;
+                        Ok(done((OverlapOutput::Scan(out), Some(index), whole)))
                     }
-                },
-            )
+                    OverlapTask::Index(task) => {
+                        let out = index::run_index(
+                            &handle, &task, &output, &settings, attempt, &mut whole,
+                        )?;
+                        Ok(done((OverlapOutput::Index(out), None, whole)))
+                    }
+                    OverlapTask::Report(task) => {
+                        let out =
+                            report::run_report(&handle, &task, &output, &settings, &mut whole)?;
+                        Ok(done((OverlapOutput::Report(out), None, whole)))
+                    }
+                }
+            })
             .await;
             let (out, index, whole) = joined
                 .map_err(|e| WorkerError::Job(format!("the task's thread failed: {e}")))??;
@@ -905,23 +765,25 @@ impl TaskRunner for OverlapRunner {
         })
     }
 
-    fn discard_unreported<'a>(&'a self, a: &'a Assignment) -> BoxFuture<'a, Result<bool>> {
-        Box::pin(async move { discard_attempt(&a.job, a.task.id, a.attempt).await })
+    fn discard_unreported<'a>(
+        &'a self,
+        call: TaskCall<'a, NgramOverlap>,
+    ) -> BoxFuture<'a, Result<bool>> {
+        Box::pin(async move { discard_attempt(call.job, call.id, call.attempt).await })
     }
 
-    fn forged(&self, a: &Assignment, output: Payload) -> Payload {
-        let key = match a.task.id.stage.as_str() {
-            INDEX => "shuffle_file",
-            SCAN => "events_file",
-            _ => return output,
-        };
-        let Ok(mut value) = output.decode::<serde_json::Value>() else {
-            return output;
-        };
-        if let Some(obj) = value.as_object_mut() {
-            obj.insert(key.into(), "../../elsewhere".into());
+    fn forged(&self, _call: TaskCall<'_, NgramOverlap>, output: OverlapOutput) -> Output<NgramOverlap> {
+        match output {
+            OverlapOutput::Index(mut o) => {
+                o.shuffle_file = "../../elsewhere".into();
+                OverlapOutput::Index(o)
+            }
+            OverlapOutput::Scan(mut o) => {
+                o.events_file = "../../elsewhere".into();
+                OverlapOutput::Scan(o)
+            }
+            report => report,
         }
-        encode(&value).unwrap_or(output)
     }
 }
 

@@ -17,7 +17,6 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::{Deserialize, Serialize};
 
 use super::tokenize::TokenizerKind;
-use crate::engine::protocol::TaskId;
 
 /// Index the eval files' n-grams.
 pub const INDEX: &str = "index";
@@ -45,14 +44,14 @@ pub const PROGRESS_SUMMARY: &str = "progress_summary.json";
 /// Intermediate files of the running job (removed when it completes).
 pub const WORK_DIR: &str = "_job/overlap";
 
-pub fn index_id(eval_file: u32) -> TaskId {
-    TaskId::new(INDEX, eval_file)
-}
-pub fn scan_id(index: u32) -> TaskId {
-    TaskId::new(SCAN, index)
-}
-pub fn report_id() -> TaskId {
-    TaskId::new(REPORT, 0)
+crate::stages! {
+    /// An overlap task: an index (task index: its eval file), a scan (task index:
+    /// `group * training files + training file`) or the report (task index 0).
+    pub enum OverlapTask, OverlapOutput, OverlapDone {
+        Index(INDEX): IndexTask => IndexOutput,
+        Scan(SCAN): ScanTask => ScanOutput,
+        Report(REPORT): ReportTask => ReportOutput,
+    }
 }
 
 /// Attempt `attempt` of index task `eval_file`: its index shuffle file.
@@ -104,14 +103,9 @@ impl Settings {
     }
 }
 
-/// An input file, pinned when the job was planned.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct InputFile {
-    pub url: String,
-    pub size: u64,
-    /// ETag (local: inode, mtime and size): a task refuses a file that changed.
-    pub etag: Option<String>,
-}
+/// An input file, pinned when the job was planned (a task refuses a file that
+/// changed).
+pub use crate::engine::inputs::PinnedFile as InputFile;
 
 /// Index eval file number `eval_file`.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -155,21 +155,6 @@ impl OverlapFile {
         Ok(())
     }
 
-    /// blake3 of what determines the output bytes (not `[index]`: it only decides
-    /// where an n-gram is looked up and how the index is split).
-    pub fn fingerprint(&self) -> String {
-        let canonical = serde_json::json!({
-            "kind": super::NAME,
-            "eval": self.eval,
-            "train": self.train,
-            "ngrams": self.ngrams,
-            "output": self.output,
-            "format": super::protocol::OUTPUT_FORMAT_VERSION,
-        });
-        blake3::hash(canonical.to_string().as_bytes())
-            .to_hex()
-            .to_string()
-    }
 
     /// What every task needs.
     pub fn settings(&self) -> Settings {
@@ -189,7 +174,8 @@ impl OverlapFile {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::job::JobKind;
+    use crate::engine::job::fingerprint_of;
+    use crate::engine::kind::KindFile;
 
     const FULL: &str = r#"
 kind = "ngram_overlap"
@@ -210,7 +196,8 @@ workers = 2
 "#;
 
     fn load(text: &str) -> std::result::Result<(), String> {
-        super::super::NgramOverlap
+        crate::jobs::kind("ngram_overlap")
+            .unwrap()
             .load("o.toml", text)
             .map(|_| ())
             .map_err(|e| e.to_string())
@@ -255,7 +242,8 @@ workers = 2
         let b: OverlapFile =
             toml::from_str(&FULL.replace("partitions = 16", "memory = \"1KiB\"")).unwrap();
         let c: OverlapFile = toml::from_str(&FULL.replace("[13, 8]", "[13]")).unwrap();
-        assert_eq!(a.fingerprint(), b.fingerprint());
-        assert_ne!(a.fingerprint(), c.fingerprint());
+        let fingerprint = |f: &OverlapFile| fingerprint_of(&f.identity());
+        assert_eq!(fingerprint(&a), fingerprint(&b));
+        assert_ne!(fingerprint(&a), fingerprint(&c));
     }
 }

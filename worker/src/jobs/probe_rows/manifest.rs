@@ -1,5 +1,5 @@
 //! The probe-rows job's manifest (`manifest.json`): what the output holds and how it
-//! was made; written with `_SUCCESS` when every reduce is done.
+//! was made; written when every reduce is done, before the engine's `_SUCCESS`.
 
 use std::collections::BTreeMap;
 
@@ -73,7 +73,8 @@ pub const SPLIT_FUNCTION: &str =
 pub const SPLIT_FUNCTION_WITH_VAL: &str =
     "bucket = u64_le(blake3(u64_le(split_seed) || canonical src_addr text)[0..8]) % 1000000; test if bucket < test_fraction * 1000000, else val if bucket < (test_fraction + val_fraction) * 1000000, else train";
 
-/// Writes the manifest and `_SUCCESS`, and removes the shuffle files.
+/// Writes the manifest and removes the shuffle files (the engine writes `_SUCCESS`,
+/// last).
 pub async fn finalize(
     output: &StoreUrl,
     fingerprint: &str,
@@ -142,7 +143,6 @@ pub async fn finalize(
         totals: totals.clone(),
     };
     output.put_json(MANIFEST, &manifest).await?;
-    output.put(&output.child("_SUCCESS"), Vec::new()).await?;
     output.delete_prefix("_job/shuffle").await?;
     remove_losing_rejects(output, maps).await?;
     Ok(totals)

@@ -8,32 +8,28 @@
 use super::manifest::InputFile;
 use super::map::attempt_of_shuffle_file;
 use super::protocol::{MapAttempts, MapOutput, MapTask, ReduceTask};
-use crate::engine::store;
+use crate::engine::inputs::ListedFile;
 use futures::{StreamExt, TryStreamExt};
 
 use crate::error::{Result, WorkerError};
 
-/// Lists the input and plans the map tasks.
-pub async fn plan_maps(url: &str, rows_per_task: u64) -> Result<(Vec<InputFile>, Vec<MapTask>)> {
-    let (base, files) = store::list_matching(url).await?;
-    if files.is_empty() {
-        return Err(WorkerError::Job(format!("no input files match {url}")));
-    }
-    // Footers are read concurrently; the plan's order is the sorted file order.
+/// Plans the map tasks of the listed input files (their footers read concurrently;
+/// the plan's order is the listed order).
+pub async fn plan_maps(
+    listed: &[ListedFile],
+    rows_per_task: u64,
+) -> Result<(Vec<InputFile>, Vec<MapTask>)> {
     let footers: Vec<(InputFile, Vec<u64>)> =
-        futures::stream::iter(files.into_iter().map(|meta| {
-            let url = base.display(&meta.location);
-            async move {
-                let groups = super::map::row_groups(&url, meta.size).await?;
-                let file = InputFile {
-                    url,
-                    size: meta.size,
-                    etag: meta.e_tag,
-                    last_modified: meta.last_modified.to_rfc3339(),
-                    rows: groups.iter().sum(),
-                };
-                Ok::<_, WorkerError>((file, groups))
-            }
+        futures::stream::iter(listed.iter().cloned().map(|f| async move {
+            let groups = super::map::row_groups(&f.file.url, f.file.size).await?;
+            let file = InputFile {
+                url: f.file.url,
+                size: f.file.size,
+                etag: f.file.etag,
+                last_modified: f.last_modified,
+                rows: groups.iter().sum(),
+            };
+            Ok::<_, WorkerError>((file, groups))
         }))
         .buffered(8)
         .try_collect()
@@ -113,21 +109,6 @@ pub fn cut_row_groups(groups: &[u64], rows_per_task: u64) -> Vec<Cut> {
         }
     }
     cuts
-}
-
-/// How the input differs from the planned file list: one line per changed, added or
-/// vanished file (empty when it is the same). A file is the same when its size and
-/// ETag (local: inode, mtime and size) are.
-pub async fn input_changes(url: &str, planned: &[InputFile]) -> Result<Vec<String>> {
-    let (base, files) = store::list_matching(url).await?;
-    let now: Vec<(String, u64, Option<String>)> = files
-        .into_iter()
-        .map(|m| (base.display(&m.location), m.size, m.e_tag))
-        .collect();
-    Ok(store::pin_changes(
-        planned.iter().map(|f| (f.url.as_str(), f.size, &f.etag)),
-        now.iter().map(|(u, s, e)| (u.as_str(), *s, e)),
-    ))
 }
 
 /// One reduce task per partition, from all map outputs (every map, in map order):

@@ -10,21 +10,19 @@ use std::collections::BTreeMap;
 use probeflow_reader::row::SplitRule;
 use serde::{Deserialize, Serialize};
 
-use crate::engine::protocol::TaskId;
 
 /// The map stage: one task per input row range.
 pub const MAP: &str = "map";
 /// The reduce stage: one task per output partition.
 pub const REDUCE: &str = "reduce";
 
-/// The task id of map task `index`.
-pub fn map_id(index: usize) -> TaskId {
-    TaskId::new(MAP, index as u32)
-}
-
-/// The task id of the reduce of `partition`.
-pub fn reduce_id(partition: u32) -> TaskId {
-    TaskId::new(REDUCE, partition)
+crate::stages! {
+    /// A probe-rows task: a map (task index: its index in the plan) or a reduce (task
+    /// index: its partition).
+    pub enum ProbeTask, ProbeOutput, ProbeDone {
+        Map(MAP): MapTask => MapOutput,
+        Reduce(REDUCE): ReduceTask => ReduceOutput,
+    }
 }
 
 /// What every task of a probe-rows job needs to know, fixed for the whole job (sent as

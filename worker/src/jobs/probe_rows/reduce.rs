@@ -39,7 +39,7 @@ use probeflow_reader::row::{addr::addr_from_bytes, Row, RowBuilder, Split};
 use super::key;
 use super::map::shuffle_path;
 use super::protocol::{shard_path, MapAttempts, ReduceOutput, ReduceTask, Settings, ShardInfo};
-use crate::engine::job::WorkerConfig;
+use crate::engine::kind::WorkerConfig;
 use crate::engine::protocol::JobContext;
 use crate::engine::scratch::JobScratch;
 use crate::engine::shuffle;

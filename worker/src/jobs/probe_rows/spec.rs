@@ -49,6 +49,11 @@ pub struct InputSpec {
     /// RTTs above this (ms), and infinite ones, are rejected.
     #[serde(default = "default_max_rtt_ms")]
     pub max_rtt_ms: f64,
+    /// Rows per map task (default: a tenth of `[run] memory_per_worker` at ~100 bytes
+    /// a row, 100k–4M). How the job runs, not what it writes: not in the fingerprint
+    /// (nor the journaled sections).
+    #[serde(default, skip_serializing)]
+    pub rows_per_map_task: Option<u64>,
 }
 
 fn default_earliest_event_time() -> String {
@@ -156,6 +161,9 @@ impl ProbeRowsFile {
             }
             _ => {}
         }
+        if self.input.rows_per_map_task == Some(0) {
+            return Err("[input] rows_per_map_task must be at least 1".into());
+        }
         let earliest = parse_instant(&self.input.earliest_event_time)
             .map_err(|e| format!("[input] earliest_event_time: {e}"))?;
         if let Some(latest) = &self.input.latest_event_time {
@@ -196,18 +204,6 @@ impl ProbeRowsFile {
         Ok(())
     }
 
-    /// blake3 of what determines the output bytes.
-    pub fn fingerprint(&self) -> String {
-        let canonical = serde_json::json!({
-            "input": self.input,
-            "output": self.output,
-            "split": self.split,
-            "row_format": probeflow_reader::row::codec::ROW_FORMAT_VERSION,
-        });
-        blake3::hash(canonical.to_string().as_bytes())
-            .to_hex()
-            .to_string()
-    }
 
     /// The plausibility limits of a job planned at `planned_at` (Unix seconds): the
     /// window's default end is one day later. Call once, when planning; resumes use
@@ -248,7 +244,8 @@ impl ProbeRowsFile {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::engine::job::JobKind;
+    use crate::engine::job::fingerprint_of;
+    use crate::engine::kind::KindFile;
 
     const FULL: &str = r#"
 [input]
@@ -277,7 +274,8 @@ scratch = "/tmp/probeflow"
     #[test]
     fn errors_name_the_file_the_key_and_its_line() {
         let bad = FULL.replace("shards = 64", "shards = 64\nshard_count = 3");
-        let err = super::super::ProbeRows
+        let kind = crate::jobs::kind("probe_rows").unwrap();
+        let err = kind
             .load("x.toml", &bad)
             .unwrap_err()
             .to_string();
@@ -285,16 +283,17 @@ scratch = "/tmp/probeflow"
             err.contains("x.toml") && err.contains("shard_count") && err.contains("line"),
             "{err}"
         );
-        assert!(super::super::ProbeRows.load("x.toml", FULL).is_ok());
+        assert!(kind.load("x.toml", FULL).is_ok());
     }
 
     #[test]
     fn a_val_fraction_of_zero_is_the_two_way_job() {
         let two_way = parse(FULL).unwrap();
         let zero = parse(&FULL.replace("seed = 17", "seed = 17\nval_fraction = 0.0")).unwrap();
-        assert_eq!(zero.fingerprint(), two_way.fingerprint());
+        let fingerprint = |f: &ProbeRowsFile| fingerprint_of(&f.identity());
+        assert_eq!(fingerprint(&zero), fingerprint(&two_way));
         let with_val = parse(&FULL.replace("seed = 17", "seed = 17\nval_fraction = 0.1")).unwrap();
-        assert_ne!(with_val.fingerprint(), two_way.fingerprint());
+        assert_ne!(fingerprint(&with_val), fingerprint(&two_way));
         assert_eq!(with_val.settings(with_val.plausible(0)).val_fraction, 0.1);
         for bad in [
             "val_fraction = -0.1",
