@@ -225,9 +225,11 @@ impl RunSpec {
             return Err("[run] output_lock_seconds must be at least 3".into());
         }
         if self.rows_per_map_task.is_some() {
-            return Err("[run] rows_per_map_task is now [input] rows_per_map_task (a setting \
+            return Err(
+                "[run] rows_per_map_task is now [input] rows_per_map_task (a setting \
                         of the probe_rows kind, not of the engine): move it there"
-                .into());
+                    .into(),
+            );
         }
         if let Some(tls) = &self.tls {
             if tls.handshake_timeout_seconds == 0 {

@@ -9,7 +9,7 @@ use probeflow_worker::engine::protocol::{Payload, TaskId};
 use probeflow_worker::engine::store::StoreUrl;
 use probeflow_worker::jobs;
 
-use crate::engine::driver::EXCLUDED_WORKERS;
+use crate::engine::coordinator_actor::EXCLUDED_WORKERS;
 use crate::engine::journal::Journal;
 use crate::error::Result;
 

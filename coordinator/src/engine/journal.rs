@@ -63,6 +63,21 @@ pub fn task_path(task: TaskId) -> String {
     probeflow_worker::engine::protocol::journal_entry_path(task)
 }
 
+/// Writes the journal entry of attempt `attempt` of `task`, whose result is `output`:
+/// the result counts once this returns `Ok` (an error says why, naming the entry).
+pub async fn write_entry(
+    out: &StoreUrl,
+    task: TaskId,
+    attempt: u32,
+    output: &Payload,
+) -> std::result::Result<(), String> {
+    let bytes =
+        serde_json::to_vec_pretty(&TaskRecord { attempt, output }).map_err(|e| e.to_string())?;
+    out.put(&out.child(&task_path(task)), bytes)
+        .await
+        .map_err(|e| e.to_string())
+}
+
 fn decode<T: DeserializeOwned>(out: &StoreUrl, rel: &str, bytes: &[u8]) -> Result<T> {
     serde_json::from_slice(bytes).map_err(|e| JobError::Journal {
         path: out.display(&out.child(rel)),

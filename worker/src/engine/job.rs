@@ -14,8 +14,8 @@ use std::marker::PhantomData;
 
 use crate::engine::inputs::{InputSource, ListedFile};
 use crate::engine::kind::{
-    BoxFuture, Driver, Kind, KindFile, Output, PlanContext, ProgressFile, ProgressPlan,
-    Progressed, Runner, TaskCall, TaskEnv,
+    BoxFuture, Driver, Kind, KindFile, Output, PlanContext, ProgressFile, ProgressPlan, Progressed,
+    Runner, TaskCall, TaskEnv,
 };
 use crate::engine::protocol::{Assignment, JobContext, Payload, TaskId, TaskSpec};
 use crate::engine::stages::{StageSet, Stages};
@@ -80,7 +80,12 @@ pub trait JobDriver: Send {
     /// See [`Driver::stage`].
     fn stage(&mut self, stage: usize) -> Result<Option<Vec<TaskSpec>>>;
     /// See [`Driver::check`]; a result that does not decode is refused too.
-    fn check(&self, task: &TaskSpec, attempt: u32, output: &Payload) -> std::result::Result<(), String>;
+    fn check(
+        &self,
+        task: &TaskSpec,
+        attempt: u32,
+        output: &Payload,
+    ) -> std::result::Result<(), String>;
     /// See [`Driver::accept`].
     fn accept(&mut self, task: TaskId, output: &Payload) -> Result<Progressed>;
     /// See [`Driver::record_progress`].
@@ -98,7 +103,11 @@ pub trait JobDriver: Send {
 
 /// Runs one kind's tasks on a worker, its types erased.
 pub trait TaskRunner: Send {
-    fn run<'a>(&'a mut self, task: &'a Assignment, env: TaskEnv<'a>) -> BoxFuture<'a, Result<Payload>>;
+    fn run<'a>(
+        &'a mut self,
+        task: &'a Assignment,
+        env: TaskEnv<'a>,
+    ) -> BoxFuture<'a, Result<Payload>>;
     /// See [`Runner::discard_unreported`].
     fn discard_unreported<'a>(&'a self, task: &'a Assignment) -> BoxFuture<'a, Result<bool>>;
     /// See [`Runner::simulated`].
@@ -180,7 +189,9 @@ impl<K: Kind> JobKind for K {
         };
         let results: Vec<(TaskId, Output<K>)> = results
             .iter()
-            .filter_map(|(id, body)| Some((*id, Output::<K>::decode(id.stage.as_str(), body).ok()?)))
+            .filter_map(|(id, body)| {
+                Some((*id, Output::<K>::decode(id.stage.as_str(), body).ok()?))
+            })
             .collect();
         Kind::planned_tasks(self, &file, &plan, &results)
     }
@@ -272,7 +283,12 @@ impl<K: Kind> JobDriver for DriverOf<K> {
             .map(Some)
     }
 
-    fn check(&self, task: &TaskSpec, attempt: u32, output: &Payload) -> std::result::Result<(), String> {
+    fn check(
+        &self,
+        task: &TaskSpec,
+        attempt: u32,
+        output: &Payload,
+    ) -> std::result::Result<(), String> {
         let stage = task.id.stage.as_str();
         let t = K::Task::decode(stage, &task.body).map_err(|e| e.to_string())?;
         let o = Output::<K>::decode(stage, output).map_err(|e| e.to_string())?;
@@ -317,7 +333,11 @@ fn decoded<K: Kind>(a: &Assignment) -> Result<(K::Task, K::Settings)> {
     Ok((task, settings))
 }
 
-fn call<'a, K: Kind>(a: &'a Assignment, task: &'a K::Task, settings: &'a K::Settings) -> TaskCall<'a, K> {
+fn call<'a, K: Kind>(
+    a: &'a Assignment,
+    task: &'a K::Task,
+    settings: &'a K::Settings,
+) -> TaskCall<'a, K> {
     TaskCall {
         id: a.task.id,
         task,
@@ -328,7 +348,11 @@ fn call<'a, K: Kind>(a: &'a Assignment, task: &'a K::Task, settings: &'a K::Sett
 }
 
 impl<K: Kind> TaskRunner for RunnerOf<K> {
-    fn run<'a>(&'a mut self, a: &'a Assignment, env: TaskEnv<'a>) -> BoxFuture<'a, Result<Payload>> {
+    fn run<'a>(
+        &'a mut self,
+        a: &'a Assignment,
+        env: TaskEnv<'a>,
+    ) -> BoxFuture<'a, Result<Payload>> {
         Box::pin(async move {
             let (task, settings) = decoded::<K>(a)?;
             let output = self.runner.run(call(a, &task, &settings), env).await?;
@@ -363,7 +387,8 @@ impl<K: Kind> TaskRunner for RunnerOf<K> {
 
     fn forged(&self, a: &Assignment, output: Payload) -> Payload {
         let stage = a.task.id.stage.as_str();
-        let (Ok((task, settings)), Ok(out)) = (decoded::<K>(a), Output::<K>::decode(stage, &output))
+        let (Ok((task, settings)), Ok(out)) =
+            (decoded::<K>(a), Output::<K>::decode(stage, &output))
         else {
             return output;
         };

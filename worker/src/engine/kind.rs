@@ -57,14 +57,16 @@ pub trait Kind: Send + Sync + Sized + 'static {
         context: PlanContext<'a>,
     ) -> BoxFuture<'a, Result<Self::Plan>>;
     /// The driver of a planned job (the engine has refused input that changed).
-    fn open(&self, file: &Self::File, output: &StoreUrl, plan: Self::Plan)
-        -> Result<Self::Driver>;
+    fn open(&self, file: &Self::File, output: &StoreUrl, plan: Self::Plan) -> Result<Self::Driver>;
     /// A worker's runner of this kind's tasks (one per worker actor: it may keep
     /// caches from task to task).
     fn runner(&self) -> Self::Runner;
     /// For `coordinator status`: lines describing a finished output, after the
     /// summary of its completion marker. The default adds none.
-    fn describe_finished<'a>(&'a self, _output: &'a StoreUrl) -> BoxFuture<'a, Result<Vec<String>>> {
+    fn describe_finished<'a>(
+        &'a self,
+        _output: &'a StoreUrl,
+    ) -> BoxFuture<'a, Result<Vec<String>>> {
         Box::pin(async { Ok(Vec::new()) })
     }
     /// For `coordinator status`: each stage's task count in a journaled job given the
@@ -79,6 +81,8 @@ pub trait Kind: Send + Sync + Sized + 'static {
 
 /// A kind's results, one variant per stage.
 pub type Output<K> = <<K as Kind>::Task as Stages>::Output;
+/// A stage's tasks, each with its index in the stage.
+pub type StageTasks<K> = Vec<(u32, <K as Kind>::Task)>;
 /// A kind's task paired with its result of the same stage.
 pub type Done<'a, K> = <<K as Kind>::Task as Stages>::Done<'a>;
 
@@ -142,7 +146,7 @@ pub trait Driver<K: Kind>: Send + 'static {
     /// The tasks of stage `stage` (from 0) with their indices in the stage, given every
     /// result accepted so far (all of the stages before it); `None` when the job has
     /// no more stages.
-    fn stage(&mut self, stage: usize) -> Result<Option<Vec<(u32, K::Task)>>>;
+    fn stage(&mut self, stage: usize) -> Result<Option<StageTasks<K>>>;
     /// Checks a result against its task before it counts (a refused result is a
     /// failed attempt): it may name only what was planned for this task and attempt.
     fn check(&self, done: Done<'_, K>, attempt: u32) -> std::result::Result<(), String>;

@@ -180,7 +180,9 @@ mod tests {
 
     #[test]
     fn a_body_decodes_as_its_stages_variant_and_encodes_without_its_stage() {
-        let task = Task::Split(Split { file: "a.txt".into() });
+        let task = Task::Split(Split {
+            file: "a.txt".into(),
+        });
         assert_eq!(task.stage(), "split");
         let body = task.encode().unwrap();
         assert_eq!(body.json(), r#"{"file":"a.txt"}"#);
@@ -198,8 +200,13 @@ mod tests {
 
     #[test]
     fn an_unknown_stage_and_a_wrong_body_are_errors_that_say_which() {
-        let err = Task::decode("reduce", &Payload::null()).unwrap_err().to_string();
-        assert!(err.contains("\"reduce\"") && err.contains("[\"split\", \"sum\"]"), "{err}");
+        let err = Task::decode("reduce", &Payload::null())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("\"reduce\"") && err.contains("[\"split\", \"sum\"]"),
+            "{err}"
+        );
         let err = Output::decode("split", &Payload::encode(&"x").unwrap())
             .unwrap_err()
             .to_string();

@@ -5,9 +5,14 @@ use crate::engine::job::{find_kind, JobKind};
 
 pub mod ngram_overlap;
 pub mod probe_rows;
+pub mod word_count;
 
 /// Every job kind, by its name in job files.
-pub static KINDS: &[&'static dyn JobKind] = &[&probe_rows::ProbeRows, &ngram_overlap::NgramOverlap];
+pub static KINDS: &[&'static dyn JobKind] = &[
+    &probe_rows::ProbeRows,
+    &ngram_overlap::NgramOverlap,
+    &word_count::WordCount,
+];
 
 /// The kind of a job file without `kind = "..."`.
 pub const DEFAULT_KIND: &str = probe_rows::NAME;

@@ -55,7 +55,7 @@ use serde::{Deserialize, Serialize};
 use crate::engine::inputs::InputSource;
 use crate::engine::kind::{
     BoxFuture, Done, Driver, Kind, KindFile, Output, PlanContext, ProgressFile, ProgressPlan,
-    Progressed, Runner, TaskCall, TaskEnv,
+    Progressed, Runner, StageTasks, TaskCall, TaskEnv,
 };
 use crate::engine::protocol::{JobContext, TaskId};
 use crate::engine::store::StoreUrl;
@@ -64,8 +64,8 @@ use crate::error::{Result, WorkerError};
 use protocol::{
     events_path, index_shuffle_path, instances_path, rejects_path, EvalFile, IndexOutput,
     IndexTask, InputFile, OverlapDone, OverlapOutput, OverlapTask, ReportOutput, ReportTask,
-    ScanOutput, ScanTask, Settings, DETAILS, INDEX, INTERMEDIATE_FORMAT_VERSION,
-    PROGRESS_SUMMARY, REPORT, SCAN, STATS, SUCCESS, WORK_DIR,
+    ScanOutput, ScanTask, Settings, DETAILS, INDEX, INTERMEDIATE_FORMAT_VERSION, PROGRESS_SUMMARY,
+    REPORT, SCAN, STATS, SUCCESS, WORK_DIR,
 };
 use spec::OverlapFile;
 
@@ -85,7 +85,11 @@ impl Kind for NgramOverlap {
     type Driver = OverlapDriver;
     type Runner = OverlapRunner;
 
-    fn plan<'a>(&'a self, file: &'a OverlapFile, context: PlanContext<'a>) -> BoxFuture<'a, Result<Plan>> {
+    fn plan<'a>(
+        &'a self,
+        file: &'a OverlapFile,
+        context: PlanContext<'a>,
+    ) -> BoxFuture<'a, Result<Plan>> {
         Box::pin(async move {
             let mut eval = Vec::new();
             let mut train = Vec::new();
@@ -135,7 +139,10 @@ impl Kind for NgramOverlap {
         OverlapRunner::default()
     }
 
-    fn describe_finished<'a>(&'a self, _output: &'a StoreUrl) -> BoxFuture<'a, Result<Vec<String>>> {
+    fn describe_finished<'a>(
+        &'a self,
+        _output: &'a StoreUrl,
+    ) -> BoxFuture<'a, Result<Vec<String>>> {
         Box::pin(async { Ok(vec![format!("statistics in {STATS}, records in {DETAILS}")]) })
     }
 
@@ -157,7 +164,11 @@ impl Kind for NgramOverlap {
         let scans = (index.len() == plan.eval.len()).then(|| {
             let postings = index.iter().map(|o| o.ngrams).sum();
             plan.train.len() as u64
-                * u64::from(index_groups(postings, plan.index_budget, file.index.partitions))
+                * u64::from(index_groups(
+                    postings,
+                    plan.index_budget,
+                    file.index.partitions,
+                ))
         });
         vec![
             (INDEX, Some(plan.eval.len() as u64)),
@@ -477,7 +488,7 @@ impl Driver<NgramOverlap> for OverlapDriver {
         }
     }
 
-    fn stage(&mut self, stage: usize) -> Result<Option<Vec<(u32, OverlapTask)>>> {
+    fn stage(&mut self, stage: usize) -> Result<Option<StageTasks<NgramOverlap>>> {
         Ok(Some(match stage {
             0 => self
                 .plan
@@ -772,7 +783,11 @@ impl Runner<NgramOverlap> for OverlapRunner {
         Box::pin(async move { discard_attempt(call.job, call.id, call.attempt).await })
     }
 
-    fn forged(&self, _call: TaskCall<'_, NgramOverlap>, output: OverlapOutput) -> Output<NgramOverlap> {
+    fn forged(
+        &self,
+        _call: TaskCall<'_, NgramOverlap>,
+        output: OverlapOutput,
+    ) -> Output<NgramOverlap> {
         match output {
             OverlapOutput::Index(mut o) => {
                 o.shuffle_file = "../../elsewhere".into();

@@ -155,7 +155,6 @@ impl OverlapFile {
         Ok(())
     }
 
-
     /// What every task needs.
     pub fn settings(&self) -> Settings {
         let mut n = self.ngrams.n.clone();

@@ -35,13 +35,15 @@ use serde::{Deserialize, Serialize};
 use crate::engine::inputs::InputSource;
 use crate::engine::kind::{
     BoxFuture, Done, Driver, Kind, KindFile, PlanContext, ProgressPlan, Progressed, Runner,
-    TaskCall, TaskEnv,
+    StageTasks, TaskCall, TaskEnv,
 };
 use crate::engine::protocol::{JobContext, TaskId};
 use crate::engine::store::StoreUrl;
 use crate::error::Result;
 use manifest::{InputFile, Totals};
-use protocol::{MapOutput, MapTask, Plausible, ProbeDone, ProbeOutput, ProbeTask, ReduceOutput, Settings};
+use protocol::{
+    MapOutput, MapTask, Plausible, ProbeDone, ProbeOutput, ProbeTask, ReduceOutput, Settings,
+};
 use spec::ProbeRowsFile;
 
 /// The kind's name in job files (the default kind).
@@ -79,10 +81,8 @@ impl Kind for ProbeRows {
                     crate::engine::inputs::list_inputs(&[generated]).await?
                 }
             };
-            let rows_per_task = rows_per_map_task(
-                file.input.rows_per_map_task,
-                context.memory_per_worker,
-            );
+            let rows_per_task =
+                rows_per_map_task(file.input.rows_per_map_task, context.memory_per_worker);
             let (inputs, maps) = plan::plan_maps(&listed, rows_per_task).await?;
             let planned_at = std::time::SystemTime::now()
                 .duration_since(std::time::UNIX_EPOCH)
@@ -96,7 +96,12 @@ impl Kind for ProbeRows {
         })
     }
 
-    fn open(&self, file: &ProbeRowsFile, _output: &StoreUrl, plan: Plan) -> Result<ProbeRowsDriver> {
+    fn open(
+        &self,
+        file: &ProbeRowsFile,
+        _output: &StoreUrl,
+        plan: Plan,
+    ) -> Result<ProbeRowsDriver> {
         Ok(ProbeRowsDriver {
             settings: file.settings(plan.plausible),
             fingerprint: crate::engine::job::fingerprint_of(&file.identity()),
@@ -175,7 +180,12 @@ impl KindFile for ProbeRowsFile {
 
     fn inputs(&self) -> Vec<InputSource> {
         // Generated input is the job's own, made again alike on a resume.
-        self.input.url.clone().map(parquet_source).into_iter().collect()
+        self.input
+            .url
+            .clone()
+            .map(parquet_source)
+            .into_iter()
+            .collect()
     }
 }
 
@@ -234,7 +244,7 @@ impl Driver<ProbeRows> for ProbeRowsDriver {
         }
     }
 
-    fn stage(&mut self, stage: usize) -> Result<Option<Vec<(u32, ProbeTask)>>> {
+    fn stage(&mut self, stage: usize) -> Result<Option<StageTasks<ProbeRows>>> {
         Ok(Some(match stage {
             0 => self
                 .plan
@@ -321,8 +331,14 @@ impl Runner<ProbeRows> for ProbeRowsRunner {
         Box::pin(async move {
             Ok(match call.task {
                 ProbeTask::Map(task) => ProbeOutput::Map(
-                    map::run_map(task, call.job, call.settings, call.attempt, &mut self.addresses)
-                        .await?,
+                    map::run_map(
+                        task,
+                        call.job,
+                        call.settings,
+                        call.attempt,
+                        &mut self.addresses,
+                    )
+                    .await?,
                 ),
                 ProbeTask::Reduce(task) => ProbeOutput::Reduce(
                     reduce::run_reduce(
@@ -339,7 +355,10 @@ impl Runner<ProbeRows> for ProbeRowsRunner {
         })
     }
 
-    fn discard_unreported<'a>(&'a self, call: TaskCall<'a, ProbeRows>) -> BoxFuture<'a, Result<bool>> {
+    fn discard_unreported<'a>(
+        &'a self,
+        call: TaskCall<'a, ProbeRows>,
+    ) -> BoxFuture<'a, Result<bool>> {
         Box::pin(async move {
             let ProbeTask::Map(task) = call.task else {
                 return Ok(false);

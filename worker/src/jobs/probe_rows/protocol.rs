@@ -10,7 +10,6 @@ use std::collections::BTreeMap;
 use probeflow_reader::row::SplitRule;
 use serde::{Deserialize, Serialize};
 
-
 /// The map stage: one task per input row range.
 pub const MAP: &str = "map";
 /// The reduce stage: one task per output partition.

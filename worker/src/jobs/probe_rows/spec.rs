@@ -204,7 +204,6 @@ impl ProbeRowsFile {
         Ok(())
     }
 
-
     /// The plausibility limits of a job planned at `planned_at` (Unix seconds): the
     /// window's default end is one day later. Call once, when planning; resumes use
     /// the journaled value.
@@ -275,10 +274,7 @@ scratch = "/tmp/probeflow"
     fn errors_name_the_file_the_key_and_its_line() {
         let bad = FULL.replace("shards = 64", "shards = 64\nshard_count = 3");
         let kind = crate::jobs::kind("probe_rows").unwrap();
-        let err = kind
-            .load("x.toml", &bad)
-            .unwrap_err()
-            .to_string();
+        let err = kind.load("x.toml", &bad).unwrap_err().to_string();
         assert!(
             err.contains("x.toml") && err.contains("shard_count") && err.contains("line"),
             "{err}"

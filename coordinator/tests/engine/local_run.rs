@@ -1,0 +1,98 @@
+//! The whole engine in one process: `run_job` in local mode (the coordinator actor
+//! and two worker actors) runs the word-count job, answers "already complete" for a
+//! finished output, and refuses one whose input changed or that another job made.
+
+use probeflow_coordinator::engine::driver::{run_job, RunOutcome};
+use probeflow_coordinator::spec::JobSpec;
+use probeflow_coordinator::JobError;
+
+use crate::bed::{EXPECTED_COUNTS, TEXTS};
+
+/// A local-mode word-count job file over [`TEXTS`] (written once) with `extra` in `[run]`.
+fn job_file(dir: &std::path::Path, extra: &str) -> std::path::PathBuf {
+    let input = dir.join("in");
+    std::fs::create_dir_all(&input).unwrap();
+    for (i, text) in TEXTS.iter().enumerate() {
+        let file = input.join(format!("t{i}.txt"));
+        if !file.exists() {
+            std::fs::write(file, text).unwrap();
+        }
+    }
+    let job = dir.join("job.toml");
+    std::fs::write(
+        &job,
+        format!(
+            "kind = \"word_count\"\n[input]\npaths = [\"{}\"]\n[output]\nurl = \"{}\"\n\
+             [run]\nworkers = 2\nmemory_per_worker = \"64MiB\"\nscratch = \"{}\"\n{extra}",
+            input.display(),
+            dir.join("out").display(),
+            dir.join("scratch").display()
+        ),
+    )
+    .unwrap();
+    job
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_local_run_finishes_and_a_finished_output_is_not_run_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = JobSpec::load(&job_file(dir.path(), "")).unwrap();
+    let outcome = run_job(&spec).await.unwrap();
+    let RunOutcome::Completed {
+        summary,
+        tasks_run,
+        tasks_resumed,
+    } = outcome
+    else {
+        panic!("{outcome:?}");
+    };
+    assert_eq!(summary, "9 words, 5 distinct, in 3 files");
+    assert_eq!((tasks_run, tasks_resumed), (4, 0));
+    let out = dir.path().join("out");
+    assert_eq!(
+        std::fs::read_to_string(out.join("word_counts.tsv")).unwrap(),
+        EXPECTED_COUNTS
+    );
+    assert_eq!(
+        crate::bed::files_under(&out.join("_job/counts")),
+        Vec::<String>::new()
+    );
+
+    assert_eq!(
+        run_job(&spec).await.unwrap(),
+        RunOutcome::AlreadyComplete(summary.clone())
+    );
+    // With other [run] settings it is the same job.
+    let two = JobSpec::load(&job_file(dir.path(), "max_attempts = 5\n")).unwrap();
+    assert_eq!(
+        run_job(&two).await.unwrap(),
+        RunOutcome::AlreadyComplete(summary)
+    );
+
+    std::fs::write(dir.path().join("in/t2.txt"), "the end, changed").unwrap();
+    let err = run_job(&spec).await.unwrap_err();
+    assert!(matches!(err, JobError::Worker(_)), "{err:?}");
+    let err = err.to_string();
+    assert!(
+        err.contains("changed since this output was made") && err.contains("t2.txt"),
+        "{err}"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_output_another_job_made_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = JobSpec::load(&job_file(dir.path(), "")).unwrap();
+    run_job(&spec).await.unwrap();
+    // The same output, other input: another job.
+    let other = std::fs::read_to_string(dir.path().join("job.toml"))
+        .unwrap()
+        .replace("/in\"", "/in/t0.txt\"");
+    std::fs::write(dir.path().join("other.toml"), other).unwrap();
+    let other = JobSpec::load(&dir.path().join("other.toml")).unwrap();
+    let err = run_job(&other).await.unwrap_err().to_string();
+    assert!(
+        err.contains("already holds the output of a different job"),
+        "{err}"
+    );
+}
