@@ -114,7 +114,7 @@ fn main() -> ExitCode {
     };
     match &spec {
         Some(spec) if spec.run.mode == Mode::Local => {
-            probeflow_worker::engine::allocator::tune(spec.run.workers, spec.memory_bytes())
+            probeflow_worker::engine::allocator::tune(spec.run.workers, spec.run.memory_per_worker)
         }
         _ => probeflow_worker::engine::allocator::tune(0, 0),
     }

@@ -2,14 +2,24 @@
 //! sections (read by the kind: see `probeflow_worker::jobs`) and `[run]` (how the
 //! engine runs it), turned once into a validated [`JobSpec`].
 //!
+//! ```text
+//! text ─► EngineKeys { kind, [run] as written (RawRun) } ─► RunPlan (typed, defaults filled, checked)
+//!      └► the kind's sections (the kind's type) ─► Box<dyn JobFile>
+//! ```
+//!
 //! Unknown keys are errors (with line and column). Relative local paths are relative
-//! to the current directory. The *fingerprint* is the kind's: everything that
-//! determines the output bytes, not how the job runs (`[run]`), so a job can resume
-//! with a different number of workers.
+//! to the current directory. Every `[run]` default is [`RunPlan::default`]'s, defined
+//! once; the *fingerprint* is the kind's: everything that determines the output bytes,
+//! not how the job runs (`[run]`), so a job can resume with a different number of
+//! workers.
 
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
 use probeflow_worker::engine::job::{JobFile, JobKind};
+use probeflow_worker::engine::kind::DEFAULT_MEMORY_PER_WORKER;
+use probeflow_worker::engine::units::{format_bytes, parse_bytes};
 use probeflow_worker::jobs;
 use serde::{Deserialize, Serialize};
 
@@ -20,7 +30,7 @@ use crate::error::{JobError, Result};
 struct EngineKeys {
     kind: Option<toml::Value>,
     #[serde(default)]
-    run: RunSpec,
+    run: RawRun,
 }
 
 /// A validated job file.
@@ -31,7 +41,7 @@ pub struct JobSpec {
     /// The kind's sections, validated.
     pub file: Box<dyn JobFile>,
     /// How the engine runs it.
-    pub run: RunSpec,
+    pub run: RunPlan,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -41,104 +51,186 @@ pub enum Mode {
     Cluster,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// `[run]` as written: every key optional. [`RunPlan::from_raw`] fills the defaults
+/// and checks the values.
+#[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
-pub struct RunSpec {
-    #[serde(default = "default_mode")]
-    pub mode: Mode,
-    #[serde(default = "default_workers")]
-    pub workers: usize,
-    #[serde(default = "default_memory")]
-    pub memory_per_worker: String,
-    #[serde(default = "default_scratch")]
-    pub scratch: PathBuf,
-    /// Attempts per task before the job fails.
-    #[serde(default = "default_attempts")]
-    pub max_attempts: u32,
-    /// A task's lease; heartbeats renew it every quarter.
-    #[serde(default = "default_lease")]
-    pub lease_seconds: u64,
+struct RawRun {
+    mode: Option<Mode>,
+    workers: Option<usize>,
+    memory_per_worker: Option<String>,
+    scratch: Option<PathBuf>,
+    max_attempts: Option<u32>,
+    lease_seconds: Option<u64>,
+    output_lock_seconds: Option<u64>,
+    listen: Option<String>,
+    tls: Option<RawTls>,
+    allow_plaintext: Option<bool>,
     /// Moved to `[input] rows_per_map_task` (a setting of the probe_rows kind): here
     /// only to say so.
-    #[serde(default, skip_serializing)]
-    pub rows_per_map_task: Option<toml::Value>,
+    rows_per_map_task: Option<toml::Value>,
+}
+
+/// `[run.tls]` as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct RawTls {
+    cert: PathBuf,
+    key: PathBuf,
+    ca: PathBuf,
+    handshake_timeout_seconds: Option<u64>,
+}
+
+/// `[run]`, validated: how the engine runs a job.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RunPlan {
+    /// Local (worker actors in-process) or cluster (`worker --join` processes).
+    pub mode: Mode,
+    /// Local mode: the worker actors.
+    pub workers: usize,
+    /// Local mode: each worker's sort memory (bytes); also sizes planning.
+    pub memory_per_worker: u64,
+    /// Local spill and staging space (each job run gets its own directory in it).
+    pub scratch: PathBuf,
+    /// Attempts per task before the job fails.
+    pub max_attempts: u32,
+    /// A task's lease; heartbeats renew it every quarter.
+    pub lease: Duration,
     /// The output lock lapses this long after its owner's last renewal (renewed every
     /// third of it); a dead coordinator's lock on another host is taken over after it.
-    #[serde(default = "default_output_lock_seconds")]
-    pub output_lock_seconds: u64,
+    pub output_lock: Duration,
     /// Cluster mode: the address the coordinator listens on for workers.
-    #[serde(default = "default_listen")]
-    pub listen: String,
-    /// Cluster mode: mutual TLS between the coordinator and the workers (optional).
-    pub tls: Option<TlsSpec>,
-    /// Cluster mode without `[run.tls]` on a non-loopback `listen`: refused unless this
-    /// is true (for private networks only: the traffic is plaintext).
-    #[serde(default)]
+    pub listen: SocketAddr,
+    /// Cluster mode: mutual TLS between the coordinator and the workers.
+    pub tls: Option<TlsPlan>,
+    /// Cluster mode without TLS on a non-loopback `listen`: refused unless set (for
+    /// private networks only: the traffic is plaintext).
     pub allow_plaintext: bool,
 }
 
 /// `[run.tls]`: the coordinator's certificate and key, and the CA that signs every
 /// node's certificate (PEM files; relative paths are relative to the current directory).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct TlsSpec {
+#[derive(Debug, Clone, PartialEq)]
+pub struct TlsPlan {
     pub cert: PathBuf,
     pub key: PathBuf,
     pub ca: PathBuf,
     /// A connection that has not finished its TLS handshake by then is closed.
-    #[serde(default = "default_handshake_timeout")]
-    pub handshake_timeout_seconds: u64,
+    pub handshake_timeout: Duration,
 }
 
-fn default_output_lock_seconds() -> u64 {
-    60
-}
+/// `[run.tls] handshake_timeout_seconds`' default.
+pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
-fn default_handshake_timeout() -> u64 {
-    10
-}
-
-fn default_mode() -> Mode {
-    Mode::Local
-}
-fn default_workers() -> usize {
-    2
-}
-fn default_memory() -> String {
-    "2GiB".into()
-}
-fn default_scratch() -> PathBuf {
-    std::env::temp_dir().join("probeflow")
-}
-fn default_listen() -> String {
-    "0.0.0.0:7077".into()
-}
-fn default_attempts() -> u32 {
-    3
-}
-fn default_lease() -> u64 {
-    60
-}
-
-impl Default for RunSpec {
+impl Default for RunPlan {
+    /// Every `[run]` default (docs/job.md's table states the same; a test checks).
     fn default() -> Self {
-        RunSpec {
-            mode: default_mode(),
-            workers: default_workers(),
-            memory_per_worker: default_memory(),
-            scratch: default_scratch(),
-            max_attempts: default_attempts(),
-            lease_seconds: default_lease(),
-            rows_per_map_task: None,
-            output_lock_seconds: default_output_lock_seconds(),
-            listen: default_listen(),
+        RunPlan {
+            mode: Mode::Local,
+            workers: 2,
+            memory_per_worker: parse_bytes(DEFAULT_MEMORY_PER_WORKER).unwrap_or(2 << 30),
+            scratch: std::env::temp_dir().join("probeflow"),
+            max_attempts: 3,
+            lease: Duration::from_secs(60),
+            output_lock: Duration::from_secs(60),
+            listen: SocketAddr::from(([0, 0, 0, 0], 7077)),
             tls: None,
             allow_plaintext: false,
         }
     }
 }
 
-pub use probeflow_worker::engine::units::parse_bytes;
+impl RunPlan {
+    /// The smallest `memory_per_worker`.
+    pub const MIN_MEMORY: u64 = 64 << 20;
+    /// The shortest output lock (renewed every third of it).
+    pub const MIN_OUTPUT_LOCK: Duration = Duration::from_secs(3);
+
+    /// `[run]` as written, with the defaults filled in and every value checked.
+    fn from_raw(raw: RawRun) -> std::result::Result<RunPlan, String> {
+        let d = RunPlan::default();
+        if raw.rows_per_map_task.is_some() {
+            return Err(
+                "[run] rows_per_map_task is now [input] rows_per_map_task (a setting \
+                        of the probe_rows kind, not of the engine): move it there"
+                    .into(),
+            );
+        }
+        let at_least_one = |key: &str, v: Option<u64>, default: u64| match v {
+            Some(0) => Err(format!("[run] {key} must be at least 1")),
+            v => Ok(v.unwrap_or(default)),
+        };
+        let memory_per_worker = match raw.memory_per_worker {
+            None => d.memory_per_worker,
+            Some(text) => match parse_bytes(&text) {
+                Some(b) if b >= Self::MIN_MEMORY => b,
+                Some(_) => {
+                    return Err(format!(
+                        "[run] memory_per_worker must be at least {}",
+                        format_bytes(Self::MIN_MEMORY)
+                    ))
+                }
+                None => {
+                    return Err(format!(
+                        "[run] memory_per_worker {text:?} is not a size like \"2GiB\""
+                    ))
+                }
+            },
+        };
+        let output_lock = match raw.output_lock_seconds {
+            None => d.output_lock,
+            Some(s) if Duration::from_secs(s) >= Self::MIN_OUTPUT_LOCK => Duration::from_secs(s),
+            Some(_) => {
+                return Err(format!(
+                    "[run] output_lock_seconds must be at least {}",
+                    Self::MIN_OUTPUT_LOCK.as_secs()
+                ))
+            }
+        };
+        let listen = match raw.listen {
+            None => d.listen,
+            Some(text) => text
+                .parse()
+                .map_err(|e| format!("[run] listen {text:?}: expected ip:port ({e})"))?,
+        };
+        let tls = match raw.tls {
+            None => None,
+            Some(t) => Some(TlsPlan {
+                cert: t.cert,
+                key: t.key,
+                ca: t.ca,
+                handshake_timeout: match t.handshake_timeout_seconds {
+                    None => DEFAULT_HANDSHAKE_TIMEOUT,
+                    Some(0) => {
+                        return Err("[run.tls] handshake_timeout_seconds must be at least 1".into())
+                    }
+                    Some(s) => Duration::from_secs(s),
+                },
+            }),
+        };
+        Ok(RunPlan {
+            mode: raw.mode.unwrap_or(d.mode),
+            workers: at_least_one("workers", raw.workers.map(|w| w as u64), d.workers as u64)?
+                as usize,
+            memory_per_worker,
+            scratch: raw.scratch.unwrap_or(d.scratch),
+            max_attempts: at_least_one(
+                "max_attempts",
+                raw.max_attempts.map(u64::from),
+                u64::from(d.max_attempts),
+            )? as u32,
+            lease: Duration::from_secs(at_least_one(
+                "lease_seconds",
+                raw.lease_seconds,
+                d.lease.as_secs(),
+            )?),
+            output_lock,
+            listen,
+            tls,
+            allow_plaintext: raw.allow_plaintext.unwrap_or(d.allow_plaintext),
+        })
+    }
+}
 
 impl JobSpec {
     /// Reads and validates a job file.
@@ -176,8 +268,7 @@ impl JobSpec {
                 jobs::names()
             ))
         })?;
-        let run = keys.run;
-        run.validate().map_err(spec_error)?;
+        let run = RunPlan::from_raw(keys.run).map_err(spec_error)?;
         let file_sections = kind.load(file, text)?;
         Ok(JobSpec {
             kind,
@@ -194,59 +285,6 @@ impl JobSpec {
     /// blake3 of what determines the output bytes (the kind's fingerprint).
     pub fn fingerprint(&self) -> String {
         self.file.fingerprint()
-    }
-
-    /// A task's lease (heartbeats, request timeouts and lease checks derive from it).
-    pub fn lease(&self) -> std::time::Duration {
-        std::time::Duration::from_secs(self.run.lease_seconds)
-    }
-
-    pub fn output_lock_ttl(&self) -> std::time::Duration {
-        std::time::Duration::from_secs(self.run.output_lock_seconds)
-    }
-
-    pub fn memory_bytes(&self) -> u64 {
-        parse_bytes(&self.run.memory_per_worker).unwrap_or(2 << 30)
-    }
-}
-
-impl RunSpec {
-    fn validate(&self) -> std::result::Result<(), String> {
-        if self.workers == 0 {
-            return Err("[run] workers must be at least 1".into());
-        }
-        if self.max_attempts == 0 {
-            return Err("[run] max_attempts must be at least 1".into());
-        }
-        if self.lease_seconds == 0 {
-            return Err("[run] lease_seconds must be at least 1".into());
-        }
-        if self.output_lock_seconds < 3 {
-            return Err("[run] output_lock_seconds must be at least 3".into());
-        }
-        if self.rows_per_map_task.is_some() {
-            return Err(
-                "[run] rows_per_map_task is now [input] rows_per_map_task (a setting \
-                        of the probe_rows kind, not of the engine): move it there"
-                    .into(),
-            );
-        }
-        if let Some(tls) = &self.tls {
-            if tls.handshake_timeout_seconds == 0 {
-                return Err("[run.tls] handshake_timeout_seconds must be at least 1".into());
-            }
-        }
-        match parse_bytes(&self.memory_per_worker) {
-            Some(b) if b >= 64 << 20 => {}
-            Some(_) => return Err("[run] memory_per_worker must be at least 64MiB".into()),
-            None => {
-                return Err(format!(
-                    "[run] memory_per_worker {:?} is not a size like \"2GiB\"",
-                    self.memory_per_worker
-                ))
-            }
-        }
-        Ok(())
     }
 }
 
@@ -342,8 +380,110 @@ scratch = "/tmp/probeflow"
         assert_eq!(a.fingerprint(), b.fingerprint());
         let tls = format!("{FULL}[run.tls]\ncert = \"c.pem\"\nkey = \"c.key\"\nca = \"ca.pem\"\n");
         let d = JobSpec::parse(&tls, "x").unwrap();
-        assert_eq!(d.run.tls.as_ref().unwrap().handshake_timeout_seconds, 10);
+        assert_eq!(
+            d.run.tls.as_ref().unwrap().handshake_timeout,
+            DEFAULT_HANDSHAKE_TIMEOUT
+        );
         assert_eq!(a.fingerprint(), d.fingerprint());
         assert_ne!(a.fingerprint(), c.fingerprint());
+    }
+
+    /// The `` `key` [default] `` pairs of the table under `heading` in a doc page.
+    pub(crate) fn documented_defaults(doc: &str, heading: &str) -> Vec<(String, String)> {
+        let start = doc.find(heading).expect("the section is in the page");
+        let section = &doc[start + heading.len()..];
+        let end = section.find("\n#").unwrap_or(section.len());
+        let mut pairs = Vec::new();
+        for line in section[..end].lines().filter(|l| l.starts_with("| `")) {
+            let cell = line.split(" | ").next().unwrap_or_default();
+            // `a` [1], `b` [2]: each default belongs to the key just before it.
+            let mut rest = cell;
+            while let Some(open) = rest.find(" [") {
+                let key = rest[..open].rsplit('`').nth(1).unwrap_or_default();
+                let close = rest[open..]
+                    .find(']')
+                    .map(|c| open + c)
+                    .unwrap_or(rest.len());
+                pairs.push((key.to_string(), rest[open + 2..close].to_string()));
+                rest = &rest[close..];
+            }
+        }
+        pairs
+    }
+
+    #[test]
+    fn the_docs_run_table_states_the_defaults_of_the_code() {
+        let doc = include_str!("../../docs/job.md");
+        let d = RunPlan::default();
+        let scratch = if d.scratch == std::env::temp_dir().join("probeflow") {
+            "system temp dir + `/probeflow`".to_string()
+        } else {
+            format!("{:?}", d.scratch)
+        };
+        let code: Vec<(String, String)> = [
+            ("mode", "`\"local\"`".to_string()),
+            ("workers", d.workers.to_string()),
+            (
+                "memory_per_worker",
+                format!("`\"{DEFAULT_MEMORY_PER_WORKER}\"`"),
+            ),
+            ("scratch", scratch),
+            ("max_attempts", d.max_attempts.to_string()),
+            ("lease_seconds", d.lease.as_secs().to_string()),
+            ("output_lock_seconds", d.output_lock.as_secs().to_string()),
+            ("listen", format!("`\"{}\"`", d.listen)),
+            ("allow_plaintext", d.allow_plaintext.to_string()),
+            (
+                "handshake_timeout_seconds",
+                DEFAULT_HANDSHAKE_TIMEOUT.as_secs().to_string(),
+            ),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v))
+        .collect();
+        assert_eq!(d.mode, Mode::Local);
+        assert_eq!(
+            parse_bytes(DEFAULT_MEMORY_PER_WORKER),
+            Some(d.memory_per_worker)
+        );
+        assert_eq!(documented_defaults(doc, "### `[run]`"), code);
+        // And a job file without [run] gets exactly these.
+        let spec = JobSpec::parse("[input]\nurl = 'a'\n[output]\nurl = 'b'\n", "x").unwrap();
+        assert_eq!(spec.run, d);
+    }
+
+    #[test]
+    fn run_values_are_checked_once_when_the_file_is_read() {
+        for (bad, what) in [
+            ("workers = 0", "[run] workers must be at least 1"),
+            ("max_attempts = 0", "[run] max_attempts must be at least 1"),
+            (
+                "lease_seconds = 0",
+                "[run] lease_seconds must be at least 1",
+            ),
+            (
+                "output_lock_seconds = 2",
+                "[run] output_lock_seconds must be at least 3",
+            ),
+            ("memory_per_worker = \"1MiB\"", "must be at least 64.0 MiB"),
+            ("memory_per_worker = \"lots\"", "is not a size like"),
+            (
+                "listen = \"7077\"",
+                "[run] listen \"7077\": expected ip:port",
+            ),
+            ("rows_per_map_task = 5", "is now [input] rows_per_map_task"),
+        ] {
+            let text = format!("[input]\nurl = 'a'\n[output]\nurl = 'b'\n[run]\n{bad}\n");
+            let err = JobSpec::parse(&text, "x.toml").unwrap_err().to_string();
+            assert!(
+                err.starts_with("x.toml: ") && err.contains(what),
+                "{bad}: {err}"
+            );
+        }
+        let text = "[input]\nurl = 'a'\n[output]\nurl = 'b'\n[run]\nmemory_per_worker = \"512MiB\"\nlease_seconds = 7\nlisten = \"127.0.0.1:9000\"\n";
+        let run = JobSpec::parse(text, "x").unwrap().run;
+        assert_eq!(run.memory_per_worker, 512 << 20);
+        assert_eq!(run.lease, Duration::from_secs(7));
+        assert_eq!(run.listen, "127.0.0.1:9000".parse().unwrap());
     }
 }

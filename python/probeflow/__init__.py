@@ -47,7 +47,7 @@ from ._native import (
     splits_of,
     src_id,
 )
-from .dataset import Dataset, RowDataSource
+from .dataset import READER_DEFAULTS, Dataset, RowDataSource
 from .errors import (
     FormatError,
     InvalidInputError,
@@ -64,6 +64,7 @@ __all__ = [
     "ArrayRecordReader",
     "ArrayRecordWriter",
     "Dataset",
+    "READER_DEFAULTS",
     "RowDataSource",
     "tokenizer",
     "FormatError",

@@ -12,6 +12,8 @@ DEFAULT_MAX_ROW_BYTES: int
 #: URL schemes of object stores (``s3://``, ``gs://``).
 REMOTE_SCHEMES: list[str]
 DEFAULT_ARRAY_RECORD_OPTIONS: str
+#: The reader's option defaults by ``Dataset`` option name.
+READER_DEFAULTS: dict[str, Any]
 
 class WriteSummary(TypedDict):
     records: int
@@ -148,7 +150,7 @@ class _Loader:
         shard_count: int,
         packing: bool,
         prefetch: int,
-        num_threads: int,
+        num_threads: int | None,
         num_epochs: int | None,
         drop_remainder: bool,
         block_rows: int,

@@ -15,12 +15,19 @@ from __future__ import annotations
 
 import json
 import os
+import types
 from typing import Any, Iterator, Mapping, Sequence, Union
 
 import numpy as np
 
 from . import _native
 from .errors import InvalidInputError
+
+#: The reader's defaults by option name: the Rust reader's own (``DatasetOptions``),
+#: defined there once; :class:`Dataset`'s signature and MaxText's ``network_*`` keys
+#: read them from here. ``num_threads`` is the CPUs this process may use, at most 4.
+READER_DEFAULTS: Mapping[str, Any] = types.MappingProxyType(dict(_native.READER_DEFAULTS))
+_D = READER_DEFAULTS
 
 PathLike = Union[str, os.PathLike, Sequence[Union[str, os.PathLike]]]
 MixtureSources = Union[Mapping[str, float], Sequence[tuple[PathLike, float]]]
@@ -100,23 +107,23 @@ class Dataset:
         path: PathLike,
         split: str = "train",
         *,
-        seq_len: int = 1024,
-        batch_size: int = 8,
-        seed: int = 0,
+        seq_len: int = _D["seq_len"],
+        batch_size: int = _D["batch_size"],
+        seed: int = _D["seed"],
         shard_index: int | None = None,
         shard_count: int | None = None,
-        packing: bool = True,
-        prefetch: int = 4,
+        packing: bool = _D["packing"],
+        prefetch: int = _D["prefetch"],
         num_threads: int | None = None,
-        num_epochs: int | None = None,
-        drop_remainder: bool = False,
-        block_rows: int = 256,
-        contexts_per_row: int = 16,
-        measurements_per_context: int = 30,
-        tokens_per_measurement: int = 30,
-        timestamp_modes: tuple[float, float, float] = (0.4, 0.3, 0.3),
-        partial_drop: tuple[float, float] = (0.1, 0.9),
-        strategy: str = "window",
+        num_epochs: int | None = _D["num_epochs"],
+        drop_remainder: bool = _D["drop_remainder"],
+        block_rows: int = _D["block_rows"],
+        contexts_per_row: int = _D["contexts_per_row"],
+        measurements_per_context: int = _D["measurements_per_context"],
+        tokens_per_measurement: int = _D["tokens_per_measurement"],
+        timestamp_modes: tuple[float, float, float] = _D["timestamp_modes"],
+        partial_drop: tuple[float, float] = _D["partial_drop"],
+        strategy: str = _D["strategy"],
         verify: bool = False,
         weights: Sequence[float] | None = None,
         cache_dir: str | os.PathLike[str] | None = None,
@@ -127,8 +134,7 @@ class Dataset:
         if shard_index is None or shard_count is None:
             shard_index, shard_count = _default_shards()
         if num_threads is None:
-            cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-            num_threads = max(1, min(4, cpus))
+            num_threads = READER_DEFAULTS["num_threads"]
         if weights is None:
             paths: Any = _paths(path)
         else:

@@ -35,7 +35,7 @@ from typing import Any, Callable, Iterator
 import numpy as np
 
 from ._native import resolve_shards, splits_of
-from .dataset import Dataset
+from .dataset import READER_DEFAULTS, Dataset
 
 log = logging.getLogger("probeflow.maxtext")
 
@@ -111,17 +111,17 @@ class NetworkOptions:
     eval_files: str = ""
     eval_split: str = "auto"
     train_weights: tuple[float, ...] = ()
-    seed: int = 0
+    seed: int = READER_DEFAULTS["seed"]
     packing: bool | None = None
-    prefetch: int = 4
+    prefetch: int = READER_DEFAULTS["prefetch"]
     num_threads: int | None = None
-    block_rows: int = 256
-    contexts_per_row: int = 16
-    measurements_per_context: int = 30
-    tokens_per_measurement: int = 30
-    timestamp_modes: tuple[float, float, float] = (0.4, 0.3, 0.3)
-    partial_drop: tuple[float, float] = (0.1, 0.9)
-    strategy: str = "window"
+    block_rows: int = READER_DEFAULTS["block_rows"]
+    contexts_per_row: int = READER_DEFAULTS["contexts_per_row"]
+    measurements_per_context: int = READER_DEFAULTS["measurements_per_context"]
+    tokens_per_measurement: int = READER_DEFAULTS["tokens_per_measurement"]
+    timestamp_modes: tuple[float, float, float] = READER_DEFAULTS["timestamp_modes"]
+    partial_drop: tuple[float, float] = READER_DEFAULTS["partial_drop"]
+    strategy: str = READER_DEFAULTS["strategy"]
     cache_dir: str = ""
     cache_limit: str = ""
     batch_log: str = ""

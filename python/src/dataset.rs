@@ -82,6 +82,32 @@ fn borrow(m: &Mutex<Option<Loader>>) -> PyResult<MutexGuard<'_, Option<Loader>>>
     }
 }
 
+/// The reader's defaults by `Dataset` option name, from the reader crate's
+/// `DatasetOptions::default()` (the one definition; Python's signatures read them
+/// from here).
+pub fn reader_defaults(py: Python<'_>) -> PyResult<Bound<'_, PyDict>> {
+    let d = DatasetOptions::default();
+    let s = &d.sampler;
+    let out = PyDict::new(py);
+    out.set_item("seq_len", s.context_len)?;
+    out.set_item("batch_size", d.batch_size)?;
+    out.set_item("seed", d.seed)?;
+    out.set_item("packing", d.packing)?;
+    out.set_item("prefetch", d.prefetch)?;
+    out.set_item("num_threads", d.num_threads)?;
+    out.set_item("num_epochs", d.num_epochs)?;
+    out.set_item("drop_remainder", d.drop_remainder)?;
+    out.set_item("block_rows", d.block_rows)?;
+    out.set_item("contexts_per_row", s.max_contexts_per_row)?;
+    out.set_item("measurements_per_context", s.measurements_per_context)?;
+    out.set_item("tokens_per_measurement", s.tokens_per_measurement)?;
+    let [full, partial, none] = s.timestamp_modes;
+    out.set_item("timestamp_modes", (full, partial, none))?;
+    out.set_item("partial_drop", s.partial_drop)?;
+    out.set_item("strategy", s.strategy.as_str())?;
+    Ok(out)
+}
+
 fn closed() -> PyErr {
     PyValueError::new_err("I/O operation on a closed Dataset")
 }
@@ -106,7 +132,7 @@ impl PyLoader {
         shard_count: u64,
         packing: bool,
         prefetch: usize,
-        num_threads: usize,
+        num_threads: Option<usize>,
         num_epochs: Option<u64>,
         drop_remainder: bool,
         block_rows: usize,
@@ -152,7 +178,7 @@ impl PyLoader {
             num_epochs,
             drop_remainder,
             prefetch,
-            num_threads,
+            num_threads: num_threads.unwrap_or(DatasetOptions::default().num_threads),
             sampler: SamplerOptions {
                 context_len: seq_len,
                 measurements_per_context,

@@ -504,6 +504,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(dataset::resolve_shards, m)?)?;
     m.add_function(wrap_pyfunction!(dataset::splits_of, m)?)?;
     m.add_function(wrap_pyfunction!(dataset::cache_stats, m)?)?;
+    m.add("READER_DEFAULTS", dataset::reader_defaults(m.py())?)?;
     m.add("VOCAB_SIZE", probeflow_reader::tokenizer::VOCAB_SIZE)?;
     m.add(
         "TOKENIZER_VERSION",

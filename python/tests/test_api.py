@@ -157,3 +157,38 @@ def test_row_input_errors():
         probeflow.encode_row("192.0.2.1", [1], ["2001:db8::1"], [1.0])
     with pytest.raises(probeflow.InvalidInputError, match="too small"):
         probeflow.build_rows("192.0.2.1", [1], ["10.0.0.1"], [1.0], max_row_bytes=64)
+
+
+def test_the_reader_defaults_are_defined_once_in_rust_and_documented_as_they_are():
+    """``READER_DEFAULTS`` comes from the Rust reader; ``Dataset``'s signature and
+    MaxText's ``network_*`` keys read it, and docs/maxtext.md states the same values."""
+    import dataclasses
+    import inspect
+    import os
+    import pathlib
+    import re
+
+    from probeflow.maxtext_input import NetworkOptions
+
+    d = probeflow.READER_DEFAULTS
+    assert d["seq_len"] == 1024 and d["strategy"] == "window" and d["timestamp_modes"] == (0.4, 0.3, 0.3)
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    assert d["num_threads"] == max(1, min(4, cpus))
+    with pytest.raises(TypeError):
+        d["seed"] = 3  # read-only
+    signature = inspect.signature(probeflow.Dataset.__init__).parameters
+    for name, value in d.items():
+        if name != "num_threads":
+            assert signature[name].default == value, name
+    fields = {f.name: f.default for f in dataclasses.fields(NetworkOptions)}
+    shared = set(fields) & set(d)
+    assert shared >= {"seed", "prefetch", "block_rows", "contexts_per_row", "strategy", "partial_drop"}
+    # None there: the reader default (num_threads) or MaxText's own setting (packing).
+    for name in shared - {"num_threads", "packing"}:
+        assert fields[name] == d[name], name
+
+    doc = (pathlib.Path(__file__).parents[2] / "docs" / "maxtext.md").read_text()
+    documented = dict(re.findall(r"^\| `network_(\w+)` \| ([^|]+?) \|", doc, re.M))
+    for name in ["seed", "prefetch", "block_rows"]:
+        assert documented[name] == str(d[name]), (name, documented[name])
+    assert documented["num_threads"] == "up to 4"

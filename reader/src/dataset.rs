@@ -312,10 +312,16 @@ impl Default for DatasetOptions {
             num_epochs: None,
             drop_remainder: false,
             prefetch: 4,
-            num_threads: 2,
+            num_threads: default_threads(),
             sampler: SamplerOptions::default(),
         }
     }
+}
+
+/// Sampling threads when none are asked for: the cores this process may run on, at
+/// most 4 (past that, the producer thread is the bottleneck).
+fn default_threads() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get().min(4))
 }
 
 impl DatasetOptions {

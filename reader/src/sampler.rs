@@ -37,6 +37,16 @@ pub enum Strategy {
     GeometricStride,
 }
 
+impl Strategy {
+    /// Its name in options (`"window"`, `"geometric_stride"`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Strategy::Window => "window",
+            Strategy::GeometricStride => "geometric_stride",
+        }
+    }
+}
+
 impl std::str::FromStr for Strategy {
     type Err = Error;
     fn from_str(s: &str) -> Result<Self> {

@@ -23,7 +23,7 @@ use clap::Parser;
 use probeflow_worker::engine::actor::{CoordinatorMsg, JobOutput, Wire, WorkerActor, WorkerArgs};
 use probeflow_worker::engine::cluster;
 use probeflow_worker::engine::fault::Faults;
-use probeflow_worker::engine::kind::WorkerConfig;
+use probeflow_worker::engine::kind::{WorkerConfig, DEFAULT_MEMORY_PER_WORKER};
 use probeflow_worker::engine::protocol::{Registration, PROTOCOL_VERSION};
 use probeflow_worker::engine::store::StoreUrl;
 use probeflow_worker::engine::tls::{self, ClusterTls, TlsFiles};
@@ -46,7 +46,7 @@ struct Args {
     #[arg(long, default_value_os_t = std::env::temp_dir().join("probeflow-worker"))]
     scratch: PathBuf,
     /// Memory for one task's sort before it spills (e.g. `2GiB`).
-    #[arg(long, default_value = "2GiB")]
+    #[arg(long, default_value = DEFAULT_MEMORY_PER_WORKER)]
     memory: String,
     /// Tasks run at once (each gets `--memory`).
     #[arg(long, default_value_t = 1)]

@@ -59,11 +59,7 @@ pub async fn run_job(spec: &JobSpec) -> Result<RunOutcome> {
             None
         }
         Mode::Cluster => {
-            let listen: std::net::SocketAddr =
-                spec.run.listen.parse().map_err(|e| JobError::Spec {
-                    file: "[run] listen".into(),
-                    what: format!("{:?}: expected ip:port ({e})", spec.run.listen),
-                })?;
+            let listen = spec.run.listen;
             let tls = match &spec.run.tls {
                 None => None,
                 Some(t) => {
@@ -72,8 +68,7 @@ pub async fn run_job(spec: &JobSpec) -> Result<RunOutcome> {
                         key: t.key.clone(),
                         ca: t.ca.clone(),
                     };
-                    let timeout = Duration::from_secs(t.handshake_timeout_seconds);
-                    Some((ClusterTls::load(&files)?, timeout))
+                    Some((ClusterTls::load(&files)?, t.handshake_timeout))
                 }
             };
             if tls.is_none() && !listen.ip().is_loopback() {
@@ -103,7 +98,7 @@ pub async fn run_job(spec: &JobSpec) -> Result<RunOutcome> {
     if let Some(summary) = already_complete(spec, &output).await? {
         return Ok(RunOutcome::AlreadyComplete(summary));
     }
-    let lock = OutputLock::acquire(&output, spec.output_lock_ttl()).await?;
+    let lock = OutputLock::acquire(&output, spec.run.output_lock).await?;
     let keeper = LockKeeper::start(lock);
     // Another coordinator may have finished the job between the check and the lock.
     let result = match already_complete(spec, &output).await {
@@ -184,7 +179,7 @@ async fn run_owned(
             worker: name.clone(),
             node: String::new(),
             capacity: 1,
-            memory_bytes: spec.memory_bytes(),
+            memory_bytes: spec.run.memory_per_worker,
             version: PROTOCOL_VERSION,
         })
         .map_err(JobError::Runtime)?;
@@ -220,7 +215,7 @@ async fn run_owned(
             tasks_resumed: resumed,
         });
     }
-    let memory = spec.memory_bytes() as usize;
+    let memory = spec.run.memory_per_worker as usize;
     let mut handles = Vec::new();
     let mut workers = Vec::new();
     for name in local_workers {
@@ -231,7 +226,7 @@ async fn run_owned(
                 scratch: spec.run.scratch.clone(),
                 memory_bytes: memory,
             },
-            timing: WorkerTiming::for_lease(spec.lease()),
+            timing: WorkerTiming::for_lease(spec.run.lease),
             done: Default::default(),
             faults: Faults::none(),
             job: Default::default(),

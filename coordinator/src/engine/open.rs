@@ -92,7 +92,10 @@ pub async fn open_job(spec: &JobSpec, output: &StoreUrl) -> Result<OpenedJob> {
         None => {
             let listed = list_inputs(&spec.file.inputs()).await?;
             let inputs = listed.iter().map(|f| f.file.clone()).collect();
-            let plan = spec.file.plan(output, spec.memory_bytes(), listed).await?;
+            let plan = spec
+                .file
+                .plan(output, spec.run.memory_per_worker, listed)
+                .await?;
             // Entries left by a plan whose record was unreadable belong to that plan.
             output.delete_prefix("_job/journal").await?;
             let record = JobRecord {
@@ -119,7 +122,7 @@ pub async fn open_job(spec: &JobSpec, output: &StoreUrl) -> Result<OpenedJob> {
     let mut run = JobRun::new(
         job,
         driver,
-        spec.lease(),
+        spec.run.lease,
         spec.run.max_attempts,
         RetryPolicy::default(),
     );

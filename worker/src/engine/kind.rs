@@ -200,6 +200,10 @@ pub struct TaskEnv<'a> {
     pub scratch: &'a JobScratch,
 }
 
+/// A worker's memory when nothing says otherwise (`[run] memory_per_worker`, the
+/// `worker` binary's `--memory`).
+pub const DEFAULT_MEMORY_PER_WORKER: &str = "2GiB";
+
 /// A worker's resources.
 #[derive(Debug, Clone)]
 pub struct WorkerConfig {
