@@ -30,6 +30,7 @@ pub mod array_record;
 pub mod dataset;
 pub mod epoch_layout;
 pub mod error;
+pub mod glob;
 pub mod mixture;
 pub mod output;
 pub mod packing;

@@ -332,36 +332,13 @@ pub fn parse_shard_name(name: &str) -> Option<(u32, u32)> {
     Some((p.parse().ok()?, n.parse().ok()?))
 }
 
-/// Matches a file name against a pattern with `*` wildcards.
-fn wildcard(pattern: &str, name: &str) -> bool {
-    let parts: Vec<&str> = pattern.split('*').collect();
-    if parts.len() == 1 {
-        return pattern == name;
-    }
-    let mut rest = name;
-    for (i, part) in parts.iter().enumerate() {
-        if i == 0 {
-            match rest.strip_prefix(part) {
-                Some(r) => rest = r,
-                None => return false,
-            }
-        } else if i == parts.len() - 1 {
-            return rest.ends_with(part);
-        } else {
-            match rest.find(part) {
-                Some(k) => rest = &rest[k + part.len()..],
-                None => return false,
-            }
-        }
-    }
-    true
-}
-
-/// The files a glob (`*` in the file name) or a single path names, sorted.
+/// The files a glob (in the file name, [`crate::glob`]'s dialect) or a single path
+/// names, sorted.
 fn expand(path: &str) -> Result<Vec<PathBuf>> {
     let p = Path::new(path);
     let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
-    if name.contains('*') {
+    if let (_, Some(pattern)) = crate::glob::split_glob(name) {
+        let glob = crate::glob::FileGlob::new(pattern)?;
         let dir = p
             .parent()
             .filter(|d| !d.as_os_str().is_empty())
@@ -369,7 +346,7 @@ fn expand(path: &str) -> Result<Vec<PathBuf>> {
         let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
             .map_err(|e| Error::io(dir, e))?
             .filter_map(|e| e.ok())
-            .filter(|e| e.file_name().to_str().is_some_and(|n| wildcard(name, n)))
+            .filter(|e| e.file_name().to_str().is_some_and(|n| glob.is_match(n)))
             .map(|e| e.path())
             .collect();
         files.sort();

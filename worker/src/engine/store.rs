@@ -384,27 +384,22 @@ pub enum Revision {
     Local(Vec<u8>),
 }
 
-/// Splits an input URL into the directory part and a glob over file names, and lists
-/// the matching objects (sorted). A URL without glob characters names one file or a
-/// directory (all `*.parquet` under it).
-pub async fn list_matching(url: &str) -> Result<(StoreUrl, Vec<ObjectMeta>)> {
-    list_matching_in(url, |rel| rel.ends_with(".parquet")).await
-}
-
-/// [`list_matching`], where a directory stands for the files under it that
-/// `in_directory` (given their path below it) keeps.
+/// Splits an input URL into the directory part and a glob over file names
+/// ([`probeflow_reader::glob`]'s dialect), and lists the matching objects (sorted). A
+/// URL without glob characters names one file, or a directory: the files under it
+/// that `in_directory` (given their path below it) keeps.
 pub async fn list_matching_in(
     url: &str,
     in_directory: impl Fn(&str) -> bool,
 ) -> Result<(StoreUrl, Vec<ObjectMeta>)> {
-    let glob_at = url.find(['*', '?', '[']);
-    let (dir, pattern) = match glob_at {
-        Some(i) => {
-            let slash = url[..i].rfind('/').map_or(0, |s| s + 1);
-            (&url[..slash], Some(&url[slash..]))
-        }
-        None => (url, None),
-    };
+    let (dir, pattern) = probeflow_reader::glob::split_glob(url);
+    let pattern = pattern
+        .map(probeflow_reader::glob::FileGlob::new)
+        .transpose()
+        .map_err(|e| WorkerError::Url {
+            url: url.to_string(),
+            what: e.to_string(),
+        })?;
     let dir = if dir.is_empty() { "." } else { dir };
     let base = StoreUrl::parse(dir.trim_end_matches('/'))?;
     let mut files: Vec<ObjectMeta> = Vec::new();
@@ -420,8 +415,8 @@ pub async fn list_matching_in(
     }
     for meta in listed {
         let rel = base.relative(&meta.location);
-        let keep = match pattern {
-            Some(p) => glob_match(p, &rel),
+        let keep = match &pattern {
+            Some(glob) => glob.is_match(&rel),
             None => in_directory(&rel),
         };
         if keep {
@@ -503,36 +498,6 @@ pub fn refuse_changes(what: &str, since: &str, changes: &[String]) -> Result<()>
     )))
 }
 
-/// Glob matching with `*` (any run of characters except `/`), `?` (one character).
-pub fn glob_match(pattern: &str, text: &str) -> bool {
-    let (p, t): (Vec<char>, Vec<char>) = (pattern.chars().collect(), text.chars().collect());
-    let (mut pi, mut ti) = (0, 0);
-    let (mut star, mut mark) = (None, 0);
-    while ti < t.len() {
-        if pi < p.len() && (p[pi] == '?' && t[ti] != '/' || p[pi] == t[ti]) {
-            pi += 1;
-            ti += 1;
-        } else if pi < p.len() && p[pi] == '*' {
-            star = Some(pi);
-            mark = ti;
-            pi += 1;
-        } else if let Some(s) = star {
-            if t[mark] == '/' {
-                return false;
-            }
-            pi = s + 1;
-            mark += 1;
-            ti = mark;
-        } else {
-            return false;
-        }
-    }
-    while pi < p.len() && p[pi] == '*' {
-        pi += 1;
-    }
-    pi == p.len()
-}
-
 /// The size of one part of an object written with [`PartWriter`] (S3's smallest part is
 /// 5 MiB).
 pub const PART_BYTES: usize = 8 << 20;
@@ -597,16 +562,6 @@ impl PartWriter {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn globs() {
-        assert!(glob_match("*.parquet", "a.parquet"));
-        assert!(glob_match("part-??.parquet", "part-01.parquet"));
-        assert!(!glob_match("*.parquet", "a.csv"));
-        assert!(!glob_match("*.parquet", "sub/a.parquet"));
-        assert!(glob_match("*/*.parquet", "sub/a.parquet"));
-        assert!(glob_match("*", "x"));
-    }
 
     #[test]
     fn local_urls() {
