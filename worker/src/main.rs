@@ -352,8 +352,7 @@ fn main() -> ExitCode {
     };
     let ran = runtime.block_on(run(plan, cookie));
     tracing::info!(
-        bytes = probeflow_worker::engine::actor::LARGEST_MESSAGE
-            .load(std::sync::atomic::Ordering::Relaxed),
+        bytes = probeflow_worker::engine::actor::LARGEST_MESSAGE.load(Ordering::Relaxed),
         "largest message field sent"
     );
     match ran {

@@ -106,7 +106,7 @@ pub const MAX_N_VALUES: usize = 32;
 pub const MAX_N: u32 = 1024;
 
 impl OverlapFile {
-    pub fn validate(&self) -> std::result::Result<(), String> {
+    pub fn validate(&self) -> Result<(), String> {
         for (name, side) in [("eval", &self.eval), ("train", &self.train)] {
             if side.paths.is_empty() || side.paths.iter().any(|p| p.trim().is_empty()) {
                 return Err(format!(
@@ -194,7 +194,7 @@ url = "out/overlap"
 workers = 2
 "#;
 
-    fn load(text: &str) -> std::result::Result<(), String> {
+    fn load(text: &str) -> Result<(), String> {
         crate::jobs::kind("ngram_overlap")
             .unwrap()
             .load("o.toml", text)

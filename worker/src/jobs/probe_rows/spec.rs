@@ -64,7 +64,7 @@ fn default_max_rtt_ms() -> f64 {
 }
 
 /// Unix seconds of an RFC 3339 time or a UTC date (`YYYY-MM-DD`).
-fn parse_instant(text: &str) -> std::result::Result<u64, String> {
+fn parse_instant(text: &str) -> Result<u64, String> {
     let seconds = match chrono::DateTime::parse_from_rfc3339(text) {
         Ok(t) => t.timestamp(),
         Err(_) => chrono::NaiveDate::parse_from_str(text, "%Y-%m-%d")
@@ -148,7 +148,7 @@ impl SplitSpec {
 }
 
 impl ProbeRowsFile {
-    pub fn validate(&self) -> std::result::Result<(), String> {
+    pub fn validate(&self) -> Result<(), String> {
         match (&self.input.url, &self.input.synthetic) {
             (Some(_), Some(_)) => {
                 return Err("[input]: give either url or synthetic, not both".into())
@@ -264,7 +264,7 @@ memory_per_worker = "2GiB"
 scratch = "/tmp/probeflow"
 "#;
 
-    fn parse(text: &str) -> std::result::Result<ProbeRowsFile, String> {
+    fn parse(text: &str) -> Result<ProbeRowsFile, String> {
         let spec: ProbeRowsFile = toml::from_str(text).map_err(|e| e.to_string())?;
         spec.validate()?;
         Ok(spec)
