@@ -50,11 +50,13 @@ from ._native import (
 from .dataset import READER_DEFAULTS, Dataset, RowDataSource
 from .errors import (
     FormatError,
+    InternalError,
     InvalidInputError,
     OptionsError,
     OutputError,
     ProbeflowError,
     RemoteError,
+    StateError,
     ThreadError,
 )
 
@@ -68,11 +70,13 @@ __all__ = [
     "RowDataSource",
     "tokenizer",
     "FormatError",
+    "InternalError",
     "InvalidInputError",
     "OptionsError",
     "OutputError",
     "ProbeflowError",
     "RemoteError",
+    "StateError",
     "ThreadError",
     "build_rows",
     "cache_stats",

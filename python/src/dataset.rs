@@ -76,7 +76,8 @@ fn borrow(m: &Mutex<Option<Loader>>) -> PyResult<MutexGuard<'_, Option<Loader>>>
         Err(TryLockError::WouldBlock) => Err(PyRuntimeError::new_err(
             "this Dataset is in use by another thread",
         )),
-        Err(TryLockError::Poisoned(_)) => Err(PyRuntimeError::new_err(
+        Err(TryLockError::Poisoned(_)) => Err(crate::errors::new_err(
+            crate::errors::Class::Internal,
             "this Dataset failed earlier (internal panic); create a new one",
         )),
     }
@@ -237,8 +238,9 @@ impl PyLoader {
         let shape = (batch.batch_size, batch.seq_len);
         let d = PyDict::new(py);
         for (name, data) in BATCH_KEYS.iter().zip(batch.into_arrays()) {
-            let array = Array2::from_shape_vec(shape, data)
-                .map_err(|e| PyRuntimeError::new_err(format!("batch shape: {e}")))?;
+            let array = Array2::from_shape_vec(shape, data).map_err(|e| {
+                crate::errors::new_err(crate::errors::Class::Internal, format!("batch shape: {e}"))
+            })?;
             d.set_item(*name, array.into_pyarray(py))?;
         }
         Ok(Some(d))
@@ -248,8 +250,9 @@ impl PyLoader {
     fn state_json(&self) -> PyResult<String> {
         let guard = borrow(&self.inner)?;
         let loader = guard.as_ref().ok_or_else(closed)?;
-        serde_json::to_string(&loader.state())
-            .map_err(|e| PyRuntimeError::new_err(format!("state: {e}")))
+        serde_json::to_string(&loader.state()).map_err(|e| {
+            crate::errors::new_err(crate::errors::Class::Internal, format!("state: {e}"))
+        })
     }
 
     /// Continues from a state produced by `state_json` (prefetched batches are dropped).
@@ -445,10 +448,10 @@ pub fn token_name(id: i32) -> String {
     tokenizer::token_name(id)
 }
 
-/// Iterator state(s) from JSON; an `InvalidInputError` saying it is not `what`.
+/// Iterator state(s) from JSON; a `StateError` saying it is not `what`.
 fn parse_state<T: serde::de::DeserializeOwned>(text: &str, what: &str) -> PyResult<T> {
     serde_json::from_str(text)
-        .map_err(|e| py_err(probeflow_reader::Error::Input(format!("not {what}: {e}"))))
+        .map_err(|e| py_err(probeflow_reader::Error::State(format!("not {what}: {e}"))))
 }
 
 /// The splits `paths` hold (`"train"`, `"val"`, `"test"`, in that order): an

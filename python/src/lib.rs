@@ -1,10 +1,10 @@
 //! `probeflow._native`: Python bindings over `probeflow-reader`.
 //!
 //! Thin wrappers only: argument conversion, the GIL released around Rust work, and the
-//! mapping of `probeflow_reader::Error` onto the exception hierarchy defined in
-//! `probeflow/errors.py` (`FormatError`, `InvalidInputError`, `OptionsError`, plus
-//! Python's own `OSError` family and `IndexError`). The Python package re-exports
-//! everything with docstrings and type stubs (`_native.pyi`).
+//! exceptions ([`errors`]: probeflow's classes, declared here, and the one mapping of
+//! `probeflow_reader::Error` onto them and onto Python's own `OSError` family and
+//! `IndexError`). The Python package re-exports everything with docstrings and type
+//! stubs (`_native.pyi`).
 
 use std::fs::File;
 use std::io::BufWriter;
@@ -13,11 +13,9 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use numpy::IntoPyArray;
-use pyo3::exceptions::{
-    PyFileNotFoundError, PyIndexError, PyOSError, PyPermissionError, PyRuntimeError, PyValueError,
-};
+use pyo3::exceptions::{PyIndexError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBytes, PyDict, PyList, PyType};
+use pyo3::types::{PyBytes, PyDict, PyList};
 
 use probeflow_reader::array_record::{
     ArrayRecordReader, ArrayRecordWriter, RecordBuf, WriteSummary, WriterOptions,
@@ -26,42 +24,20 @@ use probeflow_reader::row::{self, Measurement, RowBuilder, RttCode};
 use probeflow_reader::Error;
 
 mod dataset;
+mod errors;
 
-/// Builds the Python exception for a reader-crate error.
+/// The Python exception for a reader error ([`errors::to_py`]).
 fn py_err(e: Error) -> PyErr {
-    let message = e.to_string();
-    let class = match &e {
-        Error::Io { source, .. } => {
-            return match source.kind() {
-                std::io::ErrorKind::NotFound => PyFileNotFoundError::new_err(message),
-                std::io::ErrorKind::PermissionDenied => PyPermissionError::new_err(message),
-                _ => PyOSError::new_err(message),
-            }
-        }
-        Error::IndexOutOfRange { .. } => return PyIndexError::new_err(message),
-        Error::Corrupt { .. } | Error::Unsupported { .. } | Error::Row(_) => "FormatError",
-        Error::Options { .. } => "OptionsError",
-        Error::Input(_) => "InvalidInputError",
-        Error::Output { .. } => "OutputError",
-        Error::Remote { .. } => "RemoteError",
-        Error::Thread(_) => "ThreadError",
-        Error::Arrow(_) => "ProbeflowError",
-    };
-    Python::attach(|py| {
-        let cls = py
-            .import("probeflow.errors")
-            .and_then(|m| m.getattr(class))
-            .and_then(|c| c.cast_into::<PyType>().map_err(PyErr::from));
-        match cls {
-            Ok(cls) => PyErr::from_type(cls, message),
-            Err(import_error) => import_error,
-        }
-    })
+    errors::to_py(e)
 }
 
 fn lock<T>(m: &Mutex<T>) -> PyResult<MutexGuard<'_, T>> {
-    m.lock()
-        .map_err(|_| PyRuntimeError::new_err("internal lock poisoned by an earlier panic"))
+    m.lock().map_err(|_| {
+        errors::new_err(
+            errors::Class::Internal,
+            "internal lock poisoned by an earlier panic",
+        )
+    })
 }
 
 /// Read-only random access to an ArrayRecord file.
@@ -483,6 +459,7 @@ fn split_of(
 
 #[pymodule]
 fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    errors::register(m)?;
     m.add_class::<PyArrayRecordReader>()?;
     m.add_class::<PyArrayRecordWriter>()?;
     m.add_class::<PyRecordIterator>()?;

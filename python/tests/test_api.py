@@ -192,3 +192,25 @@ def test_the_reader_defaults_are_defined_once_in_rust_and_documented_as_they_are
     for name in ["seed", "prefetch", "block_rows"]:
         assert documented[name] == str(d[name]), (name, documented[name])
     assert documented["num_threads"] == "up to 4"
+
+
+def test_the_exception_classes_are_the_extensions_and_keep_their_kinds():
+    """The classes are declared by the Rust extension (``probeflow.errors`` re-exports
+    them), with their documented bases, and pickle by their public name."""
+    import pickle
+
+    from probeflow import _native
+
+    for name in errors.__all__:
+        assert getattr(errors, name) is getattr(_native, name), name
+        assert getattr(errors, name).__module__ == "probeflow.errors"
+        assert getattr(probeflow, name) is getattr(errors, name)
+    assert issubclass(errors.StateError, errors.InvalidInputError)
+    assert issubclass(errors.StateError, ValueError)
+    assert issubclass(errors.InternalError, RuntimeError) and issubclass(errors.InternalError, errors.ProbeflowError)
+    assert issubclass(errors.RemoteError, OSError)
+    assert errors.StateError.__doc__.startswith("An iterator state")
+    e = pickle.loads(pickle.dumps(errors.OutputError("no _SUCCESS")))
+    assert type(e) is errors.OutputError and str(e) == "no _SUCCESS"
+    with pytest.raises(errors.OptionsError, match="invalid ArrayRecord options"):
+        probeflow.ArrayRecordWriter("/tmp/never.array_record", "group_size:zero")

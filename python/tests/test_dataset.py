@@ -153,11 +153,11 @@ def test_elastic_resume_refuses_incomplete_or_foreign_states(shards):
         take(ds, 2)
         states.append(ds.get_state())
     target = dataset(path, shard_index=0, shard_count=2)
-    with pytest.raises(probeflow.InvalidInputError, match="every rank"):
+    with pytest.raises(probeflow.StateError, match="every rank"):
         target.set_states(states[:2])
-    with pytest.raises(probeflow.InvalidInputError, match="seed"):
+    with pytest.raises(probeflow.StateError, match="seed"):
         dataset(path, shard_count=2, seed=4).set_states(states)
-    with pytest.raises(probeflow.InvalidInputError, match="not a list of probeflow iterator states"):
+    with pytest.raises(probeflow.StateError, match="not a list of probeflow iterator states"):
         target.set_states([{"epoch": 0}])
 
 
@@ -187,11 +187,11 @@ def test_a_state_restores_only_into_the_rows_it_was_taken_on(shards, tmp_path):
     expected = take(ds, 10)
     foreign = dataset(other)
     assert foreign.num_rows == ds.num_rows
-    with pytest.raises(probeflow.InvalidInputError, match="other rows"):
+    with pytest.raises(probeflow.StateError, match="other rows"):
         foreign.set_state(state)
-    with pytest.raises(probeflow.InvalidInputError, match="other rows"):
+    with pytest.raises(probeflow.StateError, match="other rows"):
         foreign.set_states([state])
-    with pytest.raises(probeflow.InvalidInputError, match="other rows"):
+    with pytest.raises(probeflow.StateError, match="other rows"):
         dataset(other, shard_count=2).set_states([state])
     copy = tmp_path / "copy"
     copy.mkdir()
@@ -202,7 +202,7 @@ def test_a_state_restores_only_into_the_rows_it_was_taken_on(shards, tmp_path):
     assert same(take(moved, 10), expected)
     # A state of an older version says nothing of its rows: refused, saying why.
     old = {k: v for k, v in state.items() if k != "rows_digest"}
-    with pytest.raises(probeflow.InvalidInputError, match="no rows_digest"):
+    with pytest.raises(probeflow.StateError, match="no rows_digest"):
         dataset(path).set_state(old)
 
 

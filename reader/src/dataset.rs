@@ -512,7 +512,7 @@ struct BuiltBlock {
 
 /// A position counter of a restored state at its limit (a damaged state).
 fn counter_limit(what: &str) -> Error {
-    Error::Input(format!(
+    Error::State(format!(
         "iterator state: {what} is at its limit (a damaged state)"
     ))
 }
@@ -547,7 +547,7 @@ impl SourceStream {
     fn current_plan(&self) -> Result<&EpochPlan> {
         self.plan
             .as_ref()
-            .ok_or_else(|| Error::Input("no epoch plan".into()))
+            .ok_or_else(|| Error::Internal("no epoch plan for the current epoch".into()))
     }
 
     fn ensure_plan(&mut self, epoch: u64) -> Result<()> {
@@ -701,7 +701,7 @@ impl SourceStream {
         // Packing groups by length; the batches should not.
         rng.shuffle(&mut sequences);
         if at.start > sequences.len() as u64 {
-            return Err(Error::Input(format!(
+            return Err(Error::State(format!(
                 "iterator state: pending block {} of rank {} at level {} has {} sequences, \
                  not {} delivered",
                 at.block,
@@ -883,7 +883,7 @@ fn first_difference(
 /// shard count of the same input), or one that does not say which rows it is for.
 fn check_rows(state: &IteratorState, mine: &IteratorState) -> Result<()> {
     if state.rows_digest.is_empty() {
-        return Err(Error::Input(
+        return Err(Error::State(
             "iterator state has no rows_digest (it was taken by an older probeflow): it \
              does not say which rows it is for, so it cannot be checked against this \
              output; resume with the probeflow version that took it"
@@ -891,7 +891,7 @@ fn check_rows(state: &IteratorState, mine: &IteratorState) -> Result<()> {
         ));
     }
     if state.rows_digest != mine.rows_digest {
-        return Err(Error::Input(format!(
+        return Err(Error::State(format!(
             "iterator state was taken on other rows (rows_digest {}, {} rows) than this \
              iterator reads (rows_digest {}, {} rows): a state restores only into the \
              output and split it was taken on, or a copy of it",
@@ -908,7 +908,7 @@ fn check_version(state: &IteratorState) -> Result<()> {
         STATE_VERSION_CHANGES
     };
     if state.version != expected {
-        return Err(Error::Input(format!(
+        return Err(Error::State(format!(
             "iterator state is for state version = {}, this iterator has {expected}",
             state.version
         )));
@@ -931,7 +931,7 @@ fn reshard_states(states: &[&IteratorState], index: u64, count: u64) -> Result<C
     // Ranks of one run are at most an epoch or two apart; a wider span is not a
     // checkpoint of one run (and would take long to walk).
     if last - first > MAX_EPOCH_SPREAD {
-        return Err(Error::Input(format!(
+        return Err(Error::State(format!(
             "iterator states: the ranks are in epochs {first} to {last}; states of one \
              checkpoint are at most {MAX_EPOCH_SPREAD} epochs apart"
         )));
@@ -1014,6 +1014,7 @@ pub struct Loader {
 fn about(what: &str, e: Error) -> Error {
     match e {
         Error::Input(m) => Error::Input(format!("{what}: {m}")),
+        Error::State(m) => Error::State(format!("{what}: {m}")),
         other => other,
     }
 }
@@ -1292,7 +1293,7 @@ impl Loader {
         check_version(state)?;
         check_rows(state, &mine)?;
         if let Some((what, a, b)) = first_difference(state, &mine, true) {
-            return Err(Error::Input(format!(
+            return Err(Error::State(format!(
                 "iterator state is for {what} = {a}, this iterator has {b}"
             )));
         }
@@ -1330,13 +1331,13 @@ impl Loader {
             (LoaderState::Single(s), None) => (vec![self.checked_source_state(0, s)?], 0),
             (LoaderState::Mixture(m), Some(_)) => (self.checked_mixture_state(m)?, m.picks),
             (LoaderState::Single(_), Some(_)) => {
-                return Err(Error::Input(format!(
+                return Err(Error::State(format!(
                     "iterator state is of one output; {}",
                     self.kind()
                 )))
             }
             (LoaderState::Mixture(m), None) => {
-                return Err(Error::Input(format!(
+                return Err(Error::State(format!(
                     "iterator state is of a mixture of {} sources; {}",
                     m.sources.len(),
                     self.kind()
@@ -1360,14 +1361,14 @@ impl Loader {
     fn check_mixture_header(&self, m: &MixtureState, same_ranks: bool) -> Result<()> {
         let o = &self.opts;
         if m.version != MIXTURE_STATE_VERSION {
-            return Err(Error::Input(format!(
+            return Err(Error::State(format!(
                 "mixture state is for state version = {}, this iterator has \
                  {MIXTURE_STATE_VERSION}",
                 m.version
             )));
         }
         if m.sources.len() != self.sources.len() {
-            return Err(Error::Input(format!(
+            return Err(Error::State(format!(
                 "mixture state is of {} sources; {}",
                 m.sources.len(),
                 self.kind()
@@ -1377,7 +1378,7 @@ impl Loader {
             .iter()
             .any(|s| (s.state.shard_index, s.state.shard_count) != (m.shard_index, m.shard_count))
         {
-            return Err(Error::Input(
+            return Err(Error::State(
                 "mixture state: its sources' states are of other ranks than the mixture's \
                  (a damaged state)"
                     .into(),
@@ -1395,7 +1396,7 @@ impl Loader {
             .filter(|(_, _, placement)| same_ranks || !placement)
             .find(|(_, (a, b), _)| a != b)
         {
-            Some((what, (a, b), _)) => Err(Error::Input(format!(
+            Some((what, (a, b), _)) => Err(Error::State(format!(
                 "mixture state is for {what} = {a}, this iterator has {b}"
             ))),
             None => Ok(()),
@@ -1450,7 +1451,7 @@ impl Loader {
     /// source; its picks start again from 0 after a change of the number of ranks.
     pub fn set_states(&mut self, states: &[LoaderState]) -> Result<()> {
         self.check_fork();
-        let bad = |what: String| Err(Error::Input(format!("iterator states: {what}")));
+        let bad = |what: String| Err(Error::State(format!("iterator states: {what}")));
         if self.weights.is_none() {
             let mut singles = Vec::with_capacity(states.len());
             for s in states {
@@ -1523,7 +1524,7 @@ impl Loader {
     /// per old rank, in any order).
     fn resumed_source_state(&self, i: usize, states: &[&IteratorState]) -> Result<IteratorState> {
         let mine = self.source_state(i);
-        let bad = |what: String| Err(Error::Input(format!("iterator states: {what}")));
+        let bad = |what: String| Err(Error::State(format!("iterator states: {what}")));
         let Some(first) = states.first() else {
             return bad("none given".into());
         };

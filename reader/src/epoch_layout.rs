@@ -92,7 +92,7 @@ impl EpochLayout {
     /// Refuses reshards that do not fit (wrong rank counts, more consumed than a list
     /// holds): a state from another dataset or a damaged one.
     pub fn new(rows: u64, reshards: &[Reshard], count: u64) -> Result<Self> {
-        let bad = |what: String| Err(Error::Input(format!("iterator state: {what}")));
+        let bad = |what: String| Err(Error::State(format!("iterator state: {what}")));
         if count == 0 {
             return bad("zero ranks".into());
         }
@@ -163,7 +163,7 @@ impl EpochLayout {
                         c > 0 && Some(c.div_ceil(block_rows.max(1))) == p.block.checked_add(1)
                     });
             if !partly_consumed || pending[..i].contains(p) {
-                return Err(Error::Input(format!(
+                return Err(Error::State(format!(
                     "iterator state: pending block {} of rank {} at level {} is not a \
                      block left partly delivered in this epoch (or is listed twice)",
                     p.block, p.rank, p.level
@@ -242,13 +242,13 @@ pub fn continue_epoch(
 ) -> Result<ContinuedEpoch> {
     let count = old.len() as u64;
     if count == 0 || progress.len() != old.len() || new_count == 0 || block_rows == 0 {
-        return Err(Error::Input(
+        return Err(Error::State(
             "iterator states: no ranks, or not one state per rank".into(),
         ));
     }
     let reshards = &old[0].reshards;
     if old.iter().any(|c| &c.reshards != reshards) {
-        return Err(Error::Input(
+        return Err(Error::State(
             "iterator states: the ranks disagree about earlier changes of the number of \
              ranks (states from different checkpoints?)"
                 .into(),

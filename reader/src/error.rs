@@ -92,6 +92,15 @@ pub enum Error {
     #[error("{0}")]
     Thread(String),
 
+    /// An iterator state that cannot be restored here: taken on other rows or with
+    /// other options, of another state version, or damaged.
+    #[error("{0}")]
+    State(String),
+
+    /// A bug: an invariant of the reader broken. Nothing is wrong with the input.
+    #[error("internal error (a bug in probeflow, please report it): {0}")]
+    Internal(String),
+
     /// An error from the Arrow library while encoding a row.
     #[error("arrow: {0}")]
     Arrow(#[from] arrow_schema::ArrowError),
