@@ -3,7 +3,7 @@
 from collections.abc import Iterator, Sequence
 from os import PathLike
 from types import TracebackType
-from typing import Any, TypedDict
+from typing import Any, Self, TypedDict, final
 
 import numpy as np
 import numpy.typing as npt
@@ -44,6 +44,7 @@ class DecodedRow(TypedDict):
     failed: npt.NDArray[np.bool_]
     rtt_ms: npt.NDArray[np.float64]
 
+@final
 class ArrayRecordReader:
     """Memory-mapped, random-access reader of an ArrayRecord file.
 
@@ -51,7 +52,7 @@ class ArrayRecordReader:
     :class:`probeflow.errors.FormatError` naming the file and chunk.
     """
 
-    def __init__(self, path: str | PathLike[str], *, verify_hashes: bool = True) -> None: ...
+    def __new__(cls, path: str | PathLike[str], *, verify_hashes: bool = True) -> Self: ...
     @property
     def path(self) -> str: ...
     @property
@@ -63,12 +64,12 @@ class ArrayRecordReader:
     @property
     def num_chunks(self) -> int: ...
     def __len__(self) -> int: ...
-    def __getitem__(self, index: int) -> bytes: ...
+    def __getitem__(self, index: int, /) -> bytes: ...
     def read(self, indices: Sequence[int]) -> list[bytes]:
         """Records at ``indices``, in that order (GIL released while reading)."""
     def read_range(self, start: int, stop: int) -> list[bytes]:
         """Records ``start`` up to ``stop`` (exclusive)."""
-    def __iter__(self) -> Iterator[bytes]: ...
+    def __iter__(self) -> _RecordIterator: ...
     def close(self) -> None:
         """Release the file; later calls raise ``ValueError``."""
     def __enter__(self) -> ArrayRecordReader: ...
@@ -79,12 +80,20 @@ class ArrayRecordReader:
         tb: TracebackType | None,
     ) -> bool: ...
 
+@final
+class _RecordIterator:
+    """The records of an :class:`ArrayRecordReader`, in order."""
+
+    def __iter__(self) -> _RecordIterator: ...
+    def __next__(self) -> bytes: ...
+
+@final
 class ArrayRecordWriter:
     """Writes an ArrayRecord file; ``options`` is ArrayRecord's own option string
     (``group_size:N``, ``zstd[:L]``, ``brotli[:L]``, ``snappy``, ``uncompressed``,
     ``window_log:N``, ``pad_to_block_boundary``)."""
 
-    def __init__(self, path: str | PathLike[str], options: str = "group_size:1,zstd:3") -> None: ...
+    def __new__(cls, path: str | PathLike[str], options: str = ...) -> Self: ...
     @property
     def path(self) -> str: ...
     def write(self, record: bytes) -> None: ...
@@ -148,9 +157,10 @@ def split_of(addr: str, seed: int, test_fraction: float, val_fraction: float = 0
 VOCAB_SIZE: int
 TOKENIZER_VERSION: str
 
+@final
 class _Loader:
-    def __init__(
-        self,
+    def __new__(
+        cls,
         path: str | list[str] | list[str | list[str]],
         split: str,
         seq_len: int,
@@ -174,7 +184,7 @@ class _Loader:
         weights: list[float] | None = None,
         cache_dir: str | PathLike[str] | None = None,
         cache_limit: int | str | None = None,
-    ) -> None: ...
+    ) -> Self: ...
     def next_batch(self) -> dict[str, npt.NDArray[np.int32]] | None: ...
     def state_json(self) -> str: ...
     def set_state_json(self, state: str) -> None: ...

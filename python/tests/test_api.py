@@ -214,3 +214,20 @@ def test_the_exception_classes_are_the_extensions_and_keep_their_kinds():
     assert type(e) is errors.OutputError and str(e) == "no _SUCCESS"
     with pytest.raises(errors.OptionsError, match="invalid ArrayRecord options"):
         probeflow.ArrayRecordWriter("/tmp/never.array_record", "group_size:zero")
+
+
+def test_the_stubs_match_the_extension():
+    """``_native.pyi`` is checked against the built extension (mypy's stubtest):
+    every class, function, parameter and default as the runtime has them."""
+    import pathlib
+    import subprocess
+    import sys
+
+    allowlist = pathlib.Path(__file__).parents[1] / "stubtest-allowlist.txt"
+    proc = subprocess.run(
+        [sys.executable, "-m", "mypy.stubtest", "probeflow._native", "--allowlist", str(allowlist)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
