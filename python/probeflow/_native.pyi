@@ -1,6 +1,6 @@
 """Type stubs for probeflow._native (the Rust extension)."""
 
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from os import PathLike
 from types import TracebackType
 from typing import Any, Self, TypedDict, final
