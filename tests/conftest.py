@@ -1,9 +1,12 @@
-"""Shared fixtures for the cross-language tests in tests/."""
+"""Shared fixtures for the tests in tests/ (their helpers are in ``support/``: this
+directory is on the import path through this file)."""
 
 from __future__ import annotations
 
 import numpy as np
 import pytest
+
+from support.s3 import s3  # noqa: F401  (moto's S3 server, for every test that asks)
 
 
 @pytest.fixture

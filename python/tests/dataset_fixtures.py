@@ -3,6 +3,7 @@ own writer, and short ways to open, read and compare datasets."""
 
 from __future__ import annotations
 
+import glob
 import random
 
 import numpy as np
@@ -72,3 +73,16 @@ def contexts(batches):
         for i in range(b["inputs"].shape[0])
         for ctx in tokenizer.segments(b["inputs"][i], b["inputs_segmentation"][i])
     ]
+
+
+def reshard(path: str, out, count: int) -> str:
+    """The rows of the shards at `path`, dealt round-robin into `count` shards in `out`:
+    the same rows (and number of rows) in another order, as another shard count of the
+    same input gives."""
+    rows = [r for f in sorted(glob.glob(path)) for r in probeflow.ArrayRecordReader(f)]
+    out.mkdir()
+    for s in range(count):
+        with probeflow.ArrayRecordWriter(out / f"shard-{s:05d}.array_record", "group_size:1,uncompressed") as w:
+            for r in rows[s::count]:
+                w.write(r)
+    return str(out / "shard-*.array_record")

@@ -14,7 +14,7 @@ import pytest
 
 import probeflow
 from probeflow import tokenizer
-from dataset_fixtures import KEYS, contexts, dataset, same, take, write_shards
+from dataset_fixtures import KEYS, contexts, dataset, reshard, same, take, write_shards
 
 
 @pytest.fixture(scope="module")
@@ -159,19 +159,6 @@ def test_elastic_resume_refuses_incomplete_or_foreign_states(shards):
         dataset(path, shard_count=2, seed=4).set_states(states)
     with pytest.raises(probeflow.StateError, match="not a list of probeflow iterator states"):
         target.set_states([{"epoch": 0}])
-
-
-def reshard(path: str, out, count: int) -> str:
-    """The rows of the shards at `path`, dealt round-robin into `count` shards in `out`:
-    the same rows (and number of rows) in another order, as another shard count of the
-    same input gives."""
-    rows = [r for f in sorted(glob.glob(path)) for r in probeflow.ArrayRecordReader(f)]
-    out.mkdir()
-    for s in range(count):
-        with probeflow.ArrayRecordWriter(out / f"shard-{s:05d}.array_record", "group_size:1,uncompressed") as w:
-            for r in rows[s::count]:
-                w.write(r)
-    return str(out / "shard-*.array_record")
 
 
 def test_a_state_restores_only_into_the_rows_it_was_taken_on(shards, tmp_path):

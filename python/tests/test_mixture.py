@@ -11,7 +11,7 @@ import pytest
 
 import probeflow
 from probeflow import tokenizer
-from dataset_fixtures import contexts, same, take, write_shards
+from dataset_fixtures import contexts, reshard, same, take, write_shards
 
 
 @pytest.fixture(scope="module")
@@ -137,7 +137,6 @@ def test_states_that_do_not_fit_are_refused(sources, tmp_path):
     with pytest.raises(probeflow.InvalidInputError, match="source 0 .*rows"):
         swapped.set_state(state)
     # Source A as another output of as many rows (another shard count): refused.
-    from test_dataset import reshard
     other = probeflow.Dataset.mixture(
         [(reshard(a, tmp_path / "a4", 4), 1.0), (b, 1.0)],
         seq_len=256, batch_size=4, block_rows=8, shard_index=0, shard_count=1,

@@ -19,11 +19,11 @@ from pathlib import Path
 import blake3
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
 from bed import Bed, require_namespaces  # noqa: E402
-from test_job import COORDINATOR, run  # noqa: E402
-from test_cluster import COOKIE, WORKER  # noqa: E402
-from test_remote_shards import READER  # noqa: E402
+
+from support.outputs import READER
+from support.probe_rows import job_toml
+from support.run import COOKIE, COORDINATOR, WORKER, run
 
 SHARDS = 4
 ROWS = 200_000
@@ -71,24 +71,17 @@ def shards_of(manifest: dict) -> dict[str, str]:
 
 def job_text(input_url: str, output: str | Path, mode: str, listen: str, lease: int,
              lock: int = 60, map_rows: int = 50_000) -> str:
-    return f"""
-[input]
-url = "{input_url}"
-rows_per_map_task = {map_rows}
-[output]
-url = "{output}"
-shards = {SHARDS}
-[split]
-test_fraction = 0.1
-seed = 3
-[run]
-mode = "{mode}"
-workers = 2
-memory_per_worker = "256MiB"
-lease_seconds = {lease}
-output_lock_seconds = {lock}
-{listen}
-"""
+    """The bed's probe-rows job (`listen`: a `listen = …` line, or none)."""
+    return job_toml(
+        {
+            "input": {"url": input_url, "rows_per_map_task": map_rows},
+            "output": {"url": output, "shards": SHARDS},
+            "split": {"test_fraction": 0.1, "seed": 3},
+            "run": {"mode": mode, "workers": 2, "memory_per_worker": "256MiB",
+                    "lease_seconds": lease, "output_lock_seconds": lock},
+        },
+        raw={"run": listen},
+    )
 
 
 @pytest.fixture
@@ -433,7 +426,7 @@ def test_the_overlap_job_on_separate_hosts_through_a_faulty_store_with_a_worker_
     SlowDown, 500s, resets), and w1 cut off while it holds a task, past its lease. Its
     task is done by w2, w1's late result fenced, and the outputs (read back from the
     store) are the plain-Python reference's."""
-    from test_overlap import check_against_reference, make_corpus, overlap_job
+    from support.overlap import check_against_reference, make_corpus, overlap_job
 
     eval_files, train_files = make_corpus(tmp_path / "in")
     bed.store("mkbucket", BUCKET)

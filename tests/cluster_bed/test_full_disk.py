@@ -9,30 +9,22 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "e2e"))
 from bed import require_namespaces  # noqa: E402
-from test_job import COORDINATOR  # noqa: E402
+
+from support.probe_rows import write_job
+from support.run import COORDINATOR
 
 
 def job(path: Path, input_url: str, output: Path, scratch: Path) -> Path:
-    path.write_text(f"""
-[input]
-url = "{input_url}"
-rows_per_map_task = 20000
-[output]
-url = "{output}"
-shards = 4
-[run]
-workers = 2
-memory_per_worker = "256MiB"
-scratch = "{scratch}"
-""")
-    return path
+    return write_job(path, {
+        "input": {"url": input_url, "rows_per_map_task": 20000},
+        "output": {"url": output, "shards": 4},
+        "run": {"workers": 2, "memory_per_worker": "256MiB", "scratch": scratch},
+    })
 
 
 def shards(out: Path) -> dict[str, bytes]:

@@ -5,14 +5,13 @@ resident memory measured (the coordinator runs the workers in-process in local m
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from test_job import COORDINATOR
+
+from support.outputs import coordinator_peak_mib
 
 ROWS = 8_000_000
 MEMORY_MIB = 256
@@ -20,23 +19,6 @@ MEMORY_MIB = 256
 # (With glibc's default arenas, kept heaps made it 354–422 MiB, reduce after reduce
 # growing past the last; worker/src/engine/allocator.rs.)
 BOUND_MIB = MEMORY_MIB + 96
-
-MEASURE = """
-import resource, subprocess, sys
-p = subprocess.run(sys.argv[1:], capture_output=True, text=True)
-sys.stderr.write(p.stderr[-3000:])
-print(p.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 1024)
-"""
-
-
-def coordinator_peak_mib(*args: str) -> int:
-    """Runs the coordinator with `args` to success; its peak resident memory in MiB,
-    measured in a fresh process (RUSAGE_CHILDREN is the peak of its own children only)."""
-    proc = subprocess.run([sys.executable, "-c", MEASURE, str(COORDINATOR), *args],
-                          capture_output=True, text=True)
-    code, peak_mib = map(int, proc.stdout.split())
-    assert code == 0, proc.stderr
-    return peak_mib
 
 
 def test_one_8m_row_group_stays_within_memory_per_worker(tmp_path):

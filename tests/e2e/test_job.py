@@ -14,7 +14,6 @@ import json
 import math
 import os
 import signal
-import socket
 import subprocess
 import time
 from collections import defaultdict
@@ -29,56 +28,8 @@ from array_record.python import array_record_module as ar
 
 import probeflow
 import probeflow.maxtext_input
-
-ROOT = Path(__file__).resolve().parents[2]
-TARGET = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
-COORDINATOR = Path(os.environ.get("PROBEFLOW_COORDINATOR", TARGET / "debug" / "coordinator"))
-SHARDS = 4
-MAX_ROW = 64 * 1024
-SEED, FRACTION = 17, 0.25
-
-
-def free_port() -> int:
-    """A TCP port free on 127.0.0.1 now (for servers the tests start)."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def run(args, check=True, **kw):
-    proc = subprocess.run([str(COORDINATOR), *args], capture_output=True, text=True, **kw)
-    if check and proc.returncode != 0:
-        raise AssertionError(f"coordinator {args} failed ({proc.returncode}):\n{proc.stderr}")
-    return proc
-
-
-def job_file(tmp: Path, name: str, input_url: str, output: Path, workers=2, extra_run="", extra_input="") -> Path:
-    path = tmp / f"{name}.toml"
-    path.write_text(
-        f"""
-[input]
-url = "{input_url}"
-rows_per_map_task = 60000
-{extra_input}
-[output]
-url = "{output}"
-shards = {SHARDS}
-max_row_bytes = {MAX_ROW}
-array_record_options = "group_size:1,zstd:3"
-[split]
-test_fraction = {FRACTION}
-seed = {SEED}
-[run]
-mode = "local"
-workers = {workers}
-memory_per_worker = "256MiB"
-scratch = "{tmp / 'scratch'}"
-{extra_run}
-"""
-    )
-    return path
-
-
+from support.probe_rows import FRACTION, MAX_ROW, SEED, SHARDS, job_file, write_job
+from support.run import COORDINATOR, run
 # --- an independent implementation of the documented functions --------------------
 
 
@@ -659,22 +610,11 @@ def synthetic_job(tmp: Path, name: str, rows: int, seed: int, shards: int, memor
                   map_rows: int | None = None) -> Path:
     """A local-mode job file `tmp/<name>.toml` on generated input, one worker, output
     `tmp/out-<name>` (`map_rows`: rows_per_map_task, else the job's default)."""
-    map_rows_line = "" if map_rows is None else f"rows_per_map_task = {map_rows}\n"
-    spec = tmp / f"{name}.toml"
-    spec.write_text(
-        f"""
-[input]
-synthetic = {{ rows = {rows}, seed = {seed} }}
-{map_rows_line}[output]
-url = "{tmp / f'out-{name}'}"
-shards = {shards}
-[run]
-workers = 1
-memory_per_worker = "{memory}"
-scratch = "{scratch}"
-"""
-    )
-    return spec
+    return write_job(tmp / f"{name}.toml", {
+        "input": {"synthetic": {"rows": rows, "seed": seed}, "rows_per_map_task": map_rows},
+        "output": {"url": tmp / f"out-{name}", "shards": shards},
+        "run": {"workers": 1, "memory_per_worker": memory, "scratch": scratch},
+    })
 
 
 @pytest.fixture

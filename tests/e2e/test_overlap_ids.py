@@ -24,8 +24,9 @@ import msgspec
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from test_job import run
-from test_overlap import overlap_job, read_jsonl_gz, rejected
+
+from support.overlap import overlap_job, read_jsonl_gz, rejected
+from support.run import run
 
 RECORDS = 3000  # per format and side
 

@@ -11,8 +11,9 @@ import itertools
 import json
 import random
 
-from test_bounded_map import coordinator_peak_mib
-from test_overlap import SPLIT
+
+from support.outputs import coordinator_peak_mib
+from support.overlap import SPLIT
 
 MEMORY_MIB = 256
 EVAL_ROWS = 20_000

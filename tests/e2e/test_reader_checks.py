@@ -9,42 +9,17 @@ from __future__ import annotations
 
 import json
 import shutil
-from pathlib import Path
 
 import pytest
 
 import probeflow
 from probeflow import maxtext_input
 
-from test_job import run
+
+from support.outputs import make_output
+from support.run import run
 
 SHARDS = 4
-
-
-def make_output(workdir: Path, name: str, shards: int = SHARDS) -> Path:
-    inp = workdir / "input"
-    if not inp.exists():
-        run(["generate", "--rows", "20000", "--out", str(inp), "--seed", "9"])
-    out = workdir / name
-    spec = workdir / f"{name}.toml"
-    spec.write_text(
-        f"""
-[input]
-url = "{inp}/*.parquet"
-[output]
-url = "{out}"
-shards = {shards}
-array_record_options = "group_size:1,uncompressed"
-[split]
-test_fraction = 0.3
-[run]
-workers = 1
-memory_per_worker = "128MiB"
-scratch = "{workdir / 'scratch'}"
-"""
-    )
-    run(["run", str(spec)])
-    return out
 
 
 @pytest.fixture(scope="module")

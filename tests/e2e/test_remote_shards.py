@@ -17,31 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from test_reader_checks import make_output
-from test_s3 import BUCKET, s3  # noqa: F401  (the moto server fixture)
 
-READER = r"""
-import hashlib, json, sys
-import probeflow
-args = json.loads(sys.argv[1])
-ds = probeflow.Dataset(args["path"], args.get("split", "train"), seq_len=256, batch_size=4,
-                       seed=5, shard_index=args.get("rank", 0), shard_count=args.get("ranks", 1),
-                       block_rows=args.get("block_rows", 64), num_epochs=1,
-                       **args.get("options", {}))
-if "state" in args:
-    ds.set_state(args["state"])
-h = hashlib.blake2b(digest_size=16)
-batches = 0
-for batch in ds:
-    for key in sorted(batch):
-        h.update(key.encode())
-        h.update(batch[key].tobytes())
-    batches += 1
-    if batches == args.get("stop_after"):
-        break
-print(json.dumps({"digest": h.hexdigest(), "batches": batches, "files": ds.files if ds.weights is None else None,
-                  "stats": probeflow.cache_stats(), "state": ds.get_state()}))
-"""
+from support.outputs import READER, make_output
+from support.s3 import BUCKET
 
 
 def run_reader(env: dict, path: str | list[str], cache: Path | None, args: dict) -> subprocess.CompletedProcess:

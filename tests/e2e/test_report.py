@@ -16,7 +16,9 @@ import pyarrow.parquet as pq
 import pytest
 
 import probeflow
-from test_job import FRACTION, SEED, job_file, run
+
+from support.probe_rows import FRACTION, SEED, job_file
+from support.run import run
 
 # Input rows the job must reject, by reason (see test_job's dirty-rows test).
 DIRTY = [
