@@ -251,9 +251,9 @@ mod tests {
         assert!(!cached(&cache_dir, &shards[0]) && !cached(&cache_dir, &shards[1]));
         // The loader over the remote shards gives the batches of the local files.
         let rows = RowSource {
-            starts: crate::dataset::starts_of(remote.rows()),
+            starts: crate::dataset::source::starts_of(remote.rows()),
             blake3: vec![None; shards.len()],
-            shards: crate::dataset::Shards::Remote(remote),
+            shards: crate::dataset::source::Shards::Remote(remote),
             digest: Default::default(),
         };
         let opts = test_options(|o| o.num_epochs = Some(1));
