@@ -23,13 +23,13 @@
 //! bounded channel; after `fork` the child starts a fresh producer from the last
 //! delivered position instead of touching the parent's threads.
 //!
-//! * [`source`]: the split's shards as one row source ([`RowSource`]);
-//! * [`options`]: [`DatasetOptions`] and their defaults;
-//! * [`state`]: [`Position`], [`IteratorState`], the checks of a state to restore and
+//! * `source`: the split's shards as one row source ([`RowSource`]);
+//! * `options`: [`DatasetOptions`] and their defaults;
+//! * `state`: [`Position`], [`IteratorState`], the checks of a state to restore and
 //!   the re-dealing of all ranks' states to another number of ranks;
-//! * [`stream`]: one source's batch stream (epochs, blocks, sampling, packing), and
+//! * `stream`: one source's batch stream (epochs, blocks, sampling, packing), and
 //!   the stream over one source or a mixture;
-//! * [`loader`]: the [`Loader`] (background production, states, weights, fork).
+//! * `loader`: the [`Loader`] (background production, states, weights, fork).
 
 mod loader;
 mod options;
