@@ -1,4 +1,11 @@
-//! The worker crate's error type.
+//! The worker crate's errors, by layer and by fault.
+//!
+//! * [`WorkerError`]: the engine's errors (cluster, TLS, stores, scratch, the shuffle,
+//!   job files), and [`WorkerError::Kind`]: an error a job kind owns ([`KindError`],
+//!   e.g. `probe_rows::ProbeRowsError`, `ngram_overlap::RecordError`).
+//! * [`Fault`]: whose fault an error is, which decides whether a failed task is
+//!   tried again: every error says its own ([`WorkerError::fault`]), the engine only
+//!   asks.
 
 /// Result alias for the worker crate.
 pub type Result<T, E = WorkerError> = std::result::Result<T, E>;
@@ -34,11 +41,6 @@ pub enum WorkerError {
     #[error("{file}: {what}")]
     Schema { file: String, what: String },
 
-    /// Most rows of an input split are implausible (e.g. integer times in the wrong
-    /// unit): the job fails instead of rejecting a whole file row by row.
-    #[error("{file}: {what}")]
-    Implausible { file: String, what: String },
-
     /// An input file changed (replaced, rewritten, removed) after the job was planned.
     #[error("{file}: {what}")]
     InputChanged { file: String, what: String },
@@ -59,16 +61,6 @@ pub enum WorkerError {
     #[error(transparent)]
     ScratchFull(Box<ScratchFull>),
 
-    /// A task needs more memory than `[run] memory_per_worker` lets it use: the same
-    /// input and setting fail alike on every attempt.
-    #[error("{what}: {cause}; raise [run] memory_per_worker (now {memory})")]
-    OutOfMemory {
-        what: String,
-        memory: String,
-        cause: String,
-    },
-
-    /// The shard format layer.
     /// A job file (or its kind's sections) is invalid.
     #[error("{file}: {what}")]
     Spec { file: String, what: String },
@@ -82,16 +74,9 @@ pub enum WorkerError {
     #[error("{file}: {what}")]
     Corrupt { file: String, what: String },
 
-    /// One input record that cannot be used (e.g. an id of no usable type): the record
-    /// is rejected, the job goes on.
+    /// An error a job kind owns.
     #[error("{0}")]
-    BadRecord(String),
-
-    /// One input record without an id whose hash cannot be computed, because msgpack
-    /// cannot encode one of its values (an integer outside `-2**63 ..= 2**64 - 1`, a
-    /// string with a lone surrogate): the record is rejected, the job goes on.
-    #[error("{0}")]
-    UnhashableRecord(String),
+    Kind(Box<dyn KindError>),
 
     /// A job's own consistency check failed, or its input cannot be used.
     #[error("{0}")]
@@ -127,20 +112,54 @@ pub struct ScratchFull {
     pub cause: String,
 }
 
+/// Whose fault an error is, which decides whether a task that failed with it is tried
+/// again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// The input or the job file (a missing column, implausible values, input that
+    /// changed, a task that needs more memory than the setting gives): every attempt
+    /// fails alike, so the job stops at once, naming the problem.
+    Input,
+    /// The environment (a store, the network, a disk, a worker): another attempt,
+    /// preferably on another worker, may succeed.
+    Environment,
+}
+
+impl Fault {
+    /// Whether another attempt could succeed.
+    pub fn retryable(self) -> bool {
+        self == Fault::Environment
+    }
+}
+
+/// An error a job kind owns: it says whose fault it is.
+pub trait KindError: std::error::Error + Send + Sync + 'static {
+    fn fault(&self) -> Fault;
+}
+
 impl WorkerError {
-    /// Whether another attempt of the task could succeed. Errors that follow from the
-    /// input and the job file alone (a missing column, implausible values) fail every
-    /// attempt alike.
-    pub fn is_retryable(&self) -> bool {
-        !matches!(
-            self,
+    /// Whose fault this error is: the engine's errors by what failed, a kind's by
+    /// what the kind says.
+    pub fn fault(&self) -> Fault {
+        match self {
             WorkerError::Schema { .. }
-                | WorkerError::Implausible { .. }
-                | WorkerError::InputChanged { .. }
-                | WorkerError::Spec { .. }
-                | WorkerError::Conflict(_)
-                | WorkerError::OutOfMemory { .. }
-        )
+            | WorkerError::InputChanged { .. }
+            | WorkerError::Spec { .. }
+            | WorkerError::Conflict(_) => Fault::Input,
+            WorkerError::Kind(e) => e.fault(),
+            _ => Fault::Environment,
+        }
+    }
+
+    /// The kind-owned error this is, if it is an `E`.
+    pub fn kind_error<E: KindError>(&self) -> Option<&E> {
+        match self {
+            WorkerError::Kind(e) => {
+                let e: &dyn std::error::Error = e.as_ref();
+                e.downcast_ref::<E>()
+            }
+            _ => None,
+        }
     }
 
     pub(crate) fn store(location: impl std::fmt::Display, source: object_store::Error) -> Self {

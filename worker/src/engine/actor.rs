@@ -428,7 +428,7 @@ impl Actor for WorkerActor {
                     Ok(Ok(output)) => Ok(output),
                     Ok(Err(e)) => Err(TaskFailure {
                         error: e.to_string(),
-                        retryable: e.is_retryable(),
+                        retryable: e.fault().retryable(),
                     }),
                     Err(panic) => Err(TaskFailure {
                         error: format!(

@@ -3,7 +3,7 @@
 //! usual `AWS_*` environment variables such as `AWS_ENDPOINT_URL`) and `gs://` (the
 //! `GOOGLE_*` variables) work alike.
 //!
-//! A [`StoreUrl`] is a store plus a root path; [`StoreUrl::list_matching`] expands a
+//! A [`StoreUrl`] is a store plus a root path; [`list_matching_in`] expands a
 //! trailing glob (`*`, `?`) in the input URL.
 //!
 //! Durability and atomicity are the same on every store: a [`StoreUrl::put`] has

@@ -15,7 +15,7 @@ use super::py_json::{float_repr, PyStr, PyValue};
 use blake2::digest::consts::U8;
 use blake2::{Blake2b, Digest};
 
-use crate::error::{Result, WorkerError};
+use crate::error::{Fault, KindError, Result, WorkerError};
 
 type Blake2b64 = Blake2b<U8>;
 
@@ -56,12 +56,38 @@ fn strip_any<'a>(name: &'a str, suffixes: &[&str]) -> &'a str {
         .unwrap_or(name)
 }
 
+/// A record the job cannot use: it is rejected (counted, and kept aside with its
+/// reason), the job goes on; raised from a task, it is the input's fault.
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    /// An id of no usable type (a list, a dict, a str with a lone surrogate).
+    #[error("{0}")]
+    BadId(String),
+    /// A record without an id whose hash cannot be computed, because msgpack cannot
+    /// encode one of its values (an integer outside `-2**63 ..= 2**64 - 1`, a string
+    /// with a lone surrogate).
+    #[error("{0}")]
+    Unhashable(String),
+}
+
+impl KindError for RecordError {
+    fn fault(&self) -> Fault {
+        Fault::Input
+    }
+}
+
+impl From<RecordError> for WorkerError {
+    fn from(e: RecordError) -> Self {
+        WorkerError::Kind(Box::new(e))
+    }
+}
+
 /// A record's id (a Python dict from [`super::py_json::loads`] or a Parquet row): its
 /// `id` when present and not None, as Python's `str()` prints it (a str as is, an
 /// int in decimal, a float as `repr` writes it, a bool as `True`/`False`), else the
 /// hash of its deterministic msgpack encoding. An `id` that is a list, a dict or a
-/// str with a lone surrogate is [`WorkerError::BadRecord`]; a record to hash that
-/// msgpack cannot encode is [`WorkerError::UnhashableRecord`].
+/// str with a lone surrogate is [`RecordError::BadId`]; a record to hash that
+/// msgpack cannot encode is [`RecordError::Unhashable`].
 pub fn record_id(record: &PyValue) -> Result<String> {
     match record.get("id") {
         Some(PyValue::None) | None => {
@@ -70,9 +96,9 @@ pub fn record_id(record: &PyValue) -> Result<String> {
             Ok(blake2b_u64(&bytes).to_string())
         }
         Some(id) => python_str(id).ok_or_else(|| {
-            WorkerError::BadRecord(format!(
+            WorkerError::from(RecordError::BadId(format!(
                 "a record's id must be a string, a number or a boolean, got {id:?}"
-            ))
+            )))
         }),
     }
 }
@@ -92,7 +118,7 @@ pub fn python_str(value: &PyValue) -> Option<String> {
 
 /// msgspec's deterministic msgpack encoding of a value, appended to `out`.
 pub fn encode_msgpack(out: &mut Vec<u8>, value: &PyValue) -> Result<()> {
-    let unhashable = WorkerError::UnhashableRecord;
+    let unhashable = |what: String| WorkerError::from(RecordError::Unhashable(what));
     match value {
         PyValue::None => out.push(0xc0),
         PyValue::Bool(false) => out.push(0xc2),
@@ -145,9 +171,9 @@ pub fn encode_msgpack(out: &mut Vec<u8>, value: &PyValue) -> Result<()> {
 /// A str msgpack can hold (UTF-8): one with a lone surrogate cannot be encoded.
 fn py_str(s: &PyStr) -> Result<&str> {
     s.as_str().ok_or_else(|| {
-        WorkerError::UnhashableRecord(format!(
+        WorkerError::from(RecordError::Unhashable(format!(
             "the string {s:?} holds a lone surrogate, which UTF-8 cannot encode"
-        ))
+        )))
     })
 }
 
@@ -168,9 +194,9 @@ fn encode_len(
         out.push(m32);
         out.extend_from_slice(&l.to_be_bytes());
     } else {
-        return Err(WorkerError::BadRecord(format!(
+        return Err(WorkerError::from(RecordError::BadId(format!(
             "a collection of {len} items is too large for msgpack"
-        )));
+        ))));
     }
     Ok(())
 }
@@ -312,8 +338,10 @@ mod tests {
         ] {
             assert!(
                 matches!(
-                    record_id(&object(json)),
-                    Err(WorkerError::UnhashableRecord(_))
+                    record_id(&object(json)).map_err(|e| e
+                        .kind_error::<RecordError>()
+                        .map(|k| matches!(k, RecordError::Unhashable(_)))),
+                    Err(Some(true))
                 ),
                 "{json}"
             );

@@ -27,7 +27,7 @@ use super::json_record::{light_record, IdKind, JsonValue, NotARecord};
 use super::lines::LineReader;
 use super::protocol::{InputFile, RowCounts};
 use super::py_json::{self, PyValue};
-use super::records::{python_str, record_id};
+use super::records::{python_str, record_id, RecordError};
 use super::whole_gzip;
 use crate::engine::store::{PartWriter, StoreUrl};
 use crate::error::{Result, WorkerError};
@@ -388,11 +388,13 @@ fn read_jsonl(
             },
         }) {
             Ok(()) => {}
-            Err(WorkerError::BadRecord(_)) => rejected.add(&file.url, this, Reason::BadId, line),
-            Err(WorkerError::UnhashableRecord(_)) => {
-                rejected.add(&file.url, this, Reason::Unhashable, line)
-            }
-            Err(e) => return Err(e),
+            Err(e) => match e.kind_error::<RecordError>() {
+                Some(RecordError::BadId(_)) => rejected.add(&file.url, this, Reason::BadId, line),
+                Some(RecordError::Unhashable(_)) => {
+                    rejected.add(&file.url, this, Reason::Unhashable, line)
+                }
+                None => return Err(e),
+            },
         }
     }
     if inflated_whole {
@@ -480,10 +482,12 @@ fn read_parquet(
                 },
             }) {
                 Ok(()) => {}
-                Err(WorkerError::BadRecord(what)) => {
-                    rejected.add(&file.url, this, Reason::BadId, what.as_bytes())
-                }
-                Err(e) => return Err(e),
+                Err(e) => match e.kind_error::<RecordError>() {
+                    Some(RecordError::BadId(what)) => {
+                        rejected.add(&file.url, this, Reason::BadId, what.as_bytes())
+                    }
+                    _ => return Err(e),
+                },
             }
         }
         row += batch.num_rows() as u64;
@@ -522,7 +526,7 @@ fn parquet_id(file: &str, batch: &RecordBatch, index: usize) -> Result<String> {
         let id = arrow_value(batch.column(at).as_ref(), index)?;
         if id != PyValue::None {
             return python_str(&id).ok_or_else(|| {
-                WorkerError::BadRecord(format!("a record's id must be a scalar, got {id:?}"))
+                RecordError::BadId(format!("a record's id must be a scalar, got {id:?}")).into()
             });
         }
     }

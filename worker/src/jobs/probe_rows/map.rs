@@ -17,6 +17,7 @@ use futures::StreamExt;
 use parquet::arrow::arrow_reader::{RowSelection, RowSelector};
 use parquet::arrow::{ArrowWriter, ProjectionMask};
 
+use super::error::ProbeRowsError;
 use super::key;
 use super::protocol::{MapOutput, MapTask, Settings};
 use super::validate::{rejects_batch, AddressCache, Reason, Validator};
@@ -202,14 +203,15 @@ pub async fn run_map(
         .copied()
         .unwrap_or(0);
     if implausible_times * 2 > input_rows {
-        return Err(WorkerError::Implausible {
+        return Err(ProbeRowsError::Implausible {
             file: task.file.clone(),
             what: format!(
                 "{implausible_times} of {input_rows} rows (row groups {:?}) have implausible event times: {}",
                 task.row_groups,
                 validator.time_unit_hint()
             ),
-        });
+        }
+        .into());
     }
 
     let validated = started.elapsed();

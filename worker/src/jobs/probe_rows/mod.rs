@@ -17,6 +17,7 @@
 //! * [`manifest`]: the manifest, written when the job finishes.
 //! * [`synthetic`]: RIPE-Atlas-like demo input.
 
+pub mod error;
 pub mod key;
 pub mod manifest;
 pub mod map;

@@ -36,6 +36,7 @@ use object_store::{ObjectStoreExt, WriteMultipart};
 use probeflow_reader::array_record::{ArrayRecordWriter, WriterOptions};
 use probeflow_reader::row::{addr::addr_from_bytes, Row, RowBuilder, Split};
 
+use super::error::ProbeRowsError;
 use super::key;
 use super::map::shuffle_path;
 use super::protocol::{shard_path, MapAttempts, ReduceOutput, ReduceTask, Settings, ShardInfo};
@@ -250,7 +251,7 @@ pub async fn run_reduce(
                 datafusion::error::DataFusionError::ResourcesExhausted(_)
             ) =>
         {
-            WorkerError::OutOfMemory {
+            WorkerError::from(ProbeRowsError::OutOfMemory {
                 what: format!(
                     "the sort of partition {} ({} rows read) ran out of memory",
                     task.partition,
@@ -258,7 +259,7 @@ pub async fn run_reduce(
                 ),
                 memory: format_bytes(config.memory_bytes as u64),
                 cause: e.to_string(),
-            }
+            })
         }
         e => scratch.explain_full_disk(e, || {
             let rows = read_rows.load(Ordering::Relaxed);
