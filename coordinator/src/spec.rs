@@ -447,6 +447,20 @@ scratch = "/tmp/probeflow"
             Some(d.memory_per_worker)
         );
         assert_eq!(documented_defaults(doc, "### `[run]`"), code);
+        // The README's job file says the defaults it leaves out in a comment.
+        let readme = include_str!("../../README.md");
+        let comment = readme
+            .lines()
+            .find(|l| l.starts_with("# max_attempts = "))
+            .expect("the README's [run] comment");
+        assert_eq!(
+            comment.trim(),
+            format!(
+                "# max_attempts = {}, lease_seconds = {}",
+                d.max_attempts,
+                d.lease.as_secs()
+            )
+        );
         // And a job file without [run] gets exactly these.
         let spec = JobSpec::parse("[input]\nurl = 'a'\n[output]\nurl = 'b'\n", "x").unwrap();
         assert_eq!(spec.run, d);

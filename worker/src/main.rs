@@ -82,6 +82,11 @@ struct Args {
 
 /// How long dialling the coordinator plus the TLS handshake may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+/// How long a connected worker waits for the coordinator to show up on the node, and
+/// for an answer to its registration.
+const ANSWER_TIMEOUT: Duration = Duration::from_secs(10);
+/// The longest wait between two tries to reach the coordinator.
+const MAX_RECONNECT_WAIT: Duration = Duration::from_secs(5);
 
 /// Mutual TLS settings, loaded.
 struct TlsPlan {
@@ -196,7 +201,7 @@ async fn run(plan: Plan, cookie: String) -> anyhow::Result<()> {
         };
         let (coordinator, problem) = match connected {
             Ok(()) => (
-                cluster::find_coordinator(&node, Duration::from_secs(10)).await,
+                cluster::find_coordinator(&node, ANSWER_TIMEOUT).await,
                 if plan.tls.is_some() {
                     "connected, but the coordinator never answered (a different cookie, or it \
                      refused this worker's certificate: see its log)"
@@ -224,7 +229,7 @@ async fn run(plan: Plan, cookie: String) -> anyhow::Result<()> {
                 );
             }
             tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(Duration::from_secs(5));
+            backoff = (backoff * 2).min(MAX_RECONNECT_WAIT);
             continue;
         };
         let registration = Registration {
@@ -240,7 +245,7 @@ async fn run(plan: Plan, cookie: String) -> anyhow::Result<()> {
                     registration: Wire::new(registration),
                     reply,
                 },
-                Some(Duration::from_secs(10)),
+                Some(ANSWER_TIMEOUT),
             )
             .await;
         let timing = match answer {

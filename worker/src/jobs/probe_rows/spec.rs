@@ -340,4 +340,35 @@ scratch = "/tmp/probeflow"
             assert!(err.contains(what), "{bad}: {err}");
         }
     }
+
+    #[test]
+    fn the_docs_tables_state_the_defaults_of_the_code() {
+        let doc = include_str!("../../../../docs/job.md");
+        let minimal = parse("[input]\nurl = 'a'\n[output]\nurl = 'b'\n").unwrap();
+        let stated = |key: &str| -> String {
+            let at = doc.find(&format!("| `{key}` [")).expect(key) + key.len() + 6;
+            doc[at..at + doc[at..].find(']').unwrap()].to_string()
+        };
+        assert_eq!(stated("shards"), minimal.output.shards.to_string());
+        assert_eq!(
+            stated("max_row_bytes"),
+            format!("{} MiB", minimal.output.max_row_bytes >> 20)
+        );
+        assert_eq!(
+            stated("array_record_options"),
+            format!("`\"{}\"`", minimal.output.array_record_options)
+        );
+        assert_eq!(stated("time_unit"), "`\"s\"`");
+        assert_eq!(minimal.input.time_unit, TimeUnit::S);
+        assert_eq!(stated("max_rtt_ms"), minimal.input.max_rtt_ms.to_string());
+        assert_eq!(
+            stated("earliest_event_time"),
+            format!("`\"{}\"`", &minimal.input.earliest_event_time[..10])
+        );
+        let split = format!(
+            "`test_fraction` [{}], `val_fraction` [{}] and `seed` [{}]",
+            minimal.split.test_fraction, minimal.split.val_fraction, minimal.split.seed
+        );
+        assert!(doc.contains(&split), "{split}");
+    }
 }
