@@ -198,11 +198,26 @@ impl Bed {
             .report(worker, a.task.id, a.attempt, token, result, nonce, self.now)
     }
 
+    /// `worker` runs `a` and reports its result.
+    pub async fn run_task(&mut self, worker: &str, a: &Assignment) {
+        let result = self.execute(a).await;
+        self.report(worker, a, Ok(result)).await;
+    }
+
+    /// The run finished, and its output is [`EXPECTED_COUNTS`].
+    pub fn assert_finished_as_expected(&self) {
+        assert!(
+            matches!(self.ended, Some(Ended::Finished(_))),
+            "{:?}",
+            self.ended
+        );
+        assert_eq!(self.counts(), EXPECTED_COUNTS);
+    }
+
     /// `worker` leases a task, runs it and reports its result; returns the task.
     pub async fn complete_one(&mut self, worker: &str) -> Assignment {
         let a = self.lease(worker);
-        let result = self.execute(&a).await;
-        self.report(worker, &a, Ok(result)).await;
+        self.run_task(worker, &a).await;
         a
     }
 

@@ -31,12 +31,7 @@ async fn a_worker_that_keeps_failing_is_excluded_and_the_job_finishes_elsewhere(
     assert!(again.unwrap_err().contains("excluded"));
     bed.advance(std::time::Duration::from_secs(5)).await;
     bed.complete_all("w2").await;
-    assert!(
-        matches!(bed.ended, Some(Ended::Finished(_))),
-        "{:?}",
-        bed.ended
-    );
-    assert_eq!(bed.counts(), EXPECTED_COUNTS);
+    bed.assert_finished_as_expected();
 }
 
 #[tokio::test]

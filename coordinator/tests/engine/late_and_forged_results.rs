@@ -5,7 +5,7 @@
 use probeflow_worker::engine::protocol::Payload;
 use probeflow_worker::jobs::word_count::CountOutput;
 
-use crate::bed::{Bed, Ended, EXPECTED_COUNTS};
+use crate::bed::{Bed, EXPECTED_COUNTS};
 
 #[tokio::test]
 async fn forged_and_duplicate_reports_change_nothing() {
@@ -53,8 +53,7 @@ async fn a_result_naming_files_not_planned_for_its_attempt_is_a_failed_attempt()
     let mut retried = None;
     while retried.is_none() {
         let b = bed.lease("w2");
-        let result = bed.execute(&b).await;
-        bed.report("w2", &b, Ok(result)).await;
+        bed.run_task("w2", &b).await;
         if b.task.id == a.task.id {
             retried = Some(b.attempt);
         }
@@ -74,12 +73,7 @@ async fn a_late_attempts_files_are_removed_after_the_job_finished() {
     bed.advance(crate::bed::LEASE + std::time::Duration::from_secs(1))
         .await;
     bed.complete_all("w2").await;
-    assert!(
-        matches!(bed.ended, Some(Ended::Finished(_))),
-        "{:?}",
-        bed.ended
-    );
-    assert_eq!(bed.counts(), EXPECTED_COUNTS);
+    bed.assert_finished_as_expected();
     // The slow attempt writes its file and reports after the end: refused, its file
     // removed, nothing else touched.
     let result = bed.execute(&slow).await;

@@ -18,16 +18,10 @@ async fn a_restart_redoes_only_what_the_journal_lacks() {
     assert_eq!(bed.restart().await, 2);
     let again = bed.lease("w2");
     assert_eq!((again.task.id, again.attempt), (id("count-00002"), 1));
-    let result = bed.execute(&again).await;
-    bed.report("w2", &again, Ok(result)).await;
+    bed.run_task("w2", &again).await;
     // The merge reads the journaled attempts' files.
     bed.complete_all("w1").await;
-    assert!(
-        matches!(bed.ended, Some(Ended::Finished(_))),
-        "{:?}",
-        bed.ended
-    );
-    assert_eq!(bed.counts(), EXPECTED_COUNTS);
+    bed.assert_finished_as_expected();
     // The intermediate files are removed.
     assert_eq!(
         crate::bed::files_under(&bed.out("_job/counts")),

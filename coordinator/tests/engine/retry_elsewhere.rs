@@ -4,7 +4,7 @@ use std::time::Duration;
 
 use probeflow_worker::engine::actor::TaskReply;
 
-use crate::bed::{flaky, Bed, Ended, EXPECTED_COUNTS};
+use crate::bed::{flaky, Bed, Ended};
 
 #[tokio::test]
 async fn a_failed_task_goes_to_the_other_worker_after_its_backoff() {
@@ -20,8 +20,7 @@ async fn a_failed_task_goes_to_the_other_worker_after_its_backoff() {
     let mut on_w1 = Vec::new();
     while let TaskReply::Task(a) = bed.request("w1") {
         on_w1.push(a.task.id.to_string());
-        let result = bed.execute(&a).await;
-        bed.report("w1", &a, Ok(result)).await;
+        bed.run_task("w1", &a).await;
     }
     assert_eq!(on_w1, ["count-00001", "count-00002"]);
     // Within its backoff, nobody gets it.
@@ -30,16 +29,10 @@ async fn a_failed_task_goes_to_the_other_worker_after_its_backoff() {
     assert!(matches!(bed.request("w1"), TaskReply::Wait));
     let retry = bed.lease("w2");
     assert_eq!((retry.task.id, retry.attempt), (first.task.id, 2));
-    let result = bed.execute(&retry).await;
-    bed.report("w2", &retry, Ok(result)).await;
+    bed.run_task("w2", &retry).await;
 
     bed.complete_all("w1").await;
-    assert!(
-        matches!(bed.ended, Some(Ended::Finished(_))),
-        "{:?}",
-        bed.ended
-    );
-    assert_eq!(bed.counts(), EXPECTED_COUNTS);
+    bed.assert_finished_as_expected();
 }
 
 #[tokio::test]
@@ -50,8 +43,7 @@ async fn with_no_other_worker_the_same_worker_retries_it() {
     bed.report("w1", &first, flaky("disk hiccup")).await;
     for _ in 0..2 {
         let a = bed.lease("w1");
-        let result = bed.execute(&a).await;
-        bed.report("w1", &a, Ok(result)).await;
+        bed.run_task("w1", &a).await;
     }
     bed.advance(Duration::from_millis(1100)).await;
     let retry = bed.lease("w1");

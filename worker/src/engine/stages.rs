@@ -67,6 +67,36 @@ pub fn unknown_stage(stage: &str, stages: &[&str]) -> WorkerError {
 /// ```
 #[macro_export]
 macro_rules! stages {
+    // One enum's StageSet: `$what` ("task" or "result") names its bodies in errors.
+    (@set $Enum:ident, $what:literal, $( $Variant:ident($name:expr) ),+) => {
+        impl $crate::engine::stages::StageSet for $Enum {
+            const STAGES: &'static [&'static str] = &[$($name),+];
+            fn stage(&self) -> &'static str {
+                match self { $( Self::$Variant(_) => $name, )+ }
+            }
+            fn encode(&self) -> $crate::error::Result<$crate::engine::protocol::Payload> {
+                let encoded = match self {
+                    $( Self::$Variant(v) => $crate::engine::protocol::Payload::encode(v), )+
+                };
+                encoded.map_err(|e| $crate::error::WorkerError::Job(format!(
+                    "a {} {} that does not encode: {e}", self.stage(), $what
+                )))
+            }
+            fn decode(
+                stage: &str,
+                body: &$crate::engine::protocol::Payload,
+            ) -> $crate::error::Result<Self> {
+                $(
+                    if stage == $name {
+                        return body.decode().map(Self::$Variant).map_err(|e| {
+                            $crate::engine::stages::undecodable(stage, $what, e)
+                        });
+                    }
+                )+
+                Err($crate::engine::stages::unknown_stage(stage, Self::STAGES))
+            }
+        }
+    };
     (
         $(#[$meta:meta])*
         $vis:vis enum $Task:ident, $Output:ident, $Done:ident {
@@ -85,61 +115,8 @@ macro_rules! stages {
         #[derive(Debug, Clone, Copy)]
         $vis enum $Done<'a> { $( $Variant(&'a $T, &'a $O), )+ }
 
-        impl $crate::engine::stages::StageSet for $Task {
-            const STAGES: &'static [&'static str] = &[$($name),+];
-            fn stage(&self) -> &'static str {
-                match self { $( Self::$Variant(_) => $name, )+ }
-            }
-            fn encode(&self) -> $crate::error::Result<$crate::engine::protocol::Payload> {
-                let encoded = match self {
-                    $( Self::$Variant(v) => $crate::engine::protocol::Payload::encode(v), )+
-                };
-                encoded.map_err(|e| $crate::error::WorkerError::Job(format!(
-                    "a {} task that does not encode: {e}", self.stage()
-                )))
-            }
-            fn decode(
-                stage: &str,
-                body: &$crate::engine::protocol::Payload,
-            ) -> $crate::error::Result<Self> {
-                $(
-                    if stage == $name {
-                        return body.decode().map(Self::$Variant).map_err(|e| {
-                            $crate::engine::stages::undecodable(stage, "task", e)
-                        });
-                    }
-                )+
-                Err($crate::engine::stages::unknown_stage(stage, Self::STAGES))
-            }
-        }
-
-        impl $crate::engine::stages::StageSet for $Output {
-            const STAGES: &'static [&'static str] = &[$($name),+];
-            fn stage(&self) -> &'static str {
-                match self { $( Self::$Variant(_) => $name, )+ }
-            }
-            fn encode(&self) -> $crate::error::Result<$crate::engine::protocol::Payload> {
-                let encoded = match self {
-                    $( Self::$Variant(v) => $crate::engine::protocol::Payload::encode(v), )+
-                };
-                encoded.map_err(|e| $crate::error::WorkerError::Job(format!(
-                    "a {} result that does not encode: {e}", self.stage()
-                )))
-            }
-            fn decode(
-                stage: &str,
-                body: &$crate::engine::protocol::Payload,
-            ) -> $crate::error::Result<Self> {
-                $(
-                    if stage == $name {
-                        return body.decode().map(Self::$Variant).map_err(|e| {
-                            $crate::engine::stages::undecodable(stage, "result", e)
-                        });
-                    }
-                )+
-                Err($crate::engine::stages::unknown_stage(stage, Self::STAGES))
-            }
-        }
+        $crate::stages!(@set $Task, "task", $( $Variant($name) ),+);
+        $crate::stages!(@set $Output, "result", $( $Variant($name) ),+);
 
         impl $crate::engine::stages::Stages for $Task {
             type Output = $Output;
