@@ -96,3 +96,25 @@ async fn an_output_another_job_made_is_refused() {
         "{err}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_output_finished_by_an_earlier_release_is_refused_not_taken_for_complete() {
+    let dir = tempfile::tempdir().unwrap();
+    let spec = JobSpec::load(&job_file(dir.path(), "")).unwrap();
+    run_job(&spec).await.unwrap();
+    // Completion markers of earlier releases were empty: no fingerprint to compare.
+    std::fs::write(dir.path().join("out/_SUCCESS"), "").unwrap();
+    let err = run_job(&spec).await.unwrap_err();
+    assert!(
+        matches!(
+            &err,
+            JobError::Worker(probeflow_worker::WorkerError::Conflict(_))
+        ),
+        "{err:?}"
+    );
+    assert!(
+        err.to_string()
+            .contains("its completion marker _SUCCESS is not this release's"),
+        "{err}"
+    );
+}
