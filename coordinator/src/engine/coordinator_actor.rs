@@ -104,7 +104,7 @@ impl CoordinatorState {
                 }
                 Effect::Finish => {
                     let result = self.write_final_outputs().await;
-                    self.run.finished();
+                    self.run.finished(result.is_ok());
                     self.progress.finish();
                     let tasks_run = self.run.tasks_run();
                     self.end(result.map(|summary| (tasks_run, summary)));

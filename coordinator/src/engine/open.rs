@@ -128,7 +128,7 @@ pub async fn open_job(spec: &JobSpec, output: &StoreUrl) -> Result<OpenedJob> {
     );
     let mut replayed = Vec::new();
     for (task, entry) in journal.tasks {
-        match run.replay(task, &entry.output) {
+        match run.replay(task, entry.attempt, &entry.output) {
             Ok(p) => replayed.push((task, p)),
             Err(e) => {
                 tracing::warn!(%task, error = %e, "journal entry unusable: its task is redone")
@@ -155,8 +155,8 @@ pub async fn open_job(spec: &JobSpec, output: &StoreUrl) -> Result<OpenedJob> {
     })
 }
 
-/// After the last stage: the kind's final outputs, then the completion marker (the
-/// job's last write). Returns the kind's summary.
+/// After the last stage: the kind's final outputs, then the completion marker, then
+/// the kind's clean-up of its intermediate files. Returns the kind's summary.
 pub async fn write_final_outputs(
     driver: &mut dyn JobDriver,
     output: &StoreUrl,
@@ -169,5 +169,6 @@ pub async fn write_final_outputs(
         ..completion.clone()
     };
     completion::write(output, marker, &record).await?;
+    driver.clean_up(output).await?;
     Ok(summary)
 }

@@ -72,7 +72,10 @@ enum Phase {
     Running,
     /// Every stage is done; the final outputs are being written.
     Finishing,
+    /// The final outputs are written.
     Finished,
+    /// The job failed.
+    Failed,
 }
 
 /// A result whose journal entry is being written.
@@ -89,8 +92,8 @@ pub struct JobRun {
     /// The stage running now, and its tasks not accepted yet.
     stage: usize,
     stage_pending: HashSet<TaskId>,
-    /// Every accepted task (journaled).
-    accepted: HashSet<TaskId>,
+    /// Every accepted task (journaled), with its accepted attempt.
+    accepted: HashMap<TaskId, u32>,
     board: LeaseBoard,
     timing: WorkerTiming,
     /// The workers in the job, by name.
@@ -115,7 +118,7 @@ impl JobRun {
             driver,
             stage: 0,
             stage_pending: HashSet::new(),
-            accepted: HashSet::new(),
+            accepted: HashMap::new(),
             board: LeaseBoard::new(lease, max_attempts, policy),
             timing: WorkerTiming::for_lease(lease),
             workers: HashMap::new(),
@@ -125,17 +128,17 @@ impl JobRun {
         }
     }
 
-    /// Takes a result from the journal (resume), before [`Self::start`]. An error
-    /// means the entry cannot be used: its task is redone.
-    pub fn replay(&mut self, task: TaskId, output: &Payload) -> Result<Progressed, WorkerError> {
+    /// Takes attempt `attempt`'s result from the journal (resume), before
+    /// [`Self::start`]. An error means the entry cannot be used: its task is redone.
+    pub fn replay(
+        &mut self,
+        task: TaskId,
+        attempt: u32,
+        output: &Payload,
+    ) -> Result<Progressed, WorkerError> {
         let progressed = self.driver.accept(task, output)?;
-        self.accepted.insert(task);
+        self.accepted.insert(task, attempt);
         Ok(progressed)
-    }
-
-    /// Results taken so far (replayed or accepted).
-    pub fn accepted(&self) -> usize {
-        self.accepted.len()
     }
 
     /// Queues the first stage with tasks left (on resume, stages already done are
@@ -163,17 +166,12 @@ impl JobRun {
 
     /// Whether the job has ended (finished or failed).
     pub fn is_over(&self) -> bool {
-        self.phase == Phase::Finished
+        matches!(self.phase, Phase::Finished | Phase::Failed)
     }
 
     /// The kind's side, for the final outputs and late attempts.
     pub fn driver(&mut self) -> &mut dyn JobDriver {
         self.driver.as_mut()
-    }
-
-    /// The workers excluded from the job, and why.
-    pub fn excluded(&self) -> &BTreeMap<String, String> {
-        self.board.excluded()
     }
 
     /// A worker (process, or in-process actor) joins: the job's timing, or why not.
@@ -233,7 +231,7 @@ impl JobRun {
         }
         if self.phase != Phase::Running {
             return Ok(match self.phase {
-                Phase::Finished => TaskReply::Done,
+                Phase::Finished | Phase::Failed => TaskReply::Done,
                 _ => TaskReply::Wait,
             });
         }
@@ -290,7 +288,11 @@ impl JobRun {
             Err(refused) => {
                 tracing::info!(worker = %actor, %task, attempt, ?refused, "late or duplicate result refused (no lease held with this attempt and token)");
                 // Only an attempt this coordinator granted, by its planned paths.
-                if (self.phase, refused) == (Phase::Finished, Refused::Late) {
+                // Only after a finished job (a failed one may be resumed from what its
+                // attempts wrote), and never the accepted attempt (whose files the
+                // output or the journal names).
+                let accepted = self.accepted.get(&task) == Some(&attempt);
+                if (self.phase, refused) == (Phase::Finished, Refused::Late) && !accepted {
                     effects.push(Effect::DiscardLate { task, attempt });
                 }
                 return effects;
@@ -394,7 +396,7 @@ impl JobRun {
                     stage: task.stage,
                     progressed,
                 });
-                self.accepted.insert(task);
+                self.accepted.insert(task, j.attempt);
                 self.stage_pending.remove(&task);
                 if self.stage_pending.is_empty() {
                     self.stage_done(&mut effects);
@@ -427,7 +429,7 @@ impl JobRun {
             }
             let pending: Vec<_> = tasks
                 .into_iter()
-                .filter(|t| !self.accepted.contains(&t.id))
+                .filter(|t| !self.accepted.contains_key(&t.id))
                 .collect();
             if pending.is_empty() {
                 self.stage_done(effects);
@@ -450,16 +452,21 @@ impl JobRun {
         self.stage += 1;
     }
 
-    /// The final outputs are written: the job is finished.
-    pub fn finished(&mut self) {
-        self.phase = Phase::Finished;
+    /// The final outputs are written (`written`), or could not be: the job is
+    /// finished, or failed.
+    pub fn finished(&mut self, written: bool) {
+        self.phase = if written {
+            Phase::Finished
+        } else {
+            Phase::Failed
+        };
         self.board.clear();
     }
 
     /// The job fails with `error` (its tasks are dropped).
     pub fn fail(&mut self, error: JobError, effects: &mut Vec<Effect>) {
-        if self.phase != Phase::Finished {
-            self.phase = Phase::Finished;
+        if !self.is_over() {
+            self.phase = Phase::Failed;
             self.board.clear();
             effects.push(Effect::Fail(error));
         }

@@ -279,7 +279,7 @@ impl Bed {
                     )
                     .await
                     .unwrap();
-                    self.run.finished();
+                    self.run.finished(true);
                     self.ended = Some(Ended::Finished(summary));
                 }
                 Effect::Fail(e) => self.ended = Some(Ended::Failed(e.to_string())),

@@ -4,6 +4,7 @@
 
 mod bed;
 mod exclusion;
+mod finish_order;
 mod late_and_forged_results;
 mod lease_expiry;
 mod local_run;

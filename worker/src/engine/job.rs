@@ -92,6 +92,8 @@ pub trait JobDriver: Send {
     fn record_progress(&mut self, stage_done: Option<usize>) -> Vec<ProgressFile>;
     /// See [`Driver::finish`].
     fn finish<'a>(&'a mut self, output: &'a StoreUrl) -> BoxFuture<'a, Result<String>>;
+    /// See [`Driver::clean_up`].
+    fn clean_up<'a>(&'a mut self, output: &'a StoreUrl) -> BoxFuture<'a, Result<()>>;
     /// See [`Driver::discard_late`].
     fn discard_late<'a>(
         &'a self,
@@ -309,6 +311,10 @@ impl<K: Kind> JobDriver for DriverOf<K> {
 
     fn finish<'a>(&'a mut self, output: &'a StoreUrl) -> BoxFuture<'a, Result<String>> {
         self.driver.finish(output)
+    }
+
+    fn clean_up<'a>(&'a mut self, output: &'a StoreUrl) -> BoxFuture<'a, Result<()>> {
+        self.driver.clean_up(output)
     }
 
     fn discard_late<'a>(

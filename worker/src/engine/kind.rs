@@ -161,8 +161,16 @@ pub trait Driver<K: Kind>: Send + 'static {
         Vec::new()
     }
     /// After the last stage: writes the job's final outputs and returns a one-line
-    /// summary (the engine then writes the completion marker).
+    /// summary (the engine then writes the completion marker). Intermediate files stay
+    /// until [`Self::clean_up`].
     fn finish<'a>(&'a mut self, output: &'a StoreUrl) -> BoxFuture<'a, Result<String>>;
+    /// After the completion marker: removes the job's intermediate files (and a late
+    /// attempt's, by planned names). After the marker, so that a worker that lost the
+    /// coordinator, which removes its files once the marker exists, leaves none behind.
+    /// The default removes nothing.
+    fn clean_up<'a>(&'a mut self, _output: &'a StoreUrl) -> BoxFuture<'a, Result<()>> {
+        Box::pin(async { Ok(()) })
+    }
     /// A refused result of attempt `attempt` of `task` arrived after the job finished:
     /// removes what that attempt wrote (by its planned names only). True if anything
     /// was removed. The default removes nothing.

@@ -264,12 +264,11 @@ impl Driver<WordCount> for WordCountDriver {
         })
     }
 
-    fn finish<'a>(&'a mut self, output: &'a StoreUrl) -> BoxFuture<'a, Result<String>> {
+    fn finish<'a>(&'a mut self, _output: &'a StoreUrl) -> BoxFuture<'a, Result<String>> {
         Box::pin(async move {
             let Some(merged) = &self.merged else {
                 return Err(WorkerError::Job("finished without a merge".into()));
             };
-            output.delete_prefix(WORK_DIR).await?;
             Ok(format!(
                 "{} words, {} distinct, in {} files",
                 merged.words,
@@ -277,6 +276,10 @@ impl Driver<WordCount> for WordCountDriver {
                 self.plan.inputs.len()
             ))
         })
+    }
+
+    fn clean_up<'a>(&'a mut self, output: &'a StoreUrl) -> BoxFuture<'a, Result<()>> {
+        Box::pin(output.delete_prefix(WORK_DIR))
     }
 
     fn discard_late<'a>(

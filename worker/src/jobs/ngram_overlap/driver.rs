@@ -391,14 +391,17 @@ impl Driver<NgramOverlap> for OverlapDriver {
         files
     }
 
-    fn finish<'a>(&'a mut self, output: &'a StoreUrl) -> BoxFuture<'a, Result<String>> {
+    fn finish<'a>(&'a mut self, _output: &'a StoreUrl) -> BoxFuture<'a, Result<String>> {
         Box::pin(async move {
             if self.report.is_none() {
                 return Err(WorkerError::Job("finished without a report".into()));
             }
-            output.delete_prefix(WORK_DIR).await?;
             Ok(self.summary())
         })
+    }
+
+    fn clean_up<'a>(&'a mut self, output: &'a StoreUrl) -> BoxFuture<'a, Result<()>> {
+        Box::pin(output.delete_prefix(WORK_DIR))
     }
 
     fn discard_late<'a>(

@@ -12,7 +12,7 @@
 //!           file) has that n-gram (re-tokenized)
 //!           ─► stats/overlap_details.jsonl.gz, stats/overlap_stats.jsonl,
 //!           tmp/overlap_instances-*.jsonl.gz
-//! finish: progress_summary.json, .SUCCESS; the intermediate files removed
+//! finish: progress_summary.json, the engine's .SUCCESS, then the intermediate files removed
 //! ```
 //!
 //! The training n-gram stream is never stored or shuffled: memory is the index group

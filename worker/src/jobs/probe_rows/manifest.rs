@@ -73,8 +73,7 @@ pub const SPLIT_FUNCTION: &str =
 pub const SPLIT_FUNCTION_WITH_VAL: &str =
     "bucket = u64_le(blake3(u64_le(split_seed) || canonical src_addr text)[0..8]) % 1000000; test if bucket < test_fraction * 1000000, else val if bucket < (test_fraction + val_fraction) * 1000000, else train";
 
-/// Writes the manifest and removes the shuffle files (the engine writes `_SUCCESS`,
-/// last).
+/// Writes the manifest (the engine then writes `_SUCCESS`, then [`clean_up`] runs).
 pub async fn finalize(
     output: &StoreUrl,
     fingerprint: &str,
@@ -143,9 +142,13 @@ pub async fn finalize(
         totals: totals.clone(),
     };
     output.put_json(MANIFEST, &manifest).await?;
-    output.delete_prefix("_job/shuffle").await?;
-    remove_losing_rejects(output, maps).await?;
     Ok(totals)
+}
+
+/// After `_SUCCESS`: removes the shuffle files and the losing attempts' rejects files.
+pub async fn clean_up(output: &StoreUrl, maps: &BTreeMap<usize, MapOutput>) -> Result<()> {
+    output.delete_prefix("_job/shuffle").await?;
+    remove_losing_rejects(output, maps).await
 }
 
 /// Removes the rejects files of map attempts that were not accepted: planned names

@@ -5,7 +5,7 @@
 //! plan: list + pin the input, read footers ─► map tasks (row ranges of one file)
 //! map:    scan ─► validate ─► partition by source ─► shuffle file (+ rejects)
 //! reduce: a partition's segments ─► sort (spilling) ─► rows per source ─► shards
-//! finish: manifest.json, _SUCCESS; shuffle files removed
+//! finish: manifest.json, the engine's _SUCCESS, then shuffle files removed
 //! ```
 //!
 //! * [`spec`]: the job file's `[input]`, `[output]`, `[split]`.
@@ -300,6 +300,10 @@ impl Driver<ProbeRows> for ProbeRowsDriver {
             .await?;
             Ok(summary(&totals))
         })
+    }
+
+    fn clean_up<'a>(&'a mut self, output: &'a StoreUrl) -> BoxFuture<'a, Result<()>> {
+        Box::pin(manifest::clean_up(output, &self.maps))
     }
 
     fn discard_late<'a>(
