@@ -109,3 +109,29 @@ async fn an_input_changed_since_planning_is_refused_on_resume() {
         "{err}"
     );
 }
+
+#[tokio::test]
+async fn an_input_gone_whole_since_planning_is_refused_naming_every_file() {
+    let mut bed = Bed::new(3).await;
+    bed.complete_one("w1").await;
+    for i in 0..3 {
+        std::fs::remove_file(bed.dir.path().join(format!("in/t{i}.txt"))).unwrap();
+    }
+    let err = probeflow_coordinator::engine::open::open_job(&bed.spec, &bed.output)
+        .await
+        .err()
+        .unwrap();
+    assert!(
+        matches!(
+            err,
+            probeflow_coordinator::JobError::Worker(probeflow_worker::WorkerError::Conflict(_))
+        ),
+        "{err:?}"
+    );
+    let err = err.to_string();
+    assert!(
+        err.contains("changed since the job was planned")
+            && (0..3).all(|i| err.contains(&format!("vanished: ")) && err.contains(&format!("t{i}.txt"))),
+        "{err}"
+    );
+}

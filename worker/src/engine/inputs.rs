@@ -58,13 +58,19 @@ pub struct ListedFile {
 /// path's files sorted). A path that matches nothing, a file the kind cannot read, and
 /// a file listed twice are errors.
 pub async fn list_inputs(sources: &[InputSource]) -> Result<Vec<ListedFile>> {
+    listed(sources, true).await
+}
+
+/// The listing of [`list_inputs`]; a path that matches nothing is an error only when
+/// `require_matches` (to compare with pinned files, vanished ones are differences).
+async fn listed(sources: &[InputSource], require_matches: bool) -> Result<Vec<ListedFile>> {
     let mut out = Vec::new();
     let mut seen = BTreeSet::new();
     for (index, source) in sources.iter().enumerate() {
         let section = source.section;
         for path in &source.paths {
             let (base, files) = store::list_matching_in(path, source.accepts).await?;
-            if files.is_empty() {
+            if files.is_empty() && require_matches {
                 return Err(WorkerError::Job(format!(
                     "[{section}] no input files match {path}"
                 )));
@@ -106,7 +112,7 @@ pub async fn refuse_changed_inputs(
     planned: &[PinnedFile],
     since: &str,
 ) -> Result<()> {
-    let now = list_inputs(sources).await?;
+    let now = listed(sources, false).await?;
     let changes = store::pin_changes(
         planned.iter().map(|f| (f.url.as_str(), f.size, &f.etag)),
         now.iter()

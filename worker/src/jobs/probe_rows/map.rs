@@ -71,7 +71,10 @@ pub fn parse_rejects_name(name: &str) -> Option<(usize, u32)> {
 /// never paths a peer named. Returns whether the job was complete.
 pub async fn discard_late_output(job: &JobContext, index: usize, attempt: u32) -> Result<bool> {
     let output = StoreUrl::parse(&job.output)?;
-    if !output.exists(&output.child(super::manifest::SUCCESS)).await? {
+    if !output
+        .exists(&output.child(super::manifest::SUCCESS))
+        .await?
+    {
         return Ok(false);
     }
     let shuffle_file = shuffle_path(index, attempt);
