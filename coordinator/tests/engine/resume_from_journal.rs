@@ -131,7 +131,7 @@ async fn an_input_gone_whole_since_planning_is_refused_naming_every_file() {
     let err = err.to_string();
     assert!(
         err.contains("changed since the job was planned")
-            && (0..3).all(|i| err.contains(&format!("vanished: ")) && err.contains(&format!("t{i}.txt"))),
+            && (0..3).all(|i| err.contains("vanished: ") && err.contains(&format!("t{i}.txt"))),
         "{err}"
     );
 }
