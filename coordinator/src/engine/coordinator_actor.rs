@@ -103,7 +103,12 @@ impl CoordinatorState {
                     }
                 }
                 Effect::Finish => {
-                    let result = self.write_final_outputs().await;
+                    // Not on an output this coordinator no longer owns.
+                    let lost = self.lock_lost.borrow().clone();
+                    let result = match lost {
+                        Some(why) => Err(JobError::Conflict(why)),
+                        None => self.write_final_outputs().await,
+                    };
                     self.run.finished(result.is_ok());
                     self.progress.finish();
                     let tasks_run = self.run.tasks_run();

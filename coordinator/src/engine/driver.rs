@@ -184,7 +184,7 @@ async fn run_owned(
         })
         .map_err(JobError::Runtime)?;
     }
-    let (tx, rx) = oneshot::channel();
+    let (tx, mut rx) = oneshot::channel();
     let state = CoordinatorState {
         run,
         output: output.clone(),
@@ -200,6 +200,18 @@ async fn run_owned(
     let (coordinator, coordinator_handle) = Actor::spawn(None, CoordinatorActor, state)
         .await
         .map_err(|e| JobError::Runtime(format!("cannot start the coordinator actor: {e}")))?;
+    // A resume with no task left (a crash after the last result, before the final
+    // outputs) ended while the actor started: no worker, no listener.
+    if let Ok(ended) = rx.try_recv() {
+        coordinator.stop(None);
+        let _ = coordinator_handle.await;
+        let (tasks_run, summary) = ended?;
+        return Ok(RunOutcome::Completed {
+            summary,
+            tasks_run,
+            tasks_resumed: resumed,
+        });
+    }
     if let Some(settings) = cluster {
         let (node, result) = serve_cluster(coordinator, coordinator_handle, rx, settings).await?;
         node.stop(None);

@@ -22,7 +22,7 @@ use crate::engine::kind::{
 };
 use crate::engine::protocol::{JobContext, TaskId};
 use crate::engine::store::{self, StoreUrl};
-use crate::error::{Result, WorkerError};
+use crate::error::{Fault, KindError, Result, WorkerError};
 
 /// The kind's name in job files.
 pub const NAME: &str = "word_count";
@@ -342,6 +342,26 @@ impl Runner<WordCount> for WordCountRunner {
     }
 }
 
+/// The word-count job's own errors.
+#[derive(Debug, thiserror::Error)]
+pub enum WordCountError {
+    /// An input file that is not UTF-8: every attempt would fail alike.
+    #[error("{file}: not UTF-8 text: {what}")]
+    NotText { file: String, what: String },
+}
+
+impl KindError for WordCountError {
+    fn fault(&self) -> Fault {
+        Fault::Input
+    }
+}
+
+impl From<WordCountError> for WorkerError {
+    fn from(e: WordCountError) -> Self {
+        WorkerError::Kind(Box::new(e))
+    }
+}
+
 /// Counts one file's words into its attempt's counts file.
 async fn count(output: &StoreUrl, task: &CountTask, attempt: u32) -> Result<CountOutput> {
     let input = &task.input;
@@ -361,9 +381,11 @@ async fn count(output: &StoreUrl, task: &CountTask, attempt: u32) -> Result<Coun
             what: format!("{} bytes, {} when planned", bytes.len(), input.size),
         });
     }
-    let text = std::str::from_utf8(&bytes).map_err(|e| WorkerError::Corrupt {
+    // A same-size rewrite between the check and the read: refused, as the map does.
+    store::check_pinned(&input.url, input.size, &input.etag).await?;
+    let text = std::str::from_utf8(&bytes).map_err(|e| WordCountError::NotText {
         file: input.url.clone(),
-        what: format!("not UTF-8 text: {e}"),
+        what: e.to_string(),
     })?;
     let mut counts: BTreeMap<&str, u64> = BTreeMap::new();
     for word in text.split_whitespace() {

@@ -54,8 +54,11 @@ impl Runner<NgramOverlap> for OverlapRunner {
                 )),
                 _ => None,
             };
-            let cached = match (&self.index, &group) {
-                (Some((key, index)), Some(want)) if key == want => Some(index.clone()),
+            // The group this scan needs, if it is the one kept; any other is dropped
+            // now, before the task loads a group of its own (two groups at once could
+            // take the whole worker's memory).
+            let cached = match (self.index.take(), &group) {
+                (Some((key, index)), Some(want)) if key == *want => Some(index),
                 _ => None,
             };
             let mut whole = std::mem::take(&mut self.whole);
