@@ -274,7 +274,7 @@ class Dataset:
     def set_state(self, state: dict[str, Any]) -> None:
         """Continue from ``state`` (from ``get_state``); prefetched batches are dropped.
 
-        Raises InvalidInputError if the state was taken on other rows (another
+        Raises StateError (an InvalidInputError) if the state was taken on other rows (another
         output, even one of as many rows, such as the same input with another shard
         count; or a state of an older probeflow, which does not say), by a differently
         configured iterator (seed, ranks, seq_len, batch_size, packing, block_rows), or
@@ -300,7 +300,7 @@ class Dataset:
         batch size may change. The resulting state records the re-dealt epochs
         (``"version": 2``) and restores exactly with :meth:`set_state`.
 
-        Raises InvalidInputError when a rank's state is missing or repeated, or the
+        Raises StateError (an InvalidInputError) when a rank's state is missing or repeated, or the
         states were taken on other rows (see :meth:`set_state`) or another
         configuration."""
         self._loader.set_states_json(json.dumps(list(states)))

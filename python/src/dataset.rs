@@ -76,8 +76,7 @@ fn borrow(m: &Mutex<Option<Loader>>) -> PyResult<MutexGuard<'_, Option<Loader>>>
         Err(TryLockError::WouldBlock) => Err(PyRuntimeError::new_err(
             "this Dataset is in use by another thread",
         )),
-        Err(TryLockError::Poisoned(_)) => Err(crate::errors::new_err(
-            crate::errors::Class::Internal,
+        Err(TryLockError::Poisoned(_)) => Err(crate::errors::internal(
             "this Dataset failed earlier (internal panic); create a new one",
         )),
     }
@@ -238,9 +237,8 @@ impl PyLoader {
         let shape = (batch.batch_size, batch.seq_len);
         let d = PyDict::new(py);
         for (name, data) in BATCH_KEYS.iter().zip(batch.into_arrays()) {
-            let array = Array2::from_shape_vec(shape, data).map_err(|e| {
-                crate::errors::new_err(crate::errors::Class::Internal, format!("batch shape: {e}"))
-            })?;
+            let array = Array2::from_shape_vec(shape, data)
+                .map_err(|e| crate::errors::internal(format!("batch shape: {e}")))?;
             d.set_item(*name, array.into_pyarray(py))?;
         }
         Ok(Some(d))
@@ -250,9 +248,8 @@ impl PyLoader {
     fn state_json(&self) -> PyResult<String> {
         let guard = borrow(&self.inner)?;
         let loader = guard.as_ref().ok_or_else(closed)?;
-        serde_json::to_string(&loader.state()).map_err(|e| {
-            crate::errors::new_err(crate::errors::Class::Internal, format!("state: {e}"))
-        })
+        serde_json::to_string(&loader.state())
+            .map_err(|e| crate::errors::internal(format!("state: {e}")))
     }
 
     /// Continues from a state produced by `state_json` (prefetched batches are dropped).

@@ -179,6 +179,12 @@ pub fn new_err(class: Class, message: impl Into<String>) -> PyErr {
     })
 }
 
+/// A new [`Class::Internal`] exception (a broken invariant; nothing wrong with the
+/// input).
+pub fn internal(message: impl Into<String>) -> PyErr {
+    new_err(Class::Internal, message)
+}
+
 /// The Python exception for a reader error: the one place reader errors cross into
 /// Python.
 pub fn to_py(e: Error) -> PyErr {

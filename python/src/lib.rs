@@ -26,18 +26,11 @@ use probeflow_reader::Error;
 mod dataset;
 mod errors;
 
-/// The Python exception for a reader error ([`errors::to_py`]).
-fn py_err(e: Error) -> PyErr {
-    errors::to_py(e)
-}
+use errors::to_py as py_err;
 
 fn lock<T>(m: &Mutex<T>) -> PyResult<MutexGuard<'_, T>> {
-    m.lock().map_err(|_| {
-        errors::new_err(
-            errors::Class::Internal,
-            "internal lock poisoned by an earlier panic",
-        )
-    })
+    m.lock()
+        .map_err(|_| errors::internal("internal lock poisoned by an earlier panic"))
 }
 
 /// Read-only random access to an ArrayRecord file.

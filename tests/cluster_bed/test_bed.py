@@ -19,13 +19,12 @@ from pathlib import Path
 import blake3
 import pytest
 
-from bed import Bed, require_namespaces  # noqa: E402
+from bed import Bed, require_namespaces
 
 from support.outputs import READER
-from support.probe_rows import job_toml
+from support.probe_rows import SHARDS, job_toml
 from support.run import COOKIE, COORDINATOR, WORKER, run
 
-SHARDS = 4
 ROWS = 200_000
 BUCKET = "bed"
 COORDINATOR_PORT = 7400

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from bed import require_namespaces  # noqa: E402
+from bed import require_namespaces
 
 from support.probe_rows import write_job
 from support.run import COORDINATOR

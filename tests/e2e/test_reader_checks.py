@@ -19,7 +19,6 @@ from probeflow import maxtext_input
 from support.outputs import make_output
 from support.run import run
 
-SHARDS = 4
 
 
 @pytest.fixture(scope="module")

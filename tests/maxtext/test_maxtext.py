@@ -28,10 +28,8 @@ import probeflow
 from probeflow import maxtext_input, tokenizer
 from probeflow.maxtext_input import NetworkConfigError, NetworkOptions
 from probeflow.maxtext_train import split_arguments
+from support.run import COORDINATOR, ROOT, free_port
 
-ROOT = Path(__file__).resolve().parents[2]
-TARGET = Path(os.environ.get("CARGO_TARGET_DIR", ROOT / "target"))
-COORDINATOR = Path(os.environ.get("PROBEFLOW_COORDINATOR", TARGET / "debug" / "coordinator"))
 
 # The tiny model of the issue: 2 layers, width 64, vocabulary 267, sequences of 128.
 TINY = [
@@ -395,14 +393,6 @@ def test_training_reads_an_output_on_s3_through_the_shard_cache(data, runs, tmp_
     assert sorted(f.name for f in (cache / "shards").glob("*.array_record")) == sorted(
         f"{s['blake3']}.array_record" for s in train_shards
     )
-
-
-def free_port() -> int:
-    import socket  # noqa: PLC0415
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def test_a_data_error_fails_the_run_instead_of_stopping_it_quietly(data, tmp_path):

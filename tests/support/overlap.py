@@ -329,7 +329,7 @@ def output_files(out: Path) -> dict[str, bytes]:
     return files
 
 
-def check_against_reference(out: Path, eval_files, train_files) -> None:
+def check_against_reference(out: Path, eval_files, train_files):
     stats, details, per_file, rejected = reference(eval_files, train_files)
     got_stats = [json.loads(line) for line in (out / "stats" / "overlap_stats.jsonl").read_text().splitlines()]
     assert got_stats == stats

@@ -386,7 +386,7 @@ impl IndexBuilder {
             self.filter.insert(key);
             // directory[b]: the first key of bucket b or after.
             let bucket = bucket_of(key, self.dir_shift) as usize;
-            while self.directory.len() <= bucket.min(self.buckets - 1) {
+            while self.directory.len() <= bucket {
                 self.directory.push(k as u32);
             }
         }

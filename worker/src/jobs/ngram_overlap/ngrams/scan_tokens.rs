@@ -310,12 +310,6 @@ impl ScanTokens {
         window_key(poly, n as u32)
     }
 
-    /// Whether the window of `n` tokens from `i` is the n-gram `text`.
-    pub fn window_is(&self, i: usize, n: usize, text: &str) -> bool {
-        let mut parts = text.split(' ');
-        (i..i + n).all(|k| parts.next() == Some(self.token(k))) && parts.next().is_none()
-    }
-
     /// The code-point offsets of the window of `n` tokens from `i`.
     pub fn offsets(&self, i: usize, n: usize) -> [u64; 2] {
         if self.span_starts.is_empty() {
