@@ -133,8 +133,6 @@ class Dataset:
             raise ValueError("give both shard_index and shard_count, or neither")
         if shard_index is None or shard_count is None:
             shard_index, shard_count = _default_shards()
-        if num_threads is None:
-            num_threads = READER_DEFAULTS["num_threads"]
         if weights is None:
             paths: Any = _paths(path)
         else:

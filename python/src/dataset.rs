@@ -178,7 +178,8 @@ impl PyLoader {
             num_epochs,
             drop_remainder,
             prefetch,
-            num_threads: num_threads.unwrap_or(DatasetOptions::default().num_threads),
+            // None: the reader's default, worked out now (the CPUs this process may use).
+            num_threads: num_threads.unwrap_or_else(|| DatasetOptions::default().num_threads),
             sampler: SamplerOptions {
                 context_len: seq_len,
                 measurements_per_context,

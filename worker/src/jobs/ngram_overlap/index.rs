@@ -255,6 +255,7 @@ pub async fn load_index(
     // at once: a store far away costs a round trip per request.
     let segments = index_entries(output, files, mine.iter().copied()).await?;
     let postings: u64 = segments.iter().map(|(_, s)| s.rows).sum();
+    check_group_size(postings)?;
     // The gated n-grams' prefixes, when the index has any gated length.
     let gated = lengths.iter().any(|&n| is_gated(n, longest));
     let prefix_segments = if gated {
@@ -409,8 +410,35 @@ fn add_batch(
     Ok(())
 }
 
+/// Refuses an index group of more postings than the index numbers (its directory
+/// holds 32-bit positions): lookups past it would miss keys without an error.
+fn check_group_size(postings: u64) -> Result<()> {
+    if postings > u64::from(u32::MAX) {
+        return Err(WorkerError::Spec {
+            file: "[index]".into(),
+            what: format!(
+                "an index group of {postings} postings is more than one index holds ({}): \
+                 raise [index] partitions or lower [index] memory",
+                u32::MAX
+            ),
+        });
+    }
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_group_past_32_bit_positions_is_refused_not_misread() {
+        assert!(check_group_size(u64::from(u32::MAX)).is_ok());
+        let err = check_group_size(u64::from(u32::MAX) + 1).unwrap_err();
+        assert_eq!(err.fault(), crate::error::Fault::Input);
+        assert!(
+            err.to_string().contains("raise [index] partitions"),
+            "{err}"
+        );
+    }
+
     use super::*;
 
     #[test]
