@@ -337,7 +337,13 @@ pub fn parse_shard_name(name: &str) -> Option<(u32, u32)> {
 fn expand(path: &str) -> Result<Vec<PathBuf>> {
     let p = Path::new(path);
     let name = p.file_name().and_then(|n| n.to_str()).unwrap_or("");
-    if let (_, Some(pattern)) = crate::glob::split_glob(name) {
+    // A file that exists is itself, whatever its name holds (`[`, `?`, `{` too).
+    let glob = if p.is_file() {
+        None
+    } else {
+        crate::glob::split_glob(name).1
+    };
+    if let Some(pattern) = glob {
         let glob = crate::glob::FileGlob::new(pattern)?;
         let dir = p
             .parent()
@@ -592,6 +598,22 @@ pub struct ResolvedShard {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_file_whose_name_looks_like_a_glob_is_itself() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("shard[1].array_record");
+        std::fs::write(&file, b"").unwrap();
+        let path = file.display().to_string();
+        assert_eq!(expand(&path).unwrap(), vec![file]);
+        // Not a file: a glob (matching nothing here).
+        let glob = dir
+            .path()
+            .join("shard[2].array_record")
+            .display()
+            .to_string();
+        assert!(expand(&glob).is_err());
+    }
 
     #[test]
     fn manifest_paths_must_stay_inside_the_output() {
