@@ -85,10 +85,6 @@ pub enum WorkerError {
     #[error(transparent)]
     Format(#[from] probeflow_reader::Error),
 
-    /// DataFusion (sorting).
-    #[error("sort: {0}")]
-    DataFusion(#[from] datafusion::error::DataFusionError),
-
     /// Arrow (encoding intermediate data).
     #[error("arrow: {0}")]
     Arrow(#[from] arrow::error::ArrowError),

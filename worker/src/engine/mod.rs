@@ -10,6 +10,7 @@ pub mod actor;
 pub mod allocator;
 pub mod cluster;
 pub mod completion;
+pub mod external_sort;
 pub mod fault;
 pub mod inputs;
 pub mod job;

@@ -288,18 +288,16 @@ mod tests {
         let root = tempfile::tempdir().unwrap();
         let run = JobScratch::create(root.path(), "cccccccccccccccccccc").unwrap();
         let t = run.task_dir("reduce-00003-a1").unwrap();
-        std::fs::create_dir(t.path().join("spill")).unwrap();
-        std::fs::write(t.path().join("spill").join("run-0"), vec![0u8; 3000]).unwrap();
+        std::fs::create_dir(t.path().join("sort")).unwrap();
+        std::fs::write(t.path().join("sort").join("run-00000"), vec![0u8; 3000]).unwrap();
         std::fs::write(t.path().join("train.array_record"), vec![0u8; 100]).unwrap();
         let enospc = || std::io::Error::from_raw_os_error(28);
-        // Wherever the ENOSPC is: our own error, DataFusion's (its text says only
-        // "IO error: No space left on device"), Arrow's.
+        // Wherever the ENOSPC is: our own error, Arrow's.
         for e in [
             WorkerError::Scratch {
                 path: "x".into(),
                 source: enospc(),
             },
-            WorkerError::DataFusion(datafusion::error::DataFusionError::IoError(enospc())),
             WorkerError::Arrow(arrow::error::ArrowError::IoError("spill".into(), enospc())),
         ] {
             let explained = t.explain_full_disk(e, || "it sorts 10 rows".into());

@@ -10,21 +10,12 @@ pub enum ProbeRowsError {
     /// unit): the job fails instead of rejecting a whole file row by row.
     #[error("{file}: {what}")]
     Implausible { file: String, what: String },
-
-    /// A task needs more memory than `[run] memory_per_worker` lets it use: the same
-    /// input and setting fail alike on every attempt.
-    #[error("{what}: {cause}; raise [run] memory_per_worker (now {memory})")]
-    OutOfMemory {
-        what: String,
-        memory: String,
-        cause: String,
-    },
 }
 
 impl KindError for ProbeRowsError {
     fn fault(&self) -> Fault {
         match self {
-            ProbeRowsError::Implausible { .. } | ProbeRowsError::OutOfMemory { .. } => Fault::Input,
+            ProbeRowsError::Implausible { .. } => Fault::Input,
         }
     }
 }

@@ -23,6 +23,7 @@ use arrow::buffer::Buffer;
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use probeflow_reader::row::RttCode;
 
+use crate::engine::external_sort::SortRecord;
 use crate::engine::shuffle;
 use crate::error::Result;
 
@@ -66,6 +67,49 @@ pub fn key(src: &[u8; 17], event_time: u64, dst: &[u8; 17], rtt: Option<RttCode>
         k[43..45].copy_from_slice(&code.0.to_be_bytes());
     }
     k
+}
+
+/// A shuffle key as the reduce sorts it ([`crate::engine::external_sort`]): its 45 bytes
+/// as six big-endian words (the last padded with three zero bytes), so that comparing
+/// the words compares the bytes, a word at a time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub struct SortKey([u64; 6]);
+
+impl SortKey {
+    /// The key's bytes.
+    pub fn bytes(&self) -> [u8; KEY_LEN] {
+        let mut padded = [0u8; 48];
+        for (word, out) in self.0.iter().zip(padded.chunks_exact_mut(8)) {
+            out.copy_from_slice(&word.to_be_bytes());
+        }
+        let mut k = [0u8; KEY_LEN];
+        k.copy_from_slice(&padded[..KEY_LEN]);
+        k
+    }
+}
+
+impl SortRecord for SortKey {
+    const BYTES: usize = KEY_LEN;
+
+    fn decode(bytes: &[u8]) -> Self {
+        let mut padded = [0u8; 48];
+        padded[..KEY_LEN].copy_from_slice(bytes);
+        let mut words = [0u64; 6];
+        for (word, b) in words.iter_mut().zip(padded.chunks_exact(8)) {
+            let mut w = [0u8; 8];
+            w.copy_from_slice(b);
+            *word = u64::from_be_bytes(w);
+        }
+        SortKey(words)
+    }
+
+    fn encode(&self, out: &mut [u8]) {
+        out.copy_from_slice(&self.bytes());
+    }
+
+    fn words(&self) -> &[u64] {
+        &self.0
+    }
 }
 
 /// A decoded key.
@@ -160,6 +204,10 @@ mod tests {
         ];
         for w in ordered.windows(2) {
             assert!(w[0] < w[1]);
+            let (a, b) = (SortKey::decode(&w[0]), SortKey::decode(&w[1]));
+            assert!(a < b, "the sort key orders as the bytes do");
+            assert_eq!(a.bytes().as_slice(), w[0].as_slice());
+            assert_eq!(a.words().len() * 8 - 3, KEY_LEN);
         }
     }
 }

@@ -1,10 +1,12 @@
-//! The reduce task: gather one partition from every map output, sort it with DataFusion
-//! under a memory limit, and stream the sorted measurements, grouped by source, through
-//! `RowBuilder` into the partition's `train` and `test` ArrayRecord shards.
+//! The reduce task: gather one partition from every map output, sort it with the
+//! engine's external sort under the worker's memory, and stream the sorted
+//! measurements, grouped by source, through `RowBuilder` into the partition's `train`
+//! and `test` ArrayRecord shards.
 //!
 //! ```text
-//! every map's index entry p, then segment p ─► SegmentStream ─► batches of memory/16 ─► SortExec on the 45-byte key (FairSpillPool,
-//!   spills to scratch) ─► (src, event_time, dst, rtt) order ─► RowBuilder per source ─► shard
+//! every map's index entry p, then segment p ─► gather (fetches in flight, bounded bytes)
+//!   ─► ExternalSort of 45-byte keys (runs spill to scratch) ─► (src, event_time, dst, rtt) order
+//!   ─► RowBuilder per source ─► shard
 //! ```
 //!
 //! Grouping streams over sorted data (no aggregate functions). The sort key includes
@@ -18,28 +20,16 @@ use std::path::{Path as FsPath, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use arrow::array::{AsArray, RecordBatch};
-use arrow::compute::SortOptions;
-use arrow::datatypes::SchemaRef;
-use datafusion::execution::memory_pool::FairSpillPool;
-use datafusion::execution::runtime_env::RuntimeEnvBuilder;
-use datafusion::execution::TaskContext;
-use datafusion::physical_expr::{LexOrdering, PhysicalSortExpr};
-use datafusion::physical_plan::expressions::col;
-use datafusion::physical_plan::sorts::sort::SortExec;
-use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
-use datafusion::physical_plan::streaming::{PartitionStream, StreamingTableExec};
-use datafusion::physical_plan::{ExecutionPlan, SendableRecordBatchStream};
-use datafusion::prelude::{SessionConfig, SessionContext};
-use futures::{StreamExt, TryStreamExt};
+use arrow::array::{Array, AsArray, RecordBatch};
+use futures::{Stream, StreamExt, TryStreamExt};
 use object_store::{ObjectStoreExt, WriteMultipart};
 use probeflow_reader::array_record::{ArrayRecordWriter, WriterOptions};
 use probeflow_reader::row::{addr::addr_from_bytes, Row, RowBuilder, Split};
 
-use super::error::ProbeRowsError;
 use super::key;
 use super::map::shuffle_path;
 use super::protocol::{shard_path, MapAttempts, ReduceOutput, ReduceTask, Settings, ShardInfo};
+use crate::engine::external_sort::ExternalSort;
 use crate::engine::kind::WorkerConfig;
 use crate::engine::protocol::JobContext;
 use crate::engine::scratch::JobScratch;
@@ -47,29 +37,6 @@ use crate::engine::shuffle;
 use crate::engine::store::StoreUrl;
 use crate::engine::units::format_bytes;
 use crate::error::{Result, WorkerError};
-
-/// The memory the sort keeps for merging sorted runs (DataFusion's
-/// `sort_spill_reservation_bytes`), out of `memory` for the whole sort: a quarter. With
-/// DataFusion's default (10 MB), a sort of a partition larger than a small memory
-/// setting ran out of memory while merging the runs it spills (64 and 128 MiB failed
-/// on 6.7M rows in one partition; with a quarter, 64 MiB to 256 MiB sort 6.7M to 12M
-/// rows; test_the_smallest_memory_setting_sorts_a_partition_larger_than_it).
-fn merge_reservation(memory: usize) -> usize {
-    (memory / 4).max(10 << 20)
-}
-
-/// The bytes of the batches the sort receives, out of `memory` for the whole sort: a
-/// sixteenth, between 1 and 64 MiB. When the sort spills, each batch it holds becomes
-/// one run of the merge that writes the spill file, and each run being merged holds
-/// its current batches in the merge's memory ([`merge_reservation`]). Fed the segments
-/// as they come, a partition gathered from many small map tasks made hundreds of runs
-/// and the merge ran out of memory (64 MiB failed at 614 288 rows from 150 maps of
-/// 10 000 rows, 256 MiB at 2.5M rows from 200 maps;
-/// test_the_smallest_memory_setting_sorts_a_partition_larger_than_it); batches of this
-/// size keep a spill's runs to about sixteen.
-fn sort_batch_bytes(memory: usize) -> usize {
-    (memory / 16).clamp(1 << 20, 64 << 20)
-}
 
 /// Index entries fetched at once (24 bytes each: the count of round trips in flight
 /// is what bounds them).
@@ -84,125 +51,80 @@ fn segment_budget(memory: usize) -> u32 {
     (memory / 8).clamp(8 << 20, 256 << 20) as u32
 }
 
-/// Feeds the partition's segment of every map's shuffle file, in map order, into the
-/// sort; counts the rows it read. Against a store tens of milliseconds away the time
-/// of a reduce's gather is round trips, not bytes: the index entries are fetched many
-/// at once, then the segments, as many at once as fit [`segment_budget`] bytes (a
-/// segment holds its share of the budget until the sort has taken its rows).
-#[derive(Debug)]
-struct SegmentStream {
+/// The memory of the sort's buffers: the reduce's `memory` less the segments' budget,
+/// at least 1 MiB.
+fn sort_memory(memory: usize) -> usize {
+    memory
+        .saturating_sub(segment_budget(memory) as usize)
+        .max(1 << 20)
+}
+
+/// The partition's segment of every map's shuffle file, in map order, as batches of
+/// keys; counts the rows it read into `rows`. Against a store tens of milliseconds away
+/// the time of a reduce's gather is round trips, not bytes: the index entries are
+/// fetched many at once, then the segments, as many at once as fit `budget` bytes (a
+/// segment holds its share of the budget until its last batch has been taken).
+fn gather(
     output: StoreUrl,
     partition: u32,
-    maps: MapAttempts,
+    maps: &MapAttempts,
     rows: Arc<AtomicU64>,
     budget: u32,
-    /// Rows per batch handed to the sort ([`sort_batch_bytes`]).
-    batch_rows: usize,
-}
-
-/// `batches` regrouped into batches of `rows` rows (the last one shorter); ends at the
-/// first error.
-fn coalesce(
-    batches: impl futures::Stream<Item = std::result::Result<RecordBatch, WorkerError>> + Send + 'static,
-    rows: usize,
-) -> impl futures::Stream<Item = std::result::Result<RecordBatch, WorkerError>> + Send + 'static {
-    let coalescer = arrow::compute::BatchCoalescer::new(key::SCHEMA.clone(), rows.max(1));
-    // The input is `None` once it has ended (completed batches may be left); both are
-    // `None` after an error.
-    futures::stream::unfold(
-        (Some(batches.boxed()), Some(coalescer)),
-        |(mut input, mut coalescer)| async move {
-            loop {
-                let completed = coalescer.as_mut()?.next_completed_batch();
-                if let Some(batch) = completed {
-                    return Some((Ok(batch), (input, coalescer)));
-                }
-                let pushed = match input.as_mut()?.next().await {
-                    Some(Ok(batch)) => coalescer.as_mut()?.push_batch(batch),
-                    Some(Err(e)) => return Some((Err(e), (None, None))),
-                    None => {
-                        input = None;
-                        coalescer.as_mut()?.finish_buffered_batch()
-                    }
-                };
-                if let Err(e) = pushed {
-                    return Some((Err(e.into()), (None, None)));
-                }
-            }
-        },
-    )
-}
-
-impl PartitionStream for SegmentStream {
-    fn schema(&self) -> &SchemaRef {
-        &key::SCHEMA
-    }
-
-    fn execute(&self, _ctx: Arc<TaskContext>) -> SendableRecordBatchStream {
-        let output = self.output.clone();
-        let partition = self.partition;
-        let rows = self.rows.clone();
-        let budget = self.budget;
-        let in_flight = Arc::new(tokio::sync::Semaphore::new(budget as usize));
-        let files: Vec<String> = self
-            .maps
-            .iter()
-            .map(|(i, attempt)| shuffle_path(i, attempt))
-            .collect();
-        let entries = {
-            let output = output.clone();
-            futures::stream::iter(files)
-                .map(move |file| {
-                    let output = output.clone();
-                    async move {
-                        let entry = shuffle::read_index_entry(&output, &file, partition).await?;
-                        Ok::<_, WorkerError>((file, entry))
-                    }
-                })
-                .buffered(INDEX_FETCHES_IN_FLIGHT)
-        };
-        // Budget is taken in map order, one segment after the other, before its fetch
-        // starts: the first segment not yet taken by the sort always has its share.
-        let batches = entries
-            .and_then(move |(file, entry)| {
-                let in_flight = in_flight.clone();
-                async move {
-                    let share = u32::try_from(entry.len)
-                        .unwrap_or(u32::MAX)
-                        .clamp(1, budget);
-                    let permit = in_flight
-                        .acquire_many_owned(share)
-                        .await
-                        .map_err(|e| WorkerError::Job(format!("segment budget: {e}")))?;
-                    Ok((file, entry, permit))
-                }
-            })
-            .map_ok(move |(file, entry, permit)| {
+) -> impl Stream<Item = Result<RecordBatch>> {
+    let in_flight = Arc::new(tokio::sync::Semaphore::new(budget as usize));
+    let files: Vec<String> = maps
+        .iter()
+        .map(|(i, attempt)| shuffle_path(i, attempt))
+        .collect();
+    let entries = {
+        let output = output.clone();
+        futures::stream::iter(files)
+            .map(move |file| {
                 let output = output.clone();
-                let rows = rows.clone();
                 async move {
-                    if entry.rows == 0 {
-                        return Ok(futures::stream::iter(Vec::new()).boxed());
-                    }
-                    let batches =
-                        shuffle::read_segment(&output, &file, &entry, &key::SCHEMA).await?;
-                    rows.fetch_add(entry.rows, Ordering::Relaxed);
-                    // The share goes back once the sort has taken the last batch.
-                    Ok::<_, WorkerError>(
-                        futures::stream::iter(batches.into_iter().map(move |b| {
-                            let _held = &permit;
-                            Ok(b)
-                        }))
-                        .boxed(),
-                    )
+                    let entry = shuffle::read_index_entry(&output, &file, partition).await?;
+                    Ok::<_, WorkerError>((file, entry))
                 }
             })
-            .try_buffered(SEGMENT_FETCHES_IN_FLIGHT)
-            .try_flatten();
-        let batches = coalesce(batches, self.batch_rows)
-            .map_err(|e: WorkerError| datafusion::error::DataFusionError::External(Box::new(e)));
-        Box::pin(RecordBatchStreamAdapter::new(key::SCHEMA.clone(), batches))
-    }
+            .buffered(INDEX_FETCHES_IN_FLIGHT)
+    };
+    // Budget is taken in map order, one segment after the other, before its fetch
+    // starts: the first segment not yet taken by the sort always has its share.
+    entries
+        .and_then(move |(file, entry)| {
+            let in_flight = in_flight.clone();
+            async move {
+                let share = u32::try_from(entry.len)
+                    .unwrap_or(u32::MAX)
+                    .clamp(1, budget);
+                let permit = in_flight
+                    .acquire_many_owned(share)
+                    .await
+                    .map_err(|e| WorkerError::Job(format!("segment budget: {e}")))?;
+                Ok((file, entry, permit))
+            }
+        })
+        .map_ok(move |(file, entry, permit)| {
+            let output = output.clone();
+            let rows = rows.clone();
+            async move {
+                if entry.rows == 0 {
+                    return Ok(futures::stream::iter(Vec::new()).boxed());
+                }
+                let batches = shuffle::read_segment(&output, &file, &entry, &key::SCHEMA).await?;
+                rows.fetch_add(entry.rows, Ordering::Relaxed);
+                // The share goes back once the sort has taken the last batch.
+                Ok::<_, WorkerError>(
+                    futures::stream::iter(batches.into_iter().map(move |b| {
+                        let _held = &permit;
+                        Ok(b)
+                    }))
+                    .boxed(),
+                )
+            }
+        })
+        .try_buffered(SEGMENT_FETCHES_IN_FLIGHT)
+        .try_flatten()
 }
 
 struct ShardFile {
@@ -244,33 +166,17 @@ pub async fn run_reduce(
     let scratch = job_scratch.task_dir(&format!("reduce-{:05}-a{attempt}", task.partition))?;
     let read_rows = Arc::new(AtomicU64::new(0));
     let result = reduce_into(task, settings, config, scratch.path(), &output, &read_rows).await;
-    let result = result.map_err(|e| match e {
-        WorkerError::DataFusion(e)
-            if matches!(
-                e.find_root(),
-                datafusion::error::DataFusionError::ResourcesExhausted(_)
-            ) =>
-        {
-            WorkerError::from(ProbeRowsError::OutOfMemory {
-                what: format!(
-                    "the sort of partition {} ({} rows read) ran out of memory",
-                    task.partition,
-                    read_rows.load(Ordering::Relaxed)
-                ),
-                memory: format_bytes(config.memory_bytes as u64),
-                cause: e.to_string(),
-            })
-        }
-        e => scratch.explain_full_disk(e, || {
+    let result = result.map_err(|e| {
+        scratch.explain_full_disk(e, || {
             let rows = read_rows.load(Ordering::Relaxed);
             format!(
                 "it had read {rows} rows of its partition, {} of sort keys, which its sort \
                  spills here when they exceed the memory it may use ({}), and it writes its \
                  shards here before uploading them",
                 format_bytes(rows * key::KEY_LEN as u64),
-                format_bytes(config.memory_bytes as u64),
+                format_bytes(sort_memory(config.memory_bytes) as u64),
             )
-        }),
+        })
     });
     drop(scratch);
     result
@@ -300,85 +206,61 @@ async fn reduce_into(
         });
     }
 
-    let spill = scratch.join("spill");
+    let spill = scratch.join("sort");
     std::fs::create_dir_all(&spill).map_err(|e| WorkerError::Scratch {
         path: spill.display().to_string(),
         source: e,
     })?;
-    let runtime = RuntimeEnvBuilder::new()
-        .with_memory_pool(Arc::new(FairSpillPool::new(config.memory_bytes)))
-        .with_temp_file_path(&spill)
-        .build_arc()?;
-    let ctx = SessionContext::new_with_config_rt(
-        SessionConfig::new()
-            .with_target_partitions(1)
-            .with_batch_size(8192)
-            .with_sort_spill_reservation_bytes(merge_reservation(config.memory_bytes)),
-        runtime,
-    );
-    let source = StreamingTableExec::try_new(
-        key::SCHEMA.clone(),
-        vec![Arc::new(SegmentStream {
-            output: output.clone(),
-            partition: task.partition,
-            maps: task.maps.clone(),
-            rows: read_rows.clone(),
-            budget: segment_budget(config.memory_bytes),
-            batch_rows: sort_batch_bytes(config.memory_bytes) / key::KEY_LEN,
-        })],
-        None,
-        Vec::<LexOrdering>::new(),
-        false,
-        None,
-    )?;
-    let schema = key::SCHEMA.clone();
-    let asc = SortOptions {
-        descending: false,
-        nulls_first: true,
-    };
-    let key = PhysicalSortExpr {
-        expr: col("key", &schema)?,
-        options: asc,
-    };
-    let ordering = LexOrdering::new([key])
-        .ok_or_else(|| datafusion::error::DataFusionError::Internal("empty sort key".into()))?;
-    let sort = SortExec::new(ordering, Arc::new(source));
-    let mut sorted = sort.execute(0, ctx.task_ctx())?;
-
-    let mut group: Option<Group> = None;
-    let started = std::time::Instant::now();
-    let mut sort_wait = std::time::Duration::ZERO;
     let bad_key = || WorkerError::Shuffle {
         file: format!("partition {}", task.partition),
         what: "bad sort key".into(),
     };
-    loop {
-        let waited = std::time::Instant::now();
-        let Some(batch) = sorted.next().await else {
-            break;
-        };
-        sort_wait += waited.elapsed();
+    let started = std::time::Instant::now();
+    let mut sort = ExternalSort::<key::SortKey>::new(&spill, sort_memory(config.memory_bytes));
+    let mut batches = std::pin::pin!(gather(
+        output.clone(),
+        task.partition,
+        &task.maps,
+        read_rows.clone(),
+        segment_budget(config.memory_bytes),
+    ));
+    while let Some(batch) = batches.next().await {
         let batch = batch?;
-        let keys = batch.column(0).as_fixed_size_binary();
-        for i in 0..batch.num_rows() {
-            let k = key::parse_key(keys.value(i)).ok_or_else(bad_key)?;
-            if group.as_ref().is_none_or(|g| g.src != k.src_key) {
-                if let Some(g) = group.take() {
-                    finish_group(g, &mut shards)?;
-                }
-                let addr: IpAddr = addr_from_bytes(k.src).ok_or_else(bad_key)?;
-                let shard = shard_of(&shards, rule.split(&addr))?;
-                shards[shard].sources += 1;
-                group = Some(Group {
-                    src: k.src_key.to_vec(),
-                    builder: RowBuilder::new(addr, job.max_row_bytes)?,
-                    shard,
-                });
+        let keys = batch
+            .column(0)
+            .as_fixed_size_binary_opt()
+            .filter(|k| k.value_length() == key::KEY_LEN as i32)
+            .ok_or_else(bad_key)?;
+        let bytes = keys
+            .value_data()
+            .get(..keys.len() * key::KEY_LEN)
+            .ok_or_else(bad_key)?;
+        sort.push_encoded(bytes)?.ok_or_else(bad_key)?;
+    }
+    let runs = sort.runs();
+    let mut sorted = sort.finish()?;
+    let gathered = started.elapsed();
+
+    let mut group: Option<Group> = None;
+    while let Some(sort_key) = sorted.next_record()? {
+        let bytes = sort_key.bytes();
+        let k = key::parse_key(&bytes).ok_or_else(bad_key)?;
+        if group.as_ref().is_none_or(|g| g.src != k.src_key) {
+            if let Some(g) = group.take() {
+                finish_group(g, &mut shards)?;
             }
-            if let Some(g) = group.as_mut() {
-                if let Some(row) = g.builder.push_parts(k.event_time, k.dst, k.rtt)? {
-                    shards[g.shard].write_row(&row)?;
-                }
+            let addr: IpAddr = addr_from_bytes(k.src).ok_or_else(bad_key)?;
+            let shard = shard_of(&shards, rule.split(&addr))?;
+            shards[shard].sources += 1;
+            group = Some(Group {
+                src: k.src_key.to_vec(),
+                builder: RowBuilder::new(addr, job.max_row_bytes)?,
+                shard,
+            });
+        }
+        if let Some(g) = group.as_mut() {
+            if let Some(row) = g.builder.push_parts(k.event_time, k.dst, k.rtt)? {
+                shards[g.shard].write_row(&row)?;
             }
         }
     }
@@ -409,8 +291,9 @@ async fn reduce_into(
     let infos = futures::future::try_join_all(uploads).await?;
     tracing::debug!(
         partition = task.partition,
-        sort_s = sort_wait.as_secs_f64(),
-        rows_s = (grouped - sort_wait).as_secs_f64(),
+        runs,
+        sort_s = gathered.as_secs_f64(),
+        rows_s = (grouped - gathered).as_secs_f64(),
         upload_s = (started.elapsed() - grouped).as_secs_f64(),
         "reduce timings"
     );
