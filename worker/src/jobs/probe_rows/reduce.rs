@@ -59,39 +59,42 @@ fn sort_memory(memory: usize) -> usize {
         .max(1 << 20)
 }
 
-/// The partition's segment of every map's shuffle file, in map order, as batches of
-/// keys; counts the rows it read into `rows`. Against a store tens of milliseconds away
-/// the time of a reduce's gather is round trips, not bytes: the index entries are
-/// fetched many at once, then the segments, as many at once as fit `budget` bytes (a
-/// segment holds its share of the budget until its last batch has been taken).
-fn gather(
-    output: StoreUrl,
+/// The index entry of the partition in every map's shuffle file, in map order, with its
+/// file. Against a store tens of milliseconds away the time of a reduce's gather is
+/// round trips, not bytes: the entries (24 bytes each) are fetched many at once.
+async fn index_entries(
+    output: &StoreUrl,
     partition: u32,
     maps: &MapAttempts,
-    rows: Arc<AtomicU64>,
-    budget: u32,
-) -> impl Stream<Item = Result<RecordBatch>> {
-    let in_flight = Arc::new(tokio::sync::Semaphore::new(budget as usize));
+) -> Result<Vec<(String, shuffle::ShuffleSegment)>> {
     let files: Vec<String> = maps
         .iter()
         .map(|(i, attempt)| shuffle_path(i, attempt))
         .collect();
-    let entries = {
-        let output = output.clone();
-        futures::stream::iter(files)
-            .map(move |file| {
-                let output = output.clone();
-                async move {
-                    let entry = shuffle::read_index_entry(&output, &file, partition).await?;
-                    Ok::<_, WorkerError>((file, entry))
-                }
-            })
-            .buffered(INDEX_FETCHES_IN_FLIGHT)
-    };
+    futures::stream::iter(files)
+        .map(|file| async move {
+            let entry = shuffle::read_index_entry(output, &file, partition).await?;
+            Ok::<_, WorkerError>((file, entry))
+        })
+        .buffered(INDEX_FETCHES_IN_FLIGHT)
+        .try_collect()
+        .await
+}
+
+/// The segments `entries` name, in their order, as batches of keys; counts the rows it
+/// read into `rows`. Segments are fetched as many at once as fit `budget` bytes (a
+/// segment holds its share of the budget until its last batch has been taken).
+fn gather(
+    output: StoreUrl,
+    entries: Vec<(String, shuffle::ShuffleSegment)>,
+    rows: Arc<AtomicU64>,
+    budget: u32,
+) -> impl Stream<Item = Result<RecordBatch>> {
+    let in_flight = Arc::new(tokio::sync::Semaphore::new(budget as usize));
     // Budget is taken in map order, one segment after the other, before its fetch
     // starts: the first segment not yet taken by the sort always has its share.
-    entries
-        .and_then(move |(file, entry)| {
+    futures::stream::iter(entries)
+        .then(move |(file, entry)| {
             let in_flight = in_flight.clone();
             async move {
                 let share = u32::try_from(entry.len)
@@ -101,7 +104,7 @@ fn gather(
                     .acquire_many_owned(share)
                     .await
                     .map_err(|e| WorkerError::Job(format!("segment budget: {e}")))?;
-                Ok((file, entry, permit))
+                Ok::<_, WorkerError>((file, entry, permit))
             }
         })
         .map_ok(move |(file, entry, permit)| {
@@ -217,10 +220,11 @@ async fn reduce_into(
     };
     let started = std::time::Instant::now();
     let mut sort = ExternalSort::<key::SortKey>::new(&spill, sort_memory(config.memory_bytes));
+    let entries = index_entries(output, task.partition, &task.maps).await?;
+    sort.reserve(entries.iter().map(|(_, e)| e.rows).sum());
     let mut batches = std::pin::pin!(gather(
         output.clone(),
-        task.partition,
-        &task.maps,
+        entries,
         read_rows.clone(),
         segment_budget(config.memory_bytes),
     ));
