@@ -654,9 +654,8 @@ def test_the_smallest_memory_setting_sorts_a_partition_larger_than_it(tmp_path):
     1.5M rows (67 MB of sort keys, more than the whole setting): the sort spills and
     completes, and the shards are byte-identical to a run that sorts in memory. The
     partition comes from 150 small map tasks (10 000 rows each), so the sort receives
-    150 small segments: DataFusion sorted and merged them as ~1 MB runs, each merged run
-    holding a batch in the merge's memory, and the merge of ~50 runs ran out of it at
-    614 288 rows (256 MiB failed alike at 2.5M rows from 200 maps)."""
+    150 small segments (a sort that made a run per segment once ran out of memory merging
+    them, at 614 288 rows)."""
     outs = {}
     for memory in ("64MiB", "1GiB"):
         spec = synthetic_job(tmp_path, f"job-{memory}", rows=1_500_000, seed=11, shards=1, memory=memory,
