@@ -25,6 +25,7 @@ pub mod plan;
 pub mod protocol;
 pub mod reduce;
 pub mod result_check;
+mod source_table;
 pub mod spec;
 pub mod synthetic;
 pub mod validate;

@@ -26,6 +26,7 @@ use probeflow_reader::row::{addr, partition, RttCode};
 
 use super::key;
 use super::protocol::{InputColumns, Plausible, TimeUnit};
+use super::source_table::{SourceTable, TextKey};
 use crate::error::{Result, WorkerError};
 
 /// Why an input row was rejected.
@@ -73,10 +74,10 @@ impl Reason {
 
 /// A parsed source: its key bytes, IP version and partition.
 #[derive(Debug, Clone, Copy)]
-struct Source {
-    key: [u8; 17],
-    version: u8,
-    partition: u32,
+pub(super) struct Source {
+    pub(super) key: [u8; 17],
+    pub(super) version: u8,
+    pub(super) partition: u32,
 }
 
 /// A parsed destination: its key bytes and IP version.
@@ -91,53 +92,18 @@ struct Destination {
 #[derive(Default)]
 pub struct AddressCache {
     shards: u32,
-    src: TextMap<Source>,
-    /// The partitions of IPv4 sources by address (the texts [`dotted_quad`] reads).
-    src_v4: FastMap<u32, u32>,
+    src: SourceTable,
     dst: TextMap<Destination>,
 }
 
 impl AddressCache {
     /// Ready for a job with `shards` partitions (a source's entry holds its partition).
     fn prepare(&mut self, shards: u32) {
-        if self.shards != shards
-            || self.src.len() > CACHE_LIMIT
-            || self.src_v4.len() > CACHE_LIMIT
-            || self.dst.len() > CACHE_LIMIT
-        {
+        if self.shards != shards || self.src.len() > CACHE_LIMIT || self.dst.len() > CACHE_LIMIT {
             self.src.clear();
-            self.src_v4.clear();
             self.dst.clear();
             self.shards = shards;
         }
-    }
-}
-
-/// An address text as a hash key held inline, so that a probe compares five words in
-/// the table instead of following a pointer to a heap string: up to [`TEXT_KEY_MAX`]
-/// bytes (any IPv6 address in its usual forms), zero-padded, then its length.
-#[derive(Clone, Copy, PartialEq, Eq, Hash)]
-struct TextKey([u64; 5]);
-
-const TEXT_KEY_MAX: usize = 39;
-
-impl TextKey {
-    /// `None` for a longer text (parsed every time it is seen, never cached).
-    fn of(text: &str) -> Option<TextKey> {
-        let bytes = text.as_bytes();
-        if bytes.len() > TEXT_KEY_MAX {
-            return None;
-        }
-        let mut k = [0u8; TEXT_KEY_MAX + 1];
-        k[..bytes.len()].copy_from_slice(bytes);
-        k[TEXT_KEY_MAX] = bytes.len() as u8;
-        let mut words = [0u64; 5];
-        for (w, b) in words.iter_mut().zip(k.chunks_exact(8)) {
-            let mut le = [0u8; 8];
-            le.copy_from_slice(b);
-            *w = u64::from_le_bytes(le);
-        }
-        Some(TextKey(words))
     }
 }
 
@@ -178,27 +144,6 @@ fn v4_key(addr: u32) -> [u8; 17] {
     key::addr_key(&std::net::IpAddr::from(addr.to_be_bytes()))
 }
 
-/// `text` read as a source: a dotted quad directly (its partition from `cache`), any
-/// other text through the text cache.
-fn resolve_source(cache: &mut AddressCache, text: &str, shards: u32) -> Option<Source> {
-    let Some(addr) = dotted_quad(text) else {
-        return cached(&mut cache.src, text, |t| parse_source(t, shards));
-    };
-    let partition = match cache.src_v4.get(&addr) {
-        Some(p) => *p,
-        None => {
-            let p = partition(&std::net::IpAddr::from(addr.to_be_bytes()), shards).ok()?;
-            cache.src_v4.insert(addr, p);
-            p
-        }
-    };
-    Some(Source {
-        key: v4_key(addr),
-        version: 4,
-        partition,
-    })
-}
-
 /// `text` read as a destination: a dotted quad directly, any other text through the
 /// text cache.
 fn resolve_destination(cache: &mut AddressCache, text: &str) -> Option<Destination> {
@@ -226,8 +171,13 @@ fn cached<T: Copy>(
     *cache.entry(key).or_insert_with(|| parse(text))
 }
 
+/// `text` read as a source: a dotted quad directly, any other text by the standard
+/// parser; its partition from the hash of its canonical text.
 fn parse_source(text: &str, shards: u32) -> Option<Source> {
-    let a = addr::parse_addr(text).ok()?;
+    let a = match dotted_quad(text) {
+        Some(v4) => std::net::IpAddr::from(v4.to_be_bytes()),
+        None => addr::parse_addr(text).ok()?,
+    };
     let partition = partition(&a, shards).ok()?;
     Some(Source {
         key: key::addr_key(&a),
@@ -292,26 +242,27 @@ impl<T> Default for Memo<T> {
 }
 
 impl<T: Copy> Memo<T> {
+    /// Resolves `strings`, the values of dictionary `values`, unless they are the
+    /// dictionary resolved last: `resolve` gives the parse of every value, in order.
     fn use_dictionary(
         &mut self,
         values: &ArrayRef,
         strings: &StringArray,
-        mut resolve: impl FnMut(&str) -> Option<T>,
+        resolve: impl FnOnce(&StringArray, &mut Vec<Option<T>>),
     ) {
         if self.values.as_ref().is_some_and(|v| Arc::ptr_eq(v, values)) {
             return;
         }
         self.values = Some(values.clone());
+        let mut parsed = Vec::with_capacity(strings.len());
+        resolve(strings, &mut parsed);
         self.resolved.clear();
-        self.resolved.extend((0..strings.len()).map(|k| {
-            if strings.is_null(k) {
-                return Resolved::Null;
-            }
-            match resolve(strings.value(k)) {
+        self.resolved
+            .extend(parsed.into_iter().enumerate().map(|(k, p)| match p {
+                _ if strings.is_null(k) => Resolved::Null,
                 Some(t) => Resolved::Valid(t),
                 None => Resolved::Bad,
-            }
-        }));
+            }));
     }
 }
 
@@ -493,14 +444,22 @@ impl<'c> Validator<'c> {
 
         let shards = self.shards;
         if let Strings::Dict(_, strings, values) = &src {
-            let cache = &mut *self.cache;
+            let table = &mut self.cache.src;
             self.src_memo
-                .use_dictionary(values, strings, |t| resolve_source(cache, t, shards));
+                .use_dictionary(values, strings, |strings, out| {
+                    // A null value is answered as null whatever its slot's text.
+                    let texts = (0..strings.len()).map(|k| strings.value(k));
+                    table.resolve_all(texts, |t| parse_source(t, shards), out);
+                });
         }
         if let Strings::Dict(_, strings, values) = &dst {
             let cache = &mut *self.cache;
             self.dst_memo
-                .use_dictionary(values, strings, |t| resolve_destination(cache, t));
+                .use_dictionary(values, strings, |strings, out| {
+                    out.extend(
+                        (0..strings.len()).map(|k| resolve_destination(cache, strings.value(k))),
+                    );
+                });
         }
         let mut rejects = Vec::new();
         let columns = Columns {
@@ -530,7 +489,7 @@ impl<'c> Validator<'c> {
     ) -> std::result::Result<(u32, [u8; key::KEY_LEN]), Reason> {
         let shards = self.shards;
         let src = lookup(c.src, i, &self.src_memo, |t| {
-            resolve_source(self.cache, t, shards)
+            self.cache.src.resolve(t, |t| parse_source(t, shards))
         })
         .map_err(|null| {
             if null {
