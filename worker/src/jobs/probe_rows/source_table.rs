@@ -242,7 +242,7 @@ mod tests {
             |t| {
                 parsed += 1;
                 let n: u32 = t.rsplit('.').next().unwrap().parse().unwrap();
-                !n.is_multiple_of(7).then(|| source(n))
+                (!n.is_multiple_of(7)).then(|| source(n))
             },
             &mut out,
         );
@@ -252,7 +252,7 @@ mod tests {
             let n = (i % 256) as u32;
             assert_eq!(
                 r.map(|s| s.partition),
-                !n.is_multiple_of(7).then_some(n),
+                (!n.is_multiple_of(7)).then_some(n),
                 "{}",
                 texts[i]
             );
