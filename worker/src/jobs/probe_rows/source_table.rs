@@ -141,21 +141,6 @@ impl SourceTable {
         }
     }
 
-    /// The source of `text`: from the table, or `parse`d and kept.
-    pub fn resolve(
-        &mut self,
-        text: &str,
-        parse: impl FnOnce(&str) -> Option<Source>,
-    ) -> Option<Source> {
-        match TextKey::of(text) {
-            Some(key) => {
-                let hash = self.hash(&key);
-                self.get_or_insert(key, hash, || parse(text))
-            }
-            None => parse(text),
-        }
-    }
-
     fn get_or_insert(
         &mut self,
         key: TextKey,
@@ -273,15 +258,11 @@ mod tests {
                 .map(|s| s.map(|s| s.partition))
                 .collect::<Vec<_>>()
         );
-        assert_eq!(
-            table
-                .resolve(&texts[300], |_| panic!("parsed twice"))
-                .map(|s| s.partition),
-            Some(300 % 256)
-        );
         table.clear();
         assert_eq!(table.len(), 0);
-        assert!(table.resolve(&texts[300], |_| None).is_none());
+        let mut cleared = Vec::new();
+        table.resolve_all([texts[300].as_str()].into_iter(), |_| None, &mut cleared);
+        assert!(cleared[0].is_none(), "a cleared table parses again");
     }
 
     #[test]
@@ -289,14 +270,20 @@ mod tests {
         let mut table = SourceTable::default();
         let long = "0000:0000:0000:0000:0000:ffff:192.000.002.001";
         assert!(long.len() > TEXT_KEY_MAX);
-        for _ in 0..2 {
-            assert_eq!(
-                table
-                    .resolve(long, |_| Some(source(1)))
-                    .map(|s| s.partition),
-                Some(1)
-            );
-        }
+        let mut out = Vec::new();
+        let mut parsed = 0;
+        let parse = |_: &str| {
+            parsed += 1;
+            Some(source(1))
+        };
+        table.resolve_all([long, long].into_iter(), parse, &mut out);
+        assert_eq!(parsed, 2);
+        assert_eq!(
+            out.iter()
+                .map(|s| s.map(|s| s.partition))
+                .collect::<Vec<_>>(),
+            [Some(1), Some(1)]
+        );
         assert_eq!(table.len(), 0);
         // Texts that differ only past the padding are different keys.
         assert!(TextKey::of("1.2.3.4") != TextKey::of("1.2.3.4\0"));

@@ -146,13 +146,13 @@ fn v4_key(addr: u32) -> [u8; 17] {
 
 /// `text` read as a destination: a dotted quad directly, any other text through the
 /// text cache.
-fn resolve_destination(cache: &mut AddressCache, text: &str) -> Option<Destination> {
+fn resolve_destination(cache: &mut TextMap<Destination>, text: &str) -> Option<Destination> {
     match dotted_quad(text) {
         Some(addr) => Some(Destination {
             key: v4_key(addr),
             version: 4,
         }),
-        None => cached(&mut cache.dst, text, parse_destination),
+        None => cached(cache, text, parse_destination),
     }
 }
 
@@ -254,6 +254,25 @@ impl<T: Copy> Memo<T> {
             return;
         }
         self.values = Some(values.clone());
+        self.resolve(strings, resolve);
+    }
+
+    /// Resolves `strings`, a batch's plain column, row by row (in one pass, as a
+    /// dictionary is).
+    fn use_rows(
+        &mut self,
+        strings: &StringArray,
+        resolve: impl FnOnce(&StringArray, &mut Vec<Option<T>>),
+    ) {
+        self.values = None;
+        self.resolve(strings, resolve);
+    }
+
+    fn resolve(
+        &mut self,
+        strings: &StringArray,
+        resolve: impl FnOnce(&StringArray, &mut Vec<Option<T>>),
+    ) {
         let mut parsed = Vec::with_capacity(strings.len());
         resolve(strings, &mut parsed);
         self.resolved.clear();
@@ -268,29 +287,20 @@ impl<T: Copy> Memo<T> {
 
 /// Looks up row `i` of an address column: `Err(true)` for null, `Err(false)` for unparsable.
 #[inline]
-fn lookup<T: Copy>(
-    column: &Strings,
-    i: usize,
-    memo: &Memo<T>,
-    resolve: impl FnOnce(&str) -> Option<T>,
-) -> std::result::Result<T, bool> {
-    match column {
-        Strings::Plain(a) => {
-            if a.is_null(i) {
-                return Err(true);
-            }
-            resolve(a.value(i)).ok_or(false)
-        }
+fn lookup<T: Copy>(column: &Strings, i: usize, memo: &Memo<T>) -> std::result::Result<T, bool> {
+    let resolved = match column {
+        Strings::Plain(_) => i,
         Strings::Dict(keys, _, _) => {
             if keys.is_null(i) {
                 return Err(true);
             }
-            match memo.resolved.get(keys.value(i) as usize) {
-                Some(Resolved::Valid(t)) => Ok(*t),
-                Some(Resolved::Bad) => Err(false),
-                Some(Resolved::Null) | None => Err(true),
-            }
+            keys.value(i) as usize
         }
+    };
+    match memo.resolved.get(resolved) {
+        Some(Resolved::Valid(t)) => Ok(*t),
+        Some(Resolved::Bad) => Err(false),
+        Some(Resolved::Null) | None => Err(true),
     }
 }
 
@@ -443,23 +453,29 @@ impl<'c> Validator<'c> {
         }
 
         let shards = self.shards;
-        if let Strings::Dict(_, strings, values) = &src {
-            let table = &mut self.cache.src;
-            self.src_memo
-                .use_dictionary(values, strings, |strings, out| {
-                    // A null value is answered as null whatever its slot's text.
-                    let texts = (0..strings.len()).map(|k| strings.value(k));
-                    table.resolve_all(texts, |t| parse_source(t, shards), out);
-                });
+        let table = &mut self.cache.src;
+        let resolve_sources = |strings: &StringArray, out: &mut Vec<Option<Source>>| {
+            // A null value is answered as null whatever its slot's text.
+            let texts = (0..strings.len()).map(|k| strings.value(k));
+            table.resolve_all(texts, |t| parse_source(t, shards), out);
+        };
+        match &src {
+            Strings::Dict(_, strings, values) => {
+                self.src_memo
+                    .use_dictionary(values, strings, resolve_sources)
+            }
+            Strings::Plain(strings) => self.src_memo.use_rows(strings, resolve_sources),
         }
-        if let Strings::Dict(_, strings, values) = &dst {
-            let cache = &mut *self.cache;
-            self.dst_memo
-                .use_dictionary(values, strings, |strings, out| {
-                    out.extend(
-                        (0..strings.len()).map(|k| resolve_destination(cache, strings.value(k))),
-                    );
-                });
+        let cache = &mut self.cache.dst;
+        let resolve_destinations = |strings: &StringArray, out: &mut Vec<Option<Destination>>| {
+            out.extend((0..strings.len()).map(|k| resolve_destination(cache, strings.value(k))));
+        };
+        match &dst {
+            Strings::Dict(_, strings, values) => {
+                self.dst_memo
+                    .use_dictionary(values, strings, resolve_destinations)
+            }
+            Strings::Plain(strings) => self.dst_memo.use_rows(strings, resolve_destinations),
         }
         let mut rejects = Vec::new();
         let columns = Columns {
@@ -487,21 +503,14 @@ impl<'c> Validator<'c> {
         c: &Columns<'_>,
         i: usize,
     ) -> std::result::Result<(u32, [u8; key::KEY_LEN]), Reason> {
-        let shards = self.shards;
-        let src = lookup(c.src, i, &self.src_memo, |t| {
-            self.cache.src.resolve(t, |t| parse_source(t, shards))
-        })
-        .map_err(|null| {
+        let src = lookup(c.src, i, &self.src_memo).map_err(|null| {
             if null {
                 Reason::NullSrcAddr
             } else {
                 Reason::BadSrcAddr
             }
         })?;
-        let dst = lookup(c.dst, i, &self.dst_memo, |t| {
-            resolve_destination(self.cache, t)
-        })
-        .map_err(|null| {
+        let dst = lookup(c.dst, i, &self.dst_memo).map_err(|null| {
             if null {
                 Reason::NullDstAddr
             } else {
