@@ -125,24 +125,19 @@ impl StoreUrl {
     }
 
     /// Makes a local object durable: fsyncs the file and its directory (no-op on
-    /// object stores, whose acknowledged writes are durable).
-    pub fn sync(&self, path: &Path) -> Result<()> {
+    /// object stores, whose acknowledged writes are durable). The fsyncs run on the
+    /// blocking pool, so that a task's syncs of several files overlap.
+    pub async fn sync(&self, path: &Path) -> Result<()> {
         let Some(file) = self.local_path(path) else {
             return Ok(());
         };
-        let io = |p: &std::path::Path, e: std::io::Error| WorkerError::Scratch {
-            path: p.display().to_string(),
-            source: e,
-        };
-        std::fs::File::open(&file)
-            .and_then(|f| f.sync_all())
-            .map_err(|e| io(&file, e))?;
-        if let Some(dir) = file.parent() {
-            std::fs::File::open(dir)
-                .and_then(|d| d.sync_all())
-                .map_err(|e| io(dir, e))?;
-        }
-        Ok(())
+        let shown = file.display().to_string();
+        tokio::task::spawn_blocking(move || sync_local_file(&file))
+            .await
+            .map_err(|e| WorkerError::Scratch {
+                path: shown,
+                source: std::io::Error::other(format!("fsync did not complete: {e}")),
+            })?
     }
 
     /// Writes an object atomically and durably.
@@ -151,7 +146,7 @@ impl StoreUrl {
             .put(path, PutPayload::from(bytes))
             .await
             .map_err(|e| WorkerError::store(self.display(path), e))?;
-        self.sync(path)
+        self.sync(path).await
     }
 
     /// Writes `value` as pretty JSON to `rel` (relative to this root), atomically.
@@ -205,7 +200,7 @@ impl StoreUrl {
             .await
         {
             Ok(r) => {
-                self.sync(path)?;
+                self.sync(path).await?;
                 Ok(Some(self.revision(r.e_tag, r.version, content)))
             }
             Err(object_store::Error::AlreadyExists { .. }) => Ok(None),
@@ -553,10 +548,27 @@ impl PartWriter {
                     .finish()
                     .await
                     .map_err(|e| WorkerError::store(self.url.display(&self.path), e))?;
-                self.url.sync(&self.path)
+                self.url.sync(&self.path).await
             }
         }
     }
+}
+
+/// Fsyncs a local file and its directory.
+fn sync_local_file(file: &std::path::Path) -> Result<()> {
+    let io = |p: &std::path::Path, e: std::io::Error| WorkerError::Scratch {
+        path: p.display().to_string(),
+        source: e,
+    };
+    std::fs::File::open(file)
+        .and_then(|f| f.sync_all())
+        .map_err(|e| io(file, e))?;
+    if let Some(dir) = file.parent() {
+        std::fs::File::open(dir)
+            .and_then(|d| d.sync_all())
+            .map_err(|e| io(dir, e))?;
+    }
+    Ok(())
 }
 
 #[cfg(test)]

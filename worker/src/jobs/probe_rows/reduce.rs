@@ -373,6 +373,6 @@ async fn upload(output: &StoreUrl, local: &FsPath, rel: &str) -> Result<(u64, St
         .finish()
         .await
         .map_err(|e| WorkerError::store(output.display(&dest), e))?;
-    output.sync(&dest)?;
+    output.sync(&dest).await?;
     Ok((total, hasher.finalize().to_hex().to_string()))
 }
