@@ -130,10 +130,33 @@ fn gather(
         .try_flatten()
 }
 
+/// A writer that hashes (blake3) and counts the bytes it passes on.
+struct HashingWriter<W> {
+    inner: W,
+    hasher: blake3::Hasher,
+    bytes: u64,
+}
+
+impl<W: std::io::Write> std::io::Write for HashingWriter<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        let n = self.inner.write(buf)?;
+        self.hasher.update(&buf[..n]);
+        self.bytes += n as u64;
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.inner.flush()
+    }
+}
+
+/// A shard's local file as its writer writes it: buffered, hashed on the way.
+type ShardSink = std::io::BufWriter<HashingWriter<std::fs::File>>;
+
 struct ShardFile {
     split: Split,
     local: PathBuf,
-    writer: ArrayRecordWriter<std::io::BufWriter<std::fs::File>>,
+    writer: ArrayRecordWriter<ShardSink>,
     rows: u64,
     sources: u64,
     measurements: u64,
@@ -198,7 +221,20 @@ async fn reduce_into(
     let mut shards = Vec::new();
     for split in rule.splits() {
         let local = scratch.join(format!("{split}.array_record"));
-        let writer = ArrayRecordWriter::create(&local, options.clone())?;
+        let file = std::fs::File::create(&local).map_err(|e| WorkerError::Scratch {
+            path: local.display().to_string(),
+            source: e,
+        })?;
+        let sink = std::io::BufWriter::with_capacity(
+            1 << 20,
+            HashingWriter {
+                inner: file,
+                hasher: blake3::Hasher::new(),
+                bytes: 0,
+            },
+        );
+        let writer =
+            ArrayRecordWriter::with_name(sink, options.clone(), local.display().to_string())?;
         shards.push(ShardFile {
             split,
             local,
@@ -275,10 +311,19 @@ async fn reduce_into(
     let grouped = started.elapsed();
     let mut uploads = Vec::new();
     for shard in shards {
-        shard.writer.finish()?;
+        let (sink, _) = shard.writer.finish_into_inner()?;
+        let written = sink.into_inner().map_err(|e| WorkerError::Scratch {
+            path: shard.local.display().to_string(),
+            source: e.into_error(),
+        })?;
         let rel = shard_path(shard.split.as_str(), task.partition, job.shards);
+        let hashed = (
+            written.bytes,
+            written.hasher.finalize().to_hex().to_string(),
+        );
+        drop(written.inner);
         uploads.push(async move {
-            let (bytes, blake3) = upload(output, &shard.local, &rel).await?;
+            let (bytes, blake3) = place(output, &shard.local, &rel, hashed).await?;
             Ok::<_, WorkerError>(ShardInfo {
                 split: shard.split.as_str().to_string(),
                 partition: task.partition,
@@ -320,6 +365,55 @@ fn finish_group(g: Group, shards: &mut [ShardFile]) -> Result<()> {
         Some(row) => shards[g.shard].write_row(&row),
         None => Ok(()),
     }
+}
+
+/// Puts a finished shard (its scratch file `local`, of `hashed` size and blake3) at `rel`
+/// in the output; returns its size and blake3. On a local output on the scratch's
+/// filesystem the file is moved into place (fsynced, renamed, its directory fsynced):
+/// the same atomic, durable appearance as a put, without copying it. Elsewhere it is
+/// uploaded.
+async fn place(
+    output: &StoreUrl,
+    local: &FsPath,
+    rel: &str,
+    hashed: (u64, String),
+) -> Result<(u64, String)> {
+    let dest = output.child(rel);
+    if let Some(target) = output.local_path(&dest) {
+        let from = local.to_path_buf();
+        let shown = local.display().to_string();
+        let moved = tokio::task::spawn_blocking(move || rename_durably(&from, &target))
+            .await
+            .map_err(|e| WorkerError::Scratch {
+                path: shown.clone(),
+                source: std::io::Error::other(format!(
+                    "the move into the output did not complete: {e}"
+                )),
+            })?
+            .map_err(|source| WorkerError::Scratch {
+                path: shown,
+                source,
+            })?;
+        if moved {
+            return Ok(hashed);
+        }
+    }
+    upload(output, local, rel).await
+}
+
+/// Moves `from` to `to` durably; `Ok(false)` (nothing done) when they are on different
+/// filesystems.
+fn rename_durably(from: &FsPath, to: &FsPath) -> std::io::Result<bool> {
+    std::fs::File::open(from)?.sync_all()?;
+    let dir = to.parent().unwrap_or(FsPath::new("/"));
+    std::fs::create_dir_all(dir)?;
+    match std::fs::rename(from, to) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::CrossesDevices => return Ok(false),
+        Err(e) => return Err(e),
+    }
+    std::fs::File::open(dir)?.sync_all()?;
+    Ok(true)
 }
 
 /// Bytes per part of a shard's multipart upload; a shard no larger is one put.
