@@ -124,6 +124,23 @@ const RUN_READ_MAX: usize = 8 << 20;
 /// The write buffer of a run being spilled.
 const RUN_WRITE: usize = 1 << 20;
 
+/// The two record buffers of an [`ExternalSort`], kept by a worker from one sort to the
+/// next ([`ExternalSort::with_buffers`], [`Sorted::into_buffers`]): a sort reuses their
+/// memory instead of faulting in fresh pages for every partition.
+pub struct SortBuffers<R> {
+    buffer: Vec<R>,
+    scattered: Vec<R>,
+}
+
+impl<R> Default for SortBuffers<R> {
+    fn default() -> Self {
+        SortBuffers {
+            buffer: Vec::new(),
+            scattered: Vec::new(),
+        }
+    }
+}
+
 /// An external sort of `R`s under a memory limit, spilling to a scratch directory.
 pub struct ExternalSort<R: SortRecord> {
     dir: PathBuf,
@@ -147,13 +164,27 @@ impl<R: SortRecord> ExternalSort<R> {
     /// A sort that holds at most `memory` bytes of records and writes its runs into
     /// `dir` (which must exist; the caller removes it).
     pub fn new(dir: &Path, memory: usize) -> Self {
+        Self::with_buffers(dir, memory, SortBuffers::default())
+    }
+
+    /// Like [`ExternalSort::new`], reusing `buffers` (emptied; their capacity beyond what
+    /// `memory` allows is given back).
+    pub fn with_buffers(dir: &Path, memory: usize, buffers: SortBuffers<R>) -> Self {
         let capacity = (memory / (2 * size_of::<R>().max(1))).max(1);
+        let SortBuffers {
+            mut buffer,
+            mut scattered,
+        } = buffers;
+        for b in [&mut buffer, &mut scattered] {
+            b.clear();
+            b.shrink_to(capacity);
+        }
         ExternalSort {
             dir: dir.to_path_buf(),
             memory,
             capacity,
-            buffer: Vec::new(),
-            scattered: Vec::new(),
+            buffer,
+            scattered,
             runs: Vec::new(),
             records: 0,
         }
@@ -217,6 +248,7 @@ impl<R: SortRecord> ExternalSort<R> {
                     records: self.buffer,
                     next: 0,
                 },
+                scattered: self.scattered,
             });
         }
         if !self.buffer.is_empty() {
@@ -243,6 +275,7 @@ impl<R: SortRecord> ExternalSort<R> {
         }
         Ok(Sorted {
             source: Source::Merge { readers, heap },
+            scattered: Vec::new(),
         })
     }
 
@@ -290,6 +323,8 @@ fn scratch_error(path: &Path, source: std::io::Error) -> WorkerError {
 /// The sorted records of an [`ExternalSort`], read with [`Sorted::next_record`].
 pub struct Sorted<R> {
     source: Source<R>,
+    /// The sort's second buffer, handed back by [`Sorted::into_buffers`].
+    scattered: Vec<R>,
 }
 
 enum Source<R> {
@@ -305,6 +340,17 @@ enum Source<R> {
 }
 
 impl<R: SortRecord> Sorted<R> {
+    /// The sort's buffers, for the next sort (none after a merge, which freed them).
+    pub fn into_buffers(self) -> SortBuffers<R> {
+        match self.source {
+            Source::Memory { records, .. } => SortBuffers {
+                buffer: records,
+                scattered: self.scattered,
+            },
+            Source::Merge { .. } => SortBuffers::default(),
+        }
+    }
+
     /// The next record in order; `None` after the last.
     pub fn next_record(&mut self) -> Result<Option<R>> {
         match &mut self.source {
@@ -427,6 +473,32 @@ mod tests {
             let (got, runs) = sorted_with(memory, &input);
             assert!(runs > 0, "{memory}: expected runs on scratch");
             assert_eq!(got, want, "memory {memory}");
+        }
+    }
+
+    #[test]
+    fn buffers_handed_from_sort_to_sort_sort_alike() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut buffers = SortBuffers::default();
+        for seed in [3, 5, 7] {
+            let input = records(100_000, seed);
+            let mut want = input.clone();
+            want.sort();
+            let mut sort = ExternalSort::<Six>::with_buffers(dir.path(), 1 << 30, buffers);
+            for r in &input {
+                sort.push(*r).unwrap();
+            }
+            let mut out = sort.finish().unwrap();
+            let mut got = Vec::new();
+            while let Some(r) = out.next_record().unwrap() {
+                got.push(r);
+            }
+            assert_eq!(got, want, "seed {seed}");
+            buffers = out.into_buffers();
+            assert!(
+                buffers.buffer.capacity() >= 100_000,
+                "the buffer is handed back"
+            );
         }
     }
 

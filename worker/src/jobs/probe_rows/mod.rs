@@ -322,10 +322,12 @@ impl Driver<ProbeRows> for ProbeRowsDriver {
     }
 }
 
-/// Runs probe-rows tasks on a worker; keeps parsed addresses from task to task.
+/// Runs probe-rows tasks on a worker; keeps parsed addresses, and the reduce's sort
+/// buffers, from task to task.
 #[derive(Default)]
 pub struct ProbeRowsRunner {
     addresses: validate::AddressCache,
+    sort_buffers: crate::engine::external_sort::SortBuffers<key::SortKey>,
 }
 
 impl Runner<ProbeRows> for ProbeRowsRunner {
@@ -335,6 +337,12 @@ impl Runner<ProbeRows> for ProbeRowsRunner {
         env: TaskEnv<'a>,
     ) -> BoxFuture<'a, Result<ProbeOutput>> {
         Box::pin(async move {
+            // Each stage keeps its own state from task to task, and frees the other's:
+            // a worker's memory holds one of them at a time.
+            match call.task {
+                ProbeTask::Map(_) => self.sort_buffers = Default::default(),
+                ProbeTask::Reduce(_) => self.addresses = Default::default(),
+            }
             Ok(match call.task {
                 ProbeTask::Map(task) => ProbeOutput::Map(
                     map::run_map(
@@ -354,6 +362,7 @@ impl Runner<ProbeRows> for ProbeRowsRunner {
                         env.config,
                         env.scratch,
                         call.attempt,
+                        &mut self.sort_buffers,
                     )
                     .await?,
                 ),

@@ -29,7 +29,7 @@ use probeflow_reader::row::{addr::addr_from_bytes, Row, RowBuilder, Split};
 use super::key;
 use super::map::shuffle_path;
 use super::protocol::{shard_path, MapAttempts, ReduceOutput, ReduceTask, Settings, ShardInfo};
-use crate::engine::external_sort::ExternalSort;
+use crate::engine::external_sort::{ExternalSort, SortBuffers};
 use crate::engine::kind::WorkerConfig;
 use crate::engine::protocol::JobContext;
 use crate::engine::scratch::JobScratch;
@@ -187,11 +187,21 @@ pub async fn run_reduce(
     config: &WorkerConfig,
     job_scratch: &JobScratch,
     attempt: u32,
+    buffers: &mut SortBuffers<key::SortKey>,
 ) -> Result<ReduceOutput> {
     let output = StoreUrl::parse(&job.output)?;
     let scratch = job_scratch.task_dir(&format!("reduce-{:05}-a{attempt}", task.partition))?;
     let read_rows = Arc::new(AtomicU64::new(0));
-    let result = reduce_into(task, settings, config, scratch.path(), &output, &read_rows).await;
+    let result = reduce_into(
+        task,
+        settings,
+        config,
+        scratch.path(),
+        &output,
+        &read_rows,
+        buffers,
+    )
+    .await;
     let result = result.map_err(|e| {
         scratch.explain_full_disk(e, || {
             let rows = read_rows.load(Ordering::Relaxed);
@@ -215,6 +225,7 @@ async fn reduce_into(
     scratch: &FsPath,
     output: &StoreUrl,
     read_rows: &Arc<AtomicU64>,
+    buffers: &mut SortBuffers<key::SortKey>,
 ) -> Result<ReduceOutput> {
     let options: WriterOptions = job.array_record_options.parse()?;
     let rule = job.split_rule()?;
@@ -255,7 +266,11 @@ async fn reduce_into(
         what: "bad sort key".into(),
     };
     let started = std::time::Instant::now();
-    let mut sort = ExternalSort::<key::SortKey>::new(&spill, sort_memory(config.memory_bytes));
+    let mut sort = ExternalSort::with_buffers(
+        &spill,
+        sort_memory(config.memory_bytes),
+        std::mem::take(buffers),
+    );
     let entries = index_entries(output, task.partition, &task.maps).await?;
     sort.reserve(entries.iter().map(|(_, e)| e.rows).sum());
     let mut batches = std::pin::pin!(gather(
@@ -307,6 +322,7 @@ async fn reduce_into(
     if let Some(g) = group.take() {
         finish_group(g, &mut shards)?;
     }
+    *buffers = sorted.into_buffers();
 
     let grouped = started.elapsed();
     let mut uploads = Vec::new();
