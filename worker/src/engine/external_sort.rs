@@ -200,17 +200,6 @@ impl<R: SortRecord> ExternalSort<R> {
         self.runs.len()
     }
 
-    /// Makes room for `records` more records at once, as far as the memory allows (a
-    /// caller that knows how many will come saves the buffer's regrowth).
-    pub fn reserve(&mut self, records: u64) {
-        let want = usize::try_from(records)
-            .unwrap_or(usize::MAX)
-            .saturating_add(self.buffer.len())
-            .min(self.capacity);
-        self.buffer
-            .reserve_exact(want.saturating_sub(self.buffer.len()));
-    }
-
     /// Adds one record.
     pub fn push(&mut self, record: R) -> Result<()> {
         if self.buffer.len() == self.buffer.capacity() {

@@ -59,42 +59,40 @@ fn sort_memory(memory: usize) -> usize {
         .max(1 << 20)
 }
 
-/// The index entry of the partition in every map's shuffle file, in map order, with its
-/// file. Against a store tens of milliseconds away the time of a reduce's gather is
-/// round trips, not bytes: the entries (24 bytes each) are fetched many at once.
-async fn index_entries(
-    output: &StoreUrl,
-    partition: u32,
-    maps: &MapAttempts,
-) -> Result<Vec<(String, shuffle::ShuffleSegment)>> {
-    let files: Vec<String> = maps
-        .iter()
-        .map(|(i, attempt)| shuffle_path(i, attempt))
-        .collect();
-    futures::stream::iter(files)
-        .map(|file| async move {
-            let entry = shuffle::read_index_entry(output, &file, partition).await?;
-            Ok::<_, WorkerError>((file, entry))
-        })
-        .buffered(INDEX_FETCHES_IN_FLIGHT)
-        .try_collect()
-        .await
-}
-
-/// The segments `entries` name, in their order, as batches of keys; counts the rows it
-/// read into `rows`. Segments are fetched as many at once as fit `budget` bytes (a
-/// segment holds its share of the budget until its last batch has been taken).
+/// The partition's segment of every map's shuffle file, in map order, as batches of
+/// keys; counts the rows it read into `rows`. Against a store tens of milliseconds away
+/// the time of a reduce's gather is round trips, not bytes: the index entries (24 bytes
+/// each) are fetched many at once, and the segments as they come, as many at once as
+/// fit `budget` bytes (a segment holds its share of the budget until its last batch has
+/// been taken).
 fn gather(
     output: StoreUrl,
-    entries: Vec<(String, shuffle::ShuffleSegment)>,
+    partition: u32,
+    maps: &MapAttempts,
     rows: Arc<AtomicU64>,
     budget: u32,
 ) -> impl Stream<Item = Result<RecordBatch>> {
     let in_flight = Arc::new(tokio::sync::Semaphore::new(budget as usize));
+    let files: Vec<String> = maps
+        .iter()
+        .map(|(i, attempt)| shuffle_path(i, attempt))
+        .collect();
+    let entries = {
+        let output = output.clone();
+        futures::stream::iter(files)
+            .map(move |file| {
+                let output = output.clone();
+                async move {
+                    let entry = shuffle::read_index_entry(&output, &file, partition).await?;
+                    Ok::<_, WorkerError>((file, entry))
+                }
+            })
+            .buffered(INDEX_FETCHES_IN_FLIGHT)
+    };
     // Budget is taken in map order, one segment after the other, before its fetch
     // starts: the first segment not yet taken by the sort always has its share.
-    futures::stream::iter(entries)
-        .then(move |(file, entry)| {
+    entries
+        .and_then(move |(file, entry)| {
             let in_flight = in_flight.clone();
             async move {
                 let share = u32::try_from(entry.len)
@@ -104,7 +102,7 @@ fn gather(
                     .acquire_many_owned(share)
                     .await
                     .map_err(|e| WorkerError::Job(format!("segment budget: {e}")))?;
-                Ok::<_, WorkerError>((file, entry, permit))
+                Ok((file, entry, permit))
             }
         })
         .map_ok(move |(file, entry, permit)| {
@@ -271,11 +269,10 @@ async fn reduce_into(
         sort_memory(config.memory_bytes),
         std::mem::take(buffers),
     );
-    let entries = index_entries(output, task.partition, &task.maps).await?;
-    sort.reserve(entries.iter().map(|(_, e)| e.rows).sum());
     let mut batches = std::pin::pin!(gather(
         output.clone(),
-        entries,
+        task.partition,
+        &task.maps,
         read_rows.clone(),
         segment_budget(config.memory_bytes),
     ));
@@ -387,7 +384,7 @@ fn finish_group(g: Group, shards: &mut [ShardFile]) -> Result<()> {
 /// in the output; returns its size and blake3. On a local output on the scratch's
 /// filesystem the file is moved into place (fsynced, renamed, its directory fsynced):
 /// the same atomic, durable appearance as a put, without copying it. Elsewhere it is
-/// uploaded.
+/// uploaded (its blake3 is the one computed as it was written, not computed again).
 async fn place(
     output: &StoreUrl,
     local: &FsPath,
@@ -414,7 +411,17 @@ async fn place(
             return Ok(hashed);
         }
     }
-    upload(output, local, rel).await
+    let sent = upload(output, local, rel).await?;
+    if sent != hashed.0 {
+        return Err(WorkerError::Scratch {
+            path: local.display().to_string(),
+            source: std::io::Error::other(format!(
+                "{sent} bytes read back for upload, {} written",
+                hashed.0
+            )),
+        });
+    }
+    Ok(hashed)
 }
 
 /// Moves `from` to `to` durably; `Ok(false)` (nothing done) when they are on different
@@ -436,8 +443,8 @@ fn rename_durably(from: &FsPath, to: &FsPath) -> std::io::Result<bool> {
 const UPLOAD_PART: u64 = crate::engine::store::PART_BYTES as u64;
 
 /// Uploads a local file (one put up to [`UPLOAD_PART`] bytes, else multipart in parts
-/// of that size, several at once); returns its size and blake3.
-async fn upload(output: &StoreUrl, local: &FsPath, rel: &str) -> Result<(u64, String)> {
+/// of that size, several at once); returns the bytes it sent.
+async fn upload(output: &StoreUrl, local: &FsPath, rel: &str) -> Result<u64> {
     let scratch_err = |e: std::io::Error| WorkerError::Scratch {
         path: local.display().to_string(),
         source: e,
@@ -445,14 +452,12 @@ async fn upload(output: &StoreUrl, local: &FsPath, rel: &str) -> Result<(u64, St
     let dest = output.child(rel);
     let mut file = std::fs::File::open(local).map_err(scratch_err)?;
     let size = file.metadata().map_err(scratch_err)?.len();
-    let mut hasher = blake3::Hasher::new();
     if size <= UPLOAD_PART {
         let mut whole = Vec::with_capacity(size as usize);
         file.read_to_end(&mut whole).map_err(scratch_err)?;
-        hasher.update(&whole);
         let total = whole.len() as u64;
         output.put(&dest, whole).await?;
-        return Ok((total, hasher.finalize().to_hex().to_string()));
+        return Ok(total);
     }
     let upload = output
         .store
@@ -471,7 +476,6 @@ async fn upload(output: &StoreUrl, local: &FsPath, rel: &str) -> Result<(u64, St
         if n == 0 {
             break;
         }
-        hasher.update(&part);
         total += n as u64;
         writer.put(bytes::Bytes::from(part));
         writer
@@ -484,5 +488,5 @@ async fn upload(output: &StoreUrl, local: &FsPath, rel: &str) -> Result<(u64, St
         .await
         .map_err(|e| WorkerError::store(output.display(&dest), e))?;
     output.sync(&dest).await?;
-    Ok((total, hasher.finalize().to_hex().to_string()))
+    Ok(total)
 }
