@@ -7,9 +7,11 @@
 //! cannot be used is *rejected* with one reason ([`Reason`]); rejected rows keep their
 //! original values for `rejects/`.
 //!
-//! Addresses repeat heavily, so each distinct string is parsed once: per dictionary
-//! (Parquet's dictionary pages, read as Arrow dictionaries) and in a string cache that
-//! outlives dictionaries.
+//! Addresses repeat heavily, so each distinct string is parsed once: a dictionary
+//! (Parquet's dictionary pages, read as Arrow dictionaries) or a plain batch is resolved
+//! in one pass before its rows, sources through the worker's
+//! [`super::source_table::SourceTable`] and destinations through a text cache, both
+//! outliving dictionaries and tasks.
 //!
 //! Accepted column types: strings (Utf8, LargeUtf8, Utf8View) for addresses; integers
 //! (seconds) or timestamps (any unit) for `event_time`; floats or integers (ms) for
