@@ -52,17 +52,35 @@ fn byte_of<R: SortRecord>(r: &R, i: usize) -> u8 {
 }
 
 /// Sorts `records`, which all share their bytes before `depth`, most significant byte
-/// first. One pass counts the records by byte `depth` and ORs together how every record
-/// differs from the first (XOR of the words): the first set bit is the first byte not
-/// every record shares, so bytes all records share (address padding, the high bytes of
-/// times) are skipped at no cost, and counted again only when byte `depth` was one of
-/// them. The records are scattered by that byte into `scratch` in arrival order, and
-/// each bucket is sorted the same way from the next byte, a bucket of at most
-/// [`SMALL_BUCKET`] records by comparison.
+/// first, with `scratch` (as long) to scatter into. One pass counts the records by byte
+/// `depth` and ORs together how every record differs from the first (XOR of the words):
+/// the first set bit is the first byte not every record shares, so bytes all records
+/// share (address padding, the high bytes of times) are skipped at no cost, and counted
+/// again only when byte `depth` was one of them. The records are scattered by that byte
+/// into `scratch` in arrival order, and each bucket is sorted the same way from the next
+/// byte, a bucket of at most [`SMALL_BUCKET`] records by comparison. The two buffers
+/// swap roles at every level, so records are not copied back level by level: only a
+/// bucket sorted by comparison is copied, once, to where its sorted records belong.
 fn radix_sort<R: SortRecord>(records: &mut [R], scratch: &mut [R], depth: usize) {
+    radix_level(records, scratch, depth, ResultIn::Records);
+}
+
+/// Where a level of [`radix_sort`] leaves its sorted records.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum ResultIn {
+    /// In the records' own buffer.
+    Records,
+    /// In the other buffer (the scratch given).
+    Scratch,
+}
+
+fn radix_level<R: SortRecord>(records: &mut [R], scratch: &mut [R], depth: usize, to: ResultIn) {
     let n = records.len();
     if n <= SMALL_BUCKET || depth >= R::BYTES {
         records.sort_unstable();
+        if to == ResultIn::Scratch {
+            scratch.copy_from_slice(records);
+        }
         return;
     }
     let first = records[0];
@@ -76,7 +94,11 @@ fn radix_sort<R: SortRecord>(records: &mut [R], scratch: &mut [R], depth: usize)
         }
     }
     let Some(word) = (depth / 8..first.len()).find(|&w| differs[w] != 0) else {
-        return; // every record is the same
+        // Every record is the same: sorted as they are.
+        if to == ResultIn::Scratch {
+            scratch.copy_from_slice(records);
+        }
+        return;
     };
     let next_depth = word * 8 + differs[word].leading_zeros() as usize / 8;
     if next_depth != depth {
@@ -97,19 +119,26 @@ fn radix_sort<R: SortRecord>(records: &mut [R], scratch: &mut [R], depth: usize)
         scratch[*slot] = *r;
         *slot += 1;
     }
+    // The buckets are in `scratch` now, each sorted there with its part of `records`
+    // as its scratch: wanted in `scratch` that is in place for the bucket, and wanted
+    // in `records` it is the bucket's scratch.
+    let bucket_to = match to {
+        ResultIn::Records => ResultIn::Scratch,
+        ResultIn::Scratch => ResultIn::Records,
+    };
     let mut start = 0;
     for &c in &counts {
         let end = start + c;
         if c > 1 {
-            // The bucket is in `scratch` now: sorted there, with its part of `records`
-            // as scratch, then copied back.
-            radix_sort(
+            radix_level(
                 &mut scratch[start..end],
                 &mut records[start..end],
                 depth + 1,
+                bucket_to,
             );
+        } else if c == 1 && to == ResultIn::Records {
+            records[start] = scratch[start];
         }
-        records[start..end].copy_from_slice(&scratch[start..end]);
         start = end;
     }
 }

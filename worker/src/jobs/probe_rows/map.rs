@@ -145,10 +145,9 @@ pub async fn run_map(
         cache,
     );
     // Sort keys per partition (key::KEY_LEN bytes each).
-    let expected = (task.rows / u64::from(settings.shards.max(1))) as usize * key::KEY_LEN;
-    let mut by_partition: Vec<Vec<u8>> = (0..settings.shards)
-        .map(|_| Vec::with_capacity(expected + expected / 8))
-        .collect();
+    let expected = (task.rows / u64::from(settings.shards.max(1))) as usize;
+    let mut by_partition =
+        key::PartitionedKeys::new(settings.shards as usize, expected + expected / 8);
     let mut rejected: BTreeMap<String, u64> = BTreeMap::new();
     let mut rejects_out: Option<RejectsOut> = None;
     let mut input_rows = 0u64;
@@ -225,7 +224,7 @@ pub async fn run_map(
     let mut kept_rows = 0u64;
     let mut offset = 0u64;
     let mut segment = Vec::new();
-    for (p, keys) in by_partition.into_iter().enumerate() {
+    for (p, keys) in by_partition.into_buffers().into_iter().enumerate() {
         if keys.is_empty() {
             continue;
         }

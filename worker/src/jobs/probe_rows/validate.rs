@@ -28,7 +28,7 @@ use probeflow_reader::row::{addr, partition, RttCode};
 
 use super::key;
 use super::protocol::{InputColumns, Plausible, TimeUnit};
-use super::source_table::{SourceTable, TextKey};
+use super::source_table::{self, SourceTable, TextKey, PREFETCH_AHEAD};
 use crate::error::{Result, WorkerError};
 
 /// Why an input row was rejected.
@@ -259,6 +259,14 @@ impl<T: Copy> Memo<T> {
         self.resolve(strings, resolve);
     }
 
+    /// Prefetches the resolved value of dictionary key `key` (a hint; any key will do).
+    #[inline]
+    fn prefetch(&self, key: i32) {
+        if let Some(value) = usize::try_from(key).ok().and_then(|k| self.resolved.get(k)) {
+            source_table::prefetch(value);
+        }
+    }
+
     /// Resolves `strings`, a batch's plain column, row by row (in one pass, as a
     /// dictionary is).
     fn use_rows(
@@ -422,7 +430,7 @@ impl<'c> Validator<'c> {
     pub fn validate(
         &mut self,
         batch: &RecordBatch,
-        keys: &mut [Vec<u8>],
+        keys: &mut key::PartitionedKeys,
     ) -> Result<Vec<(u32, Reason)>> {
         let c = self.columns.clone();
         let src = self.as_strings(&self.column(batch, &c.src_addr)?, &c.src_addr)?;
@@ -447,10 +455,14 @@ impl<'c> Validator<'c> {
         let version = version.as_primitive::<Int64Type>();
         let rtt = self.as_f64(&self.column(batch, &c.rtt)?, &c.rtt)?;
         let rtt = rtt.as_primitive::<Float64Type>();
-        if keys.len() != self.shards as usize {
+        if keys.partitions() != self.shards as usize {
             return Err(WorkerError::Schema {
                 file: self.file.clone(),
-                what: format!("{} key buffers for {} shards", keys.len(), self.shards),
+                what: format!(
+                    "{} key buffers for {} shards",
+                    keys.partitions(),
+                    self.shards
+                ),
             });
         }
 
@@ -489,9 +501,29 @@ impl<'c> Validator<'c> {
             version,
             rtt,
         };
+        // A dictionary's resolved values are read in the rows' order, at random, from
+        // an array of up to a row group's distinct addresses (megabytes): the values
+        // of the rows ahead are prefetched, so that their misses overlap.
+        let ahead = |strings: &Strings| match strings {
+            Strings::Dict(keys, _, _) => Some(keys.values().clone()),
+            Strings::Plain(_) => None,
+        };
+        let (src_ahead, dst_ahead) = (ahead(&src), ahead(&dst));
         for i in 0..batch.num_rows() {
+            if let Some(k) = src_ahead.as_ref().and_then(|k| k.get(i + PREFETCH_AHEAD)) {
+                self.src_memo.prefetch(*k);
+            }
+            if let Some(k) = dst_ahead.as_ref().and_then(|k| k.get(i + PREFETCH_AHEAD)) {
+                self.dst_memo.prefetch(*k);
+            }
             match self.row(&columns, i) {
-                Ok((partition, key)) => keys[partition as usize].extend_from_slice(&key),
+                Ok(valid) => keys.push(
+                    valid.src.partition as usize,
+                    &valid.src.key,
+                    valid.event_time,
+                    &valid.dst_key,
+                    valid.rtt,
+                ),
                 Err(reason) => rejects.push((i as u32, reason)),
             }
         }
@@ -500,11 +532,7 @@ impl<'c> Validator<'c> {
     }
 
     #[inline]
-    fn row(
-        &mut self,
-        c: &Columns<'_>,
-        i: usize,
-    ) -> std::result::Result<(u32, [u8; key::KEY_LEN]), Reason> {
+    fn row(&mut self, c: &Columns<'_>, i: usize) -> std::result::Result<ValidRow, Reason> {
         let src = lookup(c.src, i, &self.src_memo).map_err(|null| {
             if null {
                 Reason::NullSrcAddr
@@ -553,11 +581,22 @@ impl<'c> Validator<'c> {
             return Err(Reason::ImplausibleRtt);
         }
         let code = RttCode::from_ms(rtt).map_err(|_| Reason::NanRtt)?;
-        Ok((
-            src.partition,
-            key::key(&src.key, event_time, &dst.key, code),
-        ))
+        Ok(ValidRow {
+            src,
+            event_time,
+            dst_key: dst.key,
+            rtt: code,
+        })
     }
+}
+
+/// The parts of a valid row's shuffle key ([`key::append_key`]), and its source's
+/// partition.
+struct ValidRow {
+    src: Source,
+    event_time: u64,
+    dst_key: [u8; 17],
+    rtt: Option<RttCode>,
 }
 
 /// The columns of one batch, as the row check reads them.
@@ -646,8 +685,8 @@ mod tests {
             plausible,
             &mut cache,
         );
-        let mut keys = vec![Vec::new(), Vec::new()];
-        let rejects = v.validate(b, &mut keys).unwrap();
+        let mut partitioned = key::PartitionedKeys::new(2, 0);
+        let rejects = v.validate(b, &mut partitioned).unwrap();
         let mut out = vec![None; b.num_rows()];
         for (i, r) in rejects {
             out[i as usize] = Some(r);
