@@ -74,8 +74,8 @@ fn held(source: Source) -> Option<Source> {
     (source.version != 0).then_some(source)
 }
 
-/// Lookups ahead whose slots (or resolved values) are prefetched.
-pub(super) const PREFETCH_AHEAD: usize = 16;
+/// Lookups ahead whose slots are prefetched.
+const PREFETCH_AHEAD: usize = 16;
 
 /// Slots of a new or cleared table.
 const INITIAL_SLOTS: usize = 1 << 12;
@@ -188,18 +188,18 @@ impl SourceTable {
     }
 }
 
-/// Asks the CPU to fetch the cache line of `value` (a hint: nothing is read).
+/// Asks the CPU to fetch `slot`'s cache line (a hint: nothing is read).
 #[inline]
-pub(super) fn prefetch<T>(value: &T) {
+fn prefetch(slot: &Slot) {
     #[cfg(target_arch = "x86_64")]
     // SAFETY: a prefetch reads no memory and cannot fault; SSE is part of x86_64.
     unsafe {
         std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(
-            (value as *const T).cast(),
+            (slot as *const Slot).cast(),
         );
     }
     #[cfg(not(target_arch = "x86_64"))]
-    let _ = value;
+    let _ = slot;
 }
 
 #[cfg(test)]

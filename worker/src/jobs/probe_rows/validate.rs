@@ -28,7 +28,7 @@ use probeflow_reader::row::{addr, partition, RttCode};
 
 use super::key;
 use super::protocol::{InputColumns, Plausible, TimeUnit};
-use super::source_table::{self, SourceTable, TextKey, PREFETCH_AHEAD};
+use super::source_table::{SourceTable, TextKey};
 use crate::error::{Result, WorkerError};
 
 /// Why an input row was rejected.
@@ -257,14 +257,6 @@ impl<T: Copy> Memo<T> {
         }
         self.values = Some(values.clone());
         self.resolve(strings, resolve);
-    }
-
-    /// Prefetches the resolved value of dictionary key `key` (a hint; any key will do).
-    #[inline]
-    fn prefetch(&self, key: i32) {
-        if let Some(value) = usize::try_from(key).ok().and_then(|k| self.resolved.get(k)) {
-            source_table::prefetch(value);
-        }
     }
 
     /// Resolves `strings`, a batch's plain column, row by row (in one pass, as a
@@ -501,21 +493,7 @@ impl<'c> Validator<'c> {
             version,
             rtt,
         };
-        // A dictionary's resolved values are read in the rows' order, at random, from
-        // an array of up to a row group's distinct addresses (megabytes): the values
-        // of the rows ahead are prefetched, so that their misses overlap.
-        let ahead = |strings: &Strings| match strings {
-            Strings::Dict(keys, _, _) => Some(keys.values().clone()),
-            Strings::Plain(_) => None,
-        };
-        let (src_ahead, dst_ahead) = (ahead(&src), ahead(&dst));
         for i in 0..batch.num_rows() {
-            if let Some(k) = src_ahead.as_ref().and_then(|k| k.get(i + PREFETCH_AHEAD)) {
-                self.src_memo.prefetch(*k);
-            }
-            if let Some(k) = dst_ahead.as_ref().and_then(|k| k.get(i + PREFETCH_AHEAD)) {
-                self.dst_memo.prefetch(*k);
-            }
             match self.row(&columns, i) {
                 Ok(valid) => keys.push(
                     valid.src.partition as usize,
