@@ -1,9 +1,12 @@
 //! The shuffle, an engine service any job uses to move rows from its map tasks to the
 //! tasks of a later stage, partitioned.
 //!
-//! A map task writes one *shuffle file*: each non-empty partition is a self-contained
-//! Arrow IPC stream (schema, batches, end marker), and the partitions follow each other
-//! in order. Beside it, the file's *index* (`<shuffle file>.index`, [`index_path`]):
+//! A map task writes one *shuffle file*: each non-empty partition's *segment*, and the
+//! segments follow each other in partition order. A segment is either a self-contained
+//! Arrow IPC stream (schema, batches, end marker: [`encode_segment`], [`read_segment`]),
+//! or bytes in an encoding of the job's own ([`read_segment_bytes`]), for a job whose
+//! rows are smaller in their own form than in Arrow's; such a job checks the row
+//! count it decodes against the index entry. Beside it, the file's *index* (`<shuffle file>.index`, [`index_path`]):
 //! one fixed-size entry per partition ([`INDEX_ENTRY`] bytes: offset, length, rows,
 //! little-endian u64s; all zero for an empty partition). A later task reads its
 //! partition of a map's output with two range reads ([`read_partition`]): its index
@@ -92,6 +95,22 @@ pub async fn read_segment(
         });
     }
     Ok(batches)
+}
+
+/// Reads one partition's segment of shuffle file `file` (relative to `output`) as the
+/// bytes the map wrote, for a job that encodes its rows itself: the job decodes them,
+/// and checks that they hold `segment.rows` rows. Returns the file's name as errors
+/// should show it, and the bytes.
+pub async fn read_segment_bytes(
+    output: &StoreUrl,
+    file: &str,
+    segment: &ShuffleSegment,
+) -> Result<(String, bytes::Bytes)> {
+    let location = output.child(file);
+    let bytes = output
+        .get_range(&location, segment.offset..segment.offset + segment.len)
+        .await?;
+    Ok((output.display(&location), bytes))
 }
 
 /// Bytes of one partition's entry in a shuffle file's index.

@@ -1,8 +1,8 @@
-//! The probe-rows job's shuffle rows: a map task's valid measurements in sort-key form,
-//! written to the engine's shuffle ([`crate::engine::shuffle`]) by partition.
+//! The probe-rows job's measurements as they cross the shuffle, and as the reduce sorts
+//! them.
 //!
-//! A measurement is one fixed-width, memcmp-ordered key (column `key`,
-//! FixedSizeBinary(45)), so the reduce sorts a single binary column:
+//! **The sort key.** A measurement sorts as one fixed-width, memcmp-ordered key of 45
+//! bytes ([`key`], [`SortKey`]):
 //!
 //! | bytes | field |
 //! |---|---|
@@ -14,31 +14,33 @@
 //! Byte order of the key = order by (source bytes, time, destination bytes, RTT with
 //! failures first): padding with zeros and then comparing lengths orders a 4-byte address
 //! before any 16-byte one it is a prefix of, exactly as comparing the raw bytes does.
+//!
+//! **The shuffle record.** Padding is for sorting, not for moving: a map writes each
+//! measurement as a shuffle record of 17 to 43 bytes (19 for an IPv4 ping that got an
+//! answer, against the key's 45), and the reduce turns each record back into its key
+//! ([`decode_records`]):
+//!
+//! | bytes | field |
+//! |---|---|
+//! | 1 | tag: bit 0 source is IPv6, bit 1 destination is IPv6, bit 2 RTT present |
+//! | 4 or 16 | source address, network order |
+//! | 8 | event time, u64 big-endian |
+//! | 4 or 16 | destination address |
+//! | 2, if present | RTT code, big-endian |
+//!
+//! A partition's segment of a map's shuffle file is its records back to back
+//! ([`crate::engine::shuffle`]'s job-encoded segments); the reduce checks every tag, that
+//! the last record ends where the segment does, and the record count against the
+//! shuffle index.
 
 use std::net::IpAddr;
-use std::sync::{Arc, LazyLock};
 
-use arrow::array::{ArrayRef, FixedSizeBinaryArray, RecordBatch};
-use arrow::buffer::Buffer;
-use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use probeflow_reader::row::RttCode;
 
 use crate::engine::external_sort::SortRecord;
-use crate::engine::shuffle;
-use crate::error::Result;
+use crate::error::{Result, WorkerError};
 
 pub const KEY_LEN: usize = 45;
-/// Rows per IPC batch inside a segment.
-const BATCH_ROWS: usize = 65_536;
-
-pub static SCHEMA: LazyLock<SchemaRef> = LazyLock::new(|| {
-    Arc::new(Schema::new(vec![Field::new(
-        "key",
-        DataType::FixedSizeBinary(KEY_LEN as i32),
-        false,
-    )]))
-});
-
 /// The 17 key bytes of an address: network order, zero-padded to 16, then its length.
 pub fn addr_key(addr: &IpAddr) -> [u8; 17] {
     let mut k = [0u8; 17];
@@ -78,33 +80,112 @@ fn write_key(
     out[42..].copy_from_slice(&[u8::from(rtt.is_some()), hi, lo]);
 }
 
-/// Keys staged per partition before they move to its buffer.
-const STAGED_KEYS: usize = 8;
+/// The longest shuffle record: tag, two IPv6 addresses, time, RTT.
+pub const RECORD_MAX: usize = 1 + 16 + 8 + 16 + 2;
 
-/// A map task's shuffle keys, by partition.
+/// Shuffle-record tag bits.
+const TAG_SRC_V6: u8 = 1;
+const TAG_DST_V6: u8 = 2;
+const TAG_RTT: u8 = 4;
+
+/// Writes the shuffle record of one measurement at the start of `out` (at least
+/// [`RECORD_MAX`] bytes; bytes past the record may be overwritten) and returns its
+/// length. Addresses are copied 16 bytes wide whatever their length, and the record's
+/// next field starts after the address's own bytes: no branch on the address family.
+#[inline]
+fn write_record(
+    out: &mut [u8; RECORD_MAX],
+    src: &[u8; 17],
+    event_time: u64,
+    dst: &[u8; 17],
+    rtt: Option<RttCode>,
+) -> usize {
+    let src_len = usize::from(src[16] == 16) * 12 + 4;
+    let dst_len = usize::from(dst[16] == 16) * 12 + 4;
+    out[0] = if src_len == 16 { TAG_SRC_V6 } else { 0 }
+        | if dst_len == 16 { TAG_DST_V6 } else { 0 }
+        | if rtt.is_some() { TAG_RTT } else { 0 };
+    out[1..17].copy_from_slice(&src[..16]);
+    let at = 1 + src_len;
+    out[at..at + 8].copy_from_slice(&event_time.to_be_bytes());
+    let at = at + 8;
+    out[at..at + 16].copy_from_slice(&dst[..16]);
+    let at = at + dst_len;
+    out[at..at + 2].copy_from_slice(&rtt.map_or([0, 0], |code| code.0.to_be_bytes()));
+    at + if rtt.is_some() { 2 } else { 0 }
+}
+
+/// Decodes `bytes`, shuffle records back to back, handing each measurement's sort key
+/// to `each`; returns how many there were. A bad tag or a record cut short is an error
+/// naming `file` (the segment's shuffle file) and the record's offset.
+pub fn decode_records(
+    bytes: &[u8],
+    file: &str,
+    mut each: impl FnMut(SortKey) -> Result<()>,
+) -> Result<u64> {
+    let bad = |at: usize, what: &str| WorkerError::Shuffle {
+        file: file.to_string(),
+        what: format!("shuffle record at byte {at} of its segment: {what}"),
+    };
+    let mut records = 0u64;
+    let mut at = 0;
+    while at < bytes.len() {
+        let tag = bytes[at];
+        if tag & !(TAG_SRC_V6 | TAG_DST_V6 | TAG_RTT) != 0 {
+            return Err(bad(at, &format!("unknown tag {tag:#04x}")));
+        }
+        let src_len = if tag & TAG_SRC_V6 != 0 { 16 } else { 4 };
+        let dst_len = if tag & TAG_DST_V6 != 0 { 16 } else { 4 };
+        let rtt_len = if tag & TAG_RTT != 0 { 2 } else { 0 };
+        let len = 1 + src_len + 8 + dst_len + rtt_len;
+        let Some(record) = bytes.get(at..at + len) else {
+            return Err(bad(at, "cut short"));
+        };
+        let mut k = [0u8; KEY_LEN];
+        k[..src_len].copy_from_slice(&record[1..1 + src_len]);
+        k[16] = src_len as u8;
+        let time = 1 + src_len;
+        k[17..25].copy_from_slice(&record[time..time + 8]);
+        k[25..25 + dst_len].copy_from_slice(&record[time + 8..time + 8 + dst_len]);
+        k[41] = dst_len as u8;
+        if rtt_len != 0 {
+            k[42] = 1;
+            k[43..45].copy_from_slice(&record[len - 2..len]);
+        }
+        each(SortKey::decode(&k))?;
+        records += 1;
+        at += len;
+    }
+    Ok(records)
+}
+
+/// Bytes staged per partition before they move to its buffer.
+const STAGED_BYTES: usize = 512;
+
+/// A map task's shuffle records, by partition.
 ///
-/// Consecutive rows go to unrelated partitions, and a key stored straight into its
+/// Consecutive rows go to unrelated partitions, and a record stored straight into its
 /// partition's buffer is a store to one of `partitions` far-apart places in memory, each
-/// a cache miss (64 streams defeat the hardware's prefetchers). Instead each key is
-/// written to its partition's staging area, [`STAGED_KEYS`] keys in a few cache lines
-/// that stay in L1, and a full staging area moves to the buffer in one sequential copy
-/// (software write-combining).
-pub struct PartitionedKeys {
-    /// `partitions × STAGED_KEYS` key slots.
-    staged: Vec<[u8; KEY_LEN]>,
-    /// Keys staged per partition.
-    counts: Vec<u8>,
+/// a cache miss (64 streams defeat the hardware's prefetchers). Instead each record is
+/// written to its partition's staging area, [`STAGED_BYTES`] that stay in L1, and a full
+/// staging area moves to the buffer in one sequential copy (software write-combining).
+pub struct PartitionedRecords {
+    staged: Vec<[u8; STAGED_BYTES]>,
+    /// Bytes staged per partition.
+    fill: Vec<u16>,
+    rows: Vec<u64>,
     buffers: Vec<Vec<u8>>,
 }
 
-impl PartitionedKeys {
-    /// Empty buffers for `partitions`, each with room for `expected_keys` keys.
-    pub fn new(partitions: usize, expected_keys: usize) -> Self {
-        PartitionedKeys {
-            staged: vec![[0; KEY_LEN]; partitions * STAGED_KEYS],
-            counts: vec![0; partitions],
+impl PartitionedRecords {
+    /// Empty buffers for `partitions`, each with room for `expected_bytes`.
+    pub fn new(partitions: usize, expected_bytes: usize) -> Self {
+        PartitionedRecords {
+            staged: vec![[0; STAGED_BYTES]; partitions],
+            fill: vec![0; partitions],
+            rows: vec![0; partitions],
             buffers: (0..partitions)
-                .map(|_| Vec::with_capacity(expected_keys * KEY_LEN))
+                .map(|_| Vec::with_capacity(expected_bytes))
                 .collect(),
         }
     }
@@ -113,7 +194,7 @@ impl PartitionedKeys {
         self.buffers.len()
     }
 
-    /// Adds the key of one measurement to `partition` (below [`Self::partitions`]).
+    /// Adds the record of one measurement to `partition` (below [`Self::partitions`]).
     #[inline]
     pub fn push(
         &mut self,
@@ -123,26 +204,31 @@ impl PartitionedKeys {
         dst: &[u8; 17],
         rtt: Option<RttCode>,
     ) {
-        let staged = usize::from(self.counts[partition]);
-        let first = partition * STAGED_KEYS;
-        write_key(&mut self.staged[first + staged], src, event_time, dst, rtt);
-        if staged + 1 == STAGED_KEYS {
-            self.buffers[partition]
-                .extend_from_slice(self.staged[first..first + STAGED_KEYS].as_flattened());
-            self.counts[partition] = 0;
+        let staged = &mut self.staged[partition];
+        let fill = usize::from(self.fill[partition]);
+        let Some(slot) = staged
+            .get_mut(fill..fill + RECORD_MAX)
+            .and_then(|s| <&mut [u8; RECORD_MAX]>::try_from(s).ok())
+        else {
+            unreachable!("a staging area is flushed while it has room for a record")
+        };
+        let fill = fill + write_record(slot, src, event_time, dst, rtt);
+        self.rows[partition] += 1;
+        if fill > STAGED_BYTES - RECORD_MAX {
+            self.buffers[partition].extend_from_slice(&staged[..fill]);
+            self.fill[partition] = 0;
         } else {
-            self.counts[partition] = (staged + 1) as u8;
+            self.fill[partition] = fill as u16;
         }
     }
 
-    /// Every partition's keys, in the order they were pushed.
-    pub fn into_buffers(mut self) -> Vec<Vec<u8>> {
+    /// Every partition's records, in the order they were pushed, and their count.
+    pub fn into_partitions(mut self) -> impl Iterator<Item = (Vec<u8>, u64)> {
         for (partition, buffer) in self.buffers.iter_mut().enumerate() {
-            let first = partition * STAGED_KEYS;
-            let staged = usize::from(self.counts[partition]);
-            buffer.extend_from_slice(self.staged[first..first + staged].as_flattened());
+            let fill = usize::from(self.fill[partition]);
+            buffer.extend_from_slice(&self.staged[partition][..fill]);
         }
-        self.buffers
+        self.buffers.into_iter().zip(self.rows)
     }
 }
 
@@ -221,25 +307,6 @@ pub fn parse_key(k: &[u8]) -> Option<Key<'_>> {
     })
 }
 
-/// Appends the keys of one partition (`KEY_LEN` bytes each) to `out` as one shuffle
-/// segment; returns its length. The keys are moved into Arrow buffers, not copied.
-pub fn encode_segment(out: &mut Vec<u8>, keys: Vec<u8>) -> Result<u64> {
-    let total = keys.len();
-    let keys = Buffer::from_vec(keys);
-    let step = BATCH_ROWS * KEY_LEN;
-    let batches = (0..total).step_by(step.max(1)).map(|offset| {
-        let len = step.min(total - offset);
-        let array = FixedSizeBinaryArray::try_new(
-            KEY_LEN as i32,
-            keys.slice_with_length(offset, len),
-            None,
-        )?;
-        let columns: Vec<ArrayRef> = vec![Arc::new(array)];
-        Ok(RecordBatch::try_new(SCHEMA.clone(), columns)?)
-    });
-    shuffle::encode_segment(out, &SCHEMA, batches)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -255,26 +322,71 @@ mod tests {
     }
 
     #[test]
-    fn partitioned_keys_keep_each_partitions_push_order() {
+    fn partitioned_records_decode_to_each_partitions_keys_in_push_order() {
         let partitions = 3;
-        let mut keys = PartitionedKeys::new(partitions, 1);
+        let mut records = PartitionedRecords::new(partitions, 1);
         let mut expected = vec![Vec::new(); partitions];
-        let src = addr_key(&"192.0.2.1".parse().unwrap());
-        let dst = addr_key(&"2001:db8::9".parse().unwrap());
-        // Enough keys that every partition fills its staging area several times over,
-        // and ends part-way through one.
-        for i in 0..(STAGED_KEYS as u64 * 7 + 5) {
+        let addrs = [
+            "192.0.2.1",
+            "2001:db8::9",
+            "0.0.0.0",
+            "ffff:ffff:ffff:ffff:ffff:ffff:ffff:ffff",
+        ]
+        .map(|a| addr_key(&a.parse().unwrap()));
+        // Every family pair, with and without an RTT, and enough records that every
+        // partition flushes its staging area many times over, and ends part-way
+        // through one.
+        for i in 0..5000u64 {
             let p = (i * 7 % 11 % 3) as usize;
-            let rtt = (i % 4 != 0).then_some(RttCode(i as u16));
-            keys.push(p, &src, i, &dst, rtt);
-            expected[p].extend_from_slice(&super::key(&src, i, &dst, rtt));
+            let src = &addrs[(i % 4) as usize];
+            let dst = &addrs[(i / 4 % 4) as usize];
+            let rtt = (i % 3 != 0).then_some(RttCode((i * 977) as u16));
+            let time = i.wrapping_mul(0x9e37_79b9_7f4a_7c15);
+            records.push(p, src, time, dst, rtt);
+            expected[p].push(SortKey::decode(&super::key(src, time, dst, rtt)));
         }
-        let buffers = keys.into_buffers();
-        assert_eq!(buffers.len(), partitions);
-        for (p, (got, want)) in buffers.iter().zip(&expected).enumerate() {
-            assert!(!want.is_empty(), "partition {p} got no keys");
-            assert_eq!(got, want, "partition {p}");
+        let partitions: Vec<(Vec<u8>, u64)> = records.into_partitions().collect();
+        assert_eq!(partitions.len(), 3);
+        for (p, ((bytes, rows), want)) in partitions.iter().zip(&expected).enumerate() {
+            assert!(!want.is_empty(), "partition {p} got no records");
+            assert_eq!(*rows, want.len() as u64, "partition {p}");
+            let mut got = Vec::new();
+            let n = decode_records(bytes, "f", |k| {
+                got.push(k);
+                Ok(())
+            })
+            .unwrap();
+            assert_eq!(n, *rows);
+            assert_eq!(&got, want, "partition {p}");
         }
+        // An IPv4 ping with an RTT is 19 bytes, not the key's 45.
+        let mut one = PartitionedRecords::new(1, 0);
+        one.push(0, &addrs[0], 1, &addrs[2], Some(RttCode(5)));
+        let (bytes, _) = one.into_partitions().next().unwrap();
+        assert_eq!(bytes.len(), 19);
+    }
+
+    #[test]
+    fn bad_shuffle_records_are_errors_naming_the_file_and_offset() {
+        let mut records = PartitionedRecords::new(1, 0);
+        let v4 = addr_key(&"192.0.2.1".parse().unwrap());
+        records.push(0, &v4, 1, &v4, Some(RttCode(1)));
+        records.push(0, &v4, 2, &v4, None);
+        let (bytes, _) = records.into_partitions().next().unwrap();
+        let decode = |b: &[u8]| decode_records(b, "map-00001-a1.records", |_| Ok(()));
+        assert_eq!(decode(&bytes).unwrap(), 2);
+        let err = decode(&bytes[..bytes.len() - 1]).unwrap_err().to_string();
+        assert!(
+            err.contains("map-00001-a1.records")
+                && err.contains("byte 19")
+                && err.contains("cut short"),
+            "{err}"
+        );
+        let mut bad = bytes.clone();
+        bad[19] = 0x08;
+        let err = decode(&bad).unwrap_err().to_string();
+        assert!(err.contains("unknown tag 0x08"), "{err}");
+        assert_eq!(decode(&[]).unwrap(), 0);
     }
 
     #[test]

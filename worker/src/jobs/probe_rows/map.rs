@@ -28,9 +28,10 @@ use crate::error::{Result, WorkerError};
 
 /// The shuffle file of attempt `attempt` of map task `index`, relative to the output
 /// root. Every attempt writes its own file, so a late attempt never overwrites the
-/// accepted one.
+/// accepted one. It holds shuffle records ([`super::key`]); releases before them wrote
+/// Arrow IPC files named `….arrow`, which a resumed job refuses by name.
 pub fn shuffle_path(index: usize, attempt: u32) -> String {
-    format!("_job/shuffle/map-{index:05}-a{attempt}.arrow")
+    format!("_job/shuffle/map-{index:05}-a{attempt}.records")
 }
 
 /// The attempt whose shuffle file map task `index` reported (the inverse of
@@ -39,7 +40,7 @@ pub fn attempt_of_shuffle_file(index: usize, shuffle_file: &str) -> Option<u32> 
     let prefix = format!("_job/shuffle/map-{index:05}-a");
     let attempt: u32 = shuffle_file
         .strip_prefix(&prefix)?
-        .strip_suffix(".arrow")?
+        .strip_suffix(".records")?
         .parse()
         .ok()?;
     (shuffle_path(index, attempt) == shuffle_file).then_some(attempt)
@@ -144,10 +145,11 @@ pub async fn run_map(
         settings.plausible,
         cache,
     );
-    // Sort keys per partition (key::KEY_LEN bytes each).
-    let expected = (task.rows / u64::from(settings.shards.max(1))) as usize;
+    // Shuffle records per partition.
+    // Room for the partitions' records, at IPv4 size, with an eighth to spare.
+    let expected = (task.rows / u64::from(settings.shards.max(1))) as usize * 19;
     let mut by_partition =
-        key::PartitionedKeys::new(settings.shards as usize, expected + expected / 8);
+        key::PartitionedRecords::new(settings.shards as usize, expected + expected / 8);
     let mut rejected: BTreeMap<String, u64> = BTreeMap::new();
     let mut rejects_out: Option<RejectsOut> = None;
     let mut input_rows = 0u64;
@@ -217,26 +219,22 @@ pub async fn run_map(
     }
 
     let validated = started.elapsed();
-    // Partitions in order, each a self-contained IPC stream, uploaded as encoded.
+    // Partitions in order, each its shuffle records back to back (`key::decode_records`).
     let shuffle_file = shuffle_path(task.index, attempt);
     let mut upload = output.put_in_parts(output.child(&shuffle_file));
     let mut segments = BTreeMap::new();
     let mut kept_rows = 0u64;
     let mut offset = 0u64;
-    let mut segment = Vec::new();
-    for (p, keys) in by_partition.into_buffers().into_iter().enumerate() {
-        if keys.is_empty() {
+    for (p, (records, rows)) in by_partition.into_partitions().enumerate() {
+        if rows == 0 {
             continue;
         }
-        let rows = (keys.len() / key::KEY_LEN) as u64;
-        segment.clear();
-        let len = key::encode_segment(&mut segment, keys)?;
-        upload.write(&segment).await?;
+        let len = records.len() as u64;
+        upload.write(&records).await?;
         segments.insert(p as u32, ShuffleSegment { offset, len, rows });
         offset += len;
         kept_rows += rows;
     }
-    drop(segment);
     // The shuffle file, its index and the rejects file go out at once: the result that
     // names them is reported only once all three are durable.
     let rejects = async {

@@ -122,8 +122,15 @@ pub fn plan_reduces(shards: u32, maps: &[(usize, &MapOutput)]) -> Result<Vec<Red
                 return Err(WorkerError::Job(format!("no result for map task {k}")));
             }
             attempt_of_shuffle_file(*i, &m.shuffle_file).ok_or_else(|| {
+                let earlier = if m.shuffle_file.ends_with(".arrow") {
+                    " (an Arrow IPC shuffle file of an earlier probeflow release, which this \
+                     one does not read: run the job into a new output, or remove this one's \
+                     _job directory to start it again)"
+                } else {
+                    ""
+                };
                 WorkerError::Job(format!(
-                    "map task {i}: {:?} is not a shuffle file name",
+                    "map task {i}: {:?} is not a shuffle file name{earlier}",
                     m.shuffle_file
                 ))
             })
@@ -192,6 +199,12 @@ mod tests {
         let mut forged = out(0, 1);
         forged.shuffle_file = "manifest.json".into();
         assert!(plan_reduces(1, &[(0, &forged)]).is_err());
+        // A journal of an earlier release names Arrow IPC shuffle files, which this one
+        // does not read: refused, saying so.
+        let mut earlier = out(0, 1);
+        earlier.shuffle_file = "_job/shuffle/map-00000-a1.arrow".into();
+        let err = plan_reduces(1, &[(0, &earlier)]).unwrap_err().to_string();
+        assert!(err.contains("earlier probeflow release"), "{err}");
     }
 
     #[test]

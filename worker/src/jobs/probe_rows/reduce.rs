@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! every map's index entry p, then segment p ─► gather (fetches in flight, bounded bytes)
-//!   ─► ExternalSort of 45-byte keys (runs spill to scratch) ─► (src, event_time, dst, rtt) order
+//!   ─► shuffle records decoded to 45-byte keys ─► ExternalSort (runs spill to scratch) ─► (src, event_time, dst, rtt) order
 //!   ─► RowBuilder per source ─► shard
 //! ```
 //!
@@ -20,7 +20,6 @@ use std::path::{Path as FsPath, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 
-use arrow::array::{Array, AsArray, RecordBatch};
 use futures::{Stream, StreamExt, TryStreamExt};
 use object_store::{ObjectStoreExt, WriteMultipart};
 use probeflow_reader::array_record::{ArrayRecordWriter, WriterOptions};
@@ -59,19 +58,29 @@ fn sort_memory(memory: usize) -> usize {
         .max(1 << 20)
 }
 
-/// The partition's segment of every map's shuffle file, in map order, as batches of
-/// keys; counts the rows it read into `rows`. Against a store tens of milliseconds away
-/// the time of a reduce's gather is round trips, not bytes: the index entries (24 bytes
-/// each) are fetched many at once, and the segments as they come, as many at once as
-/// fit `budget` bytes (a segment holds its share of the budget until its last batch has
-/// been taken).
+/// A map's segment of the partition: its shuffle records ([`key::decode_records`]), the
+/// count the map's index promised, and the shuffle file's name for errors.
+struct Segment {
+    file: String,
+    bytes: bytes::Bytes,
+    rows: u64,
+    /// The segment's share of the fetch budget, given back when the segment is dropped
+    /// (once the sort has taken its records).
+    _budget: tokio::sync::OwnedSemaphorePermit,
+}
+
+/// The partition's segment of every map's shuffle file, in map order; counts the rows
+/// they promise into `rows`. Against a store tens of milliseconds away the time of a
+/// reduce's gather is round trips, not bytes: the index entries (24 bytes each) are
+/// fetched many at once, and the segments as they come, as many at once as fit
+/// `budget` bytes (a segment holds its share of the budget until the sort has taken it).
 fn gather(
     output: StoreUrl,
     partition: u32,
     maps: &MapAttempts,
     rows: Arc<AtomicU64>,
     budget: u32,
-) -> impl Stream<Item = Result<RecordBatch>> {
+) -> impl Stream<Item = Result<Segment>> {
     let in_flight = Arc::new(tokio::sync::Semaphore::new(budget as usize));
     let files: Vec<String> = maps
         .iter()
@@ -92,6 +101,7 @@ fn gather(
     // Budget is taken in map order, one segment after the other, before its fetch
     // starts: the first segment not yet taken by the sort always has its share.
     entries
+        .try_filter(|(_, entry)| futures::future::ready(entry.rows != 0))
         .and_then(move |(file, entry)| {
             let in_flight = in_flight.clone();
             async move {
@@ -109,23 +119,17 @@ fn gather(
             let output = output.clone();
             let rows = rows.clone();
             async move {
-                if entry.rows == 0 {
-                    return Ok(futures::stream::iter(Vec::new()).boxed());
-                }
-                let batches = shuffle::read_segment(&output, &file, &entry, &key::SCHEMA).await?;
+                let (file, bytes) = shuffle::read_segment_bytes(&output, &file, &entry).await?;
                 rows.fetch_add(entry.rows, Ordering::Relaxed);
-                // The share goes back once the sort has taken the last batch.
-                Ok::<_, WorkerError>(
-                    futures::stream::iter(batches.into_iter().map(move |b| {
-                        let _held = &permit;
-                        Ok(b)
-                    }))
-                    .boxed(),
-                )
+                Ok::<_, WorkerError>(Segment {
+                    file,
+                    bytes,
+                    rows: entry.rows,
+                    _budget: permit,
+                })
             }
         })
         .try_buffered(SEGMENT_FETCHES_IN_FLIGHT)
-        .try_flatten()
 }
 
 /// A writer that hashes (blake3) and counts the bytes it passes on.
@@ -269,25 +273,25 @@ async fn reduce_into(
         sort_memory(config.memory_bytes),
         std::mem::take(buffers),
     );
-    let mut batches = std::pin::pin!(gather(
+    let mut segments = std::pin::pin!(gather(
         output.clone(),
         task.partition,
         &task.maps,
         read_rows.clone(),
         segment_budget(config.memory_bytes),
     ));
-    while let Some(batch) = batches.next().await {
-        let batch = batch?;
-        let keys = batch
-            .column(0)
-            .as_fixed_size_binary_opt()
-            .filter(|k| k.value_length() == key::KEY_LEN as i32)
-            .ok_or_else(bad_key)?;
-        let bytes = keys
-            .value_data()
-            .get(..keys.len() * key::KEY_LEN)
-            .ok_or_else(bad_key)?;
-        sort.push_encoded(bytes)?.ok_or_else(bad_key)?;
+    while let Some(segment) = segments.next().await {
+        let segment = segment?;
+        let records = key::decode_records(&segment.bytes, &segment.file, |k| sort.push(k))?;
+        if records != segment.rows {
+            return Err(WorkerError::Shuffle {
+                file: segment.file,
+                what: format!(
+                    "partition {}'s segment holds {records} records, its index entry says {}",
+                    task.partition, segment.rows
+                ),
+            });
+        }
     }
     let runs = sort.runs();
     let mut sorted = sort.finish()?;

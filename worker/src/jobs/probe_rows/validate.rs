@@ -422,7 +422,7 @@ impl<'c> Validator<'c> {
     pub fn validate(
         &mut self,
         batch: &RecordBatch,
-        keys: &mut key::PartitionedKeys,
+        keys: &mut key::PartitionedRecords,
     ) -> Result<Vec<(u32, Reason)>> {
         let c = self.columns.clone();
         let src = self.as_strings(&self.column(batch, &c.src_addr)?, &c.src_addr)?;
@@ -663,7 +663,7 @@ mod tests {
             plausible,
             &mut cache,
         );
-        let mut partitioned = key::PartitionedKeys::new(2, 0);
+        let mut partitioned = key::PartitionedRecords::new(2, 0);
         let rejects = v.validate(b, &mut partitioned).unwrap();
         let mut out = vec![None; b.num_rows()];
         for (i, r) in rejects {
