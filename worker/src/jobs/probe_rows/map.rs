@@ -13,6 +13,7 @@
 
 use std::collections::BTreeMap;
 
+use arrow::array::RecordBatch;
 use futures::StreamExt;
 use parquet::arrow::arrow_reader::{RowSelection, RowSelector};
 use parquet::arrow::{ArrowWriter, ProjectionMask};
@@ -130,13 +131,14 @@ pub async fn run_map(
         crate::engine::parquet_source::parquet_error(&task.file, e)
     };
     let selection = row_selection(&builder, task);
-    let mut stream = builder
+    let stream = builder
         .with_projection(mask)
         .with_row_groups(task.row_groups.clone().collect())
         .with_row_selection(selection)
         .with_batch_size(BATCH_ROWS)
         .build()
         .map_err(parquet_err)?;
+    let mut stream = ScanAhead::start(stream);
 
     let mut validator = Validator::new(
         task.file.clone(),
@@ -145,8 +147,7 @@ pub async fn run_map(
         settings.plausible,
         cache,
     );
-    // Shuffle records per partition.
-    // Room for the partitions' records, at IPv4 size, with an eighth to spare.
+    // Shuffle records per partition, with room for them, at IPv4 size, with an eighth to spare.
     let expected = (task.rows / u64::from(settings.shards.max(1))) as usize * 19;
     let mut by_partition =
         key::PartitionedRecords::new(settings.shards as usize, expected + expected / 8);
@@ -271,6 +272,49 @@ pub async fn run_map(
 
 /// Rows decoded at once.
 const BATCH_ROWS: usize = 131_072;
+
+/// Batches a map's scan decodes ahead of its validation.
+const BATCHES_AHEAD: usize = 2;
+
+/// The scan of a map's rows, run as its own task up to [`BATCHES_AHEAD`] batches ahead
+/// of the validation: the reads of the next row group's column chunks, and its decoding,
+/// go on while the map validates, instead of the map waiting for each read in turn. The
+/// batches come in the order the reader gives them. Dropping it (the map failed or was
+/// aborted) stops the scan at its next batch.
+struct ScanAhead {
+    batches: tokio::sync::mpsc::Receiver<parquet::errors::Result<RecordBatch>>,
+    scan: tokio::task::JoinHandle<()>,
+}
+
+impl ScanAhead {
+    fn start(
+        mut stream: impl futures::Stream<Item = parquet::errors::Result<RecordBatch>>
+            + Send
+            + Unpin
+            + 'static,
+    ) -> Self {
+        let (send, batches) = tokio::sync::mpsc::channel(BATCHES_AHEAD);
+        let scan = tokio::spawn(async move {
+            while let Some(batch) = stream.next().await {
+                let failed = batch.is_err();
+                if send.send(batch).await.is_err() || failed {
+                    break;
+                }
+            }
+        });
+        ScanAhead { batches, scan }
+    }
+
+    async fn next(&mut self) -> Option<parquet::errors::Result<RecordBatch>> {
+        self.batches.recv().await
+    }
+}
+
+impl Drop for ScanAhead {
+    fn drop(&mut self) {
+        self.scan.abort();
+    }
+}
 
 /// The rejects file of a map attempt, written as its rows come.
 struct RejectsOut {
