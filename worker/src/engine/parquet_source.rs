@@ -176,7 +176,9 @@ pub fn parquet_error(file: &str, e: ParquetError) -> WorkerError {
 
 /// Opens an input file (reads its footer) as a record-batch stream builder. Utf8
 /// columns named in `as_dictionary` are read as `Dictionary(Int32, Utf8)`, keeping
-/// Parquet's dictionary encoding so each distinct value can be handled once. With
+/// Parquet's dictionary encoding so each distinct value can be handled once, where the
+/// file's pages of that column are dictionary-encoded throughout
+/// ([`dictionary_encoded_throughout`]). With
 /// `etag` (the one the file was planned with) every read is of that version only and
 /// the parsed footer is kept for the next open of the same file.
 pub async fn open(
@@ -214,7 +216,10 @@ pub async fn open(
         .fields()
         .iter()
         .map(|f| {
-            if as_dictionary.contains(&f.name().as_str()) && f.data_type() == &DataType::Utf8 {
+            if as_dictionary.contains(&f.name().as_str())
+                && f.data_type() == &DataType::Utf8
+                && dictionary_encoded_throughout(plain.metadata(), f.name())
+            {
                 Arc::new(
                     Field::new(
                         f.name(),
@@ -239,6 +244,31 @@ pub async fn open(
     ))
 }
 
+/// Whether every data page of column `name`, in every row group of the file, is
+/// dictionary-encoded, as far as the footer's page encoding statistics say (a file
+/// without them is taken to be). A writer falls back to plain pages once a column
+/// chunk's dictionary outgrows its limit (about a megabyte: some 60 000 IPv4 address
+/// texts), and a dictionary-typed read of such a chunk must build a dictionary of the
+/// plain values by hashing them, which costs more than reading them as plain strings
+/// does. So such a column is read as plain strings.
+pub fn dictionary_encoded_throughout(metadata: &ParquetMetaData, name: &str) -> bool {
+    use parquet::basic::Encoding;
+    metadata.row_groups().iter().all(|group| {
+        group
+            .columns()
+            .iter()
+            .filter(|c| c.column_path().string() == name)
+            .all(|c| match c.page_encoding_stats_mask() {
+                None => true,
+                Some(mask) => {
+                    c.dictionary_page_offset().is_some()
+                        && (mask.is_only(Encoding::RLE_DICTIONARY)
+                            || mask.is_only(Encoding::PLAIN_DICTIONARY))
+                }
+            })
+    })
+}
+
 /// The index of column `name` in `schema` (of Parquet file `file`); a schema error
 /// naming the file and listing the columns it has when there is none.
 pub fn column_index(schema: &Schema, file: &str, name: &str) -> Result<usize> {
@@ -254,6 +284,48 @@ pub fn column_index(schema: &Schema, file: &str, name: &str) -> Result<usize> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The footer of a Parquet file of `rows` texts, of which `distinct` differ, written
+    /// with a dictionary page limit of `dictionary_limit` bytes.
+    fn footer(rows: usize, distinct: usize, dictionary_limit: usize) -> ParquetMetaData {
+        use arrow::array::{ArrayRef, RecordBatch, StringArray};
+        let texts: ArrayRef =
+            Arc::new(StringArray::from_iter_values((0..rows).map(|i| {
+                format!("10.0.{}.{}", i % distinct / 256, i % distinct % 256)
+            })));
+        let batch = RecordBatch::try_from_iter([("src_addr", texts)]).unwrap();
+        let props = parquet::file::properties::WriterProperties::builder()
+            .set_dictionary_page_size_limit(dictionary_limit)
+            .set_max_row_group_row_count(Some(rows / 2))
+            .build();
+        let mut file = Vec::new();
+        let mut writer =
+            parquet::arrow::ArrowWriter::try_new(&mut file, batch.schema(), Some(props)).unwrap();
+        writer.write(&batch).unwrap();
+        writer.close().unwrap();
+        ParquetMetaDataReader::new()
+            .parse_and_finish(&Bytes::from(file))
+            .unwrap()
+    }
+
+    #[test]
+    fn a_column_read_as_dictionary_only_where_its_pages_are_dictionary_encoded() {
+        // Few distinct values: every page of both row groups uses the dictionary.
+        let fits = footer(20_000, 300, 1 << 20);
+        assert_eq!(fits.num_row_groups(), 2);
+        assert!(fits
+            .row_group(1)
+            .column(0)
+            .page_encoding_stats_mask()
+            .is_some());
+        assert!(dictionary_encoded_throughout(&fits, "src_addr"));
+        // Many distinct values past a small dictionary limit: the writer falls back to
+        // plain pages.
+        let overflows = footer(20_000, 20_000, 4 << 10);
+        assert!(!dictionary_encoded_throughout(&overflows, "src_addr"));
+        // A column the file lacks is left to the reader's own error.
+        assert!(dictionary_encoded_throughout(&fits, "dst_addr"));
+    }
 
     #[test]
     fn a_missing_column_names_the_file_and_the_columns_there_are() {
