@@ -204,10 +204,12 @@ impl<R: SortRecord> ExternalSort<R> {
             mut buffer,
             mut scattered,
         } = buffers;
-        for b in [&mut buffer, &mut scattered] {
-            b.clear();
-            b.shrink_to(capacity);
-        }
+        buffer.clear();
+        buffer.shrink_to(capacity);
+        // The scatter target keeps its length (any records will do: every one is
+        // overwritten before it is read), so a sort does not fill it again.
+        scattered.truncate(capacity);
+        scattered.shrink_to(capacity);
         ExternalSort {
             dir: dir.to_path_buf(),
             memory,
@@ -304,10 +306,11 @@ impl<R: SortRecord> ExternalSort<R> {
             self.buffer.sort_unstable();
             return;
         }
-        self.scattered.clear();
-        self.scattered.reserve_exact(n);
-        self.scattered.resize(n, self.buffer[0]);
-        radix_sort(&mut self.buffer, &mut self.scattered, 0);
+        if self.scattered.len() < n {
+            self.scattered.reserve_exact(n - self.scattered.len());
+            self.scattered.resize(n, self.buffer[0]);
+        }
+        radix_sort(&mut self.buffer, &mut self.scattered[..n], 0);
     }
 
     /// Sorts the buffer and writes it as a new run.
@@ -498,8 +501,10 @@ mod tests {
     fn buffers_handed_from_sort_to_sort_sort_alike() {
         let dir = tempfile::tempdir().unwrap();
         let mut buffers = SortBuffers::default();
-        for seed in [3, 5, 7] {
-            let input = records(100_000, seed);
+        // Larger, smaller and larger again than the sort before: the scatter target
+        // kept from a larger sort is used in part, and grown for a larger one.
+        for (seed, n) in [(3, 100_000), (5, 30_000), (7, 150_000)] {
+            let input = records(n, seed);
             let mut want = input.clone();
             want.sort();
             let mut sort = ExternalSort::<Six>::with_buffers(dir.path(), 1 << 30, buffers);
