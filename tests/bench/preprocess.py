@@ -9,6 +9,7 @@ peak RSS, and ratios against probeflow.
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import shutil
 import statistics
@@ -21,9 +22,24 @@ WORK = ROOT / "target" / "bench-preprocess"
 COORDINATOR = ROOT / "target" / "release" / "coordinator"
 
 
-def measured(cmd: list[str]) -> tuple[float, float, float]:
-    """Runs cmd under /usr/bin/time -v; returns (wall s, CPU s (user + sys), peak RSS MB)."""
-    proc = subprocess.run(["/usr/bin/time", "-v", *cmd], capture_output=True, text=True)
+STAGE = re.compile(r"(\w+)_s=([\d.]+)")
+
+
+def stage_seconds(log: str) -> dict[str, float]:
+    """Sums the task time per stage of probeflow's `map timings` / `reduce timings`
+    debug lines (scan, validate, shuffle; sort, rows, upload)."""
+    totals: dict[str, float] = {}
+    for line in log.splitlines():
+        if " timings " in line:
+            for name, seconds in STAGE.findall(line):
+                totals[name] = totals.get(name, 0.0) + float(seconds)
+    return totals
+
+
+def measured(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, float, float, str]:
+    """Runs cmd under /usr/bin/time -v; returns (wall s, CPU s (user + sys), peak RSS MB,
+    its stderr)."""
+    proc = subprocess.run(["/usr/bin/time", "-v", *cmd], capture_output=True, text=True, env=env)
     if proc.returncode != 0:
         sys.exit(f"{cmd[0]} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     wall = re.search(r"Elapsed \(wall clock\) time.*: (?:(\d+):)?(\d+):([\d.]+)", proc.stderr)
@@ -32,7 +48,21 @@ def measured(cmd: list[str]) -> tuple[float, float, float]:
     user = float(re.search(r"User time \(seconds\): ([\d.]+)", proc.stderr).group(1))
     system = float(re.search(r"System time \(seconds\): ([\d.]+)", proc.stderr).group(1))
     rss_kb = int(re.search(r"Maximum resident set size \(kbytes\): (\d+)", proc.stderr).group(1))
-    return seconds, user + system, rss_kb / 1024
+    return seconds, user + system, rss_kb / 1024, proc.stderr
+
+
+def outputs() -> list[Path]:
+    """What the contenders write: removed after each run, so that the next one (and a
+    200M-row benchmark with all of them) has the disk to itself."""
+    return [WORK / "probeflow-out", WORK / "scratch", WORK / "duckdb-out.parquet", WORK / "polars-out.parquet"]
+
+
+def remove_outputs() -> None:
+    for path in outputs():
+        if path.is_dir():
+            shutil.rmtree(path, ignore_errors=True)
+        else:
+            path.unlink(missing_ok=True)
 
 
 def contenders(inp: Path, threads: int) -> dict[str, list[str]]:
@@ -97,17 +127,24 @@ def main() -> None:
         subprocess.run([str(COORDINATOR), "generate", "--rows", str(args.rows), "--out", str(inp)], check=True)
         marker.touch()
     commands = {k: v for k, v in contenders(inp, args.threads).items() if not any(s in k for s in args.skip)}
+    ours = "probeflow: the whole job (local, 2 GiB each)"
+    # probeflow logs each task's stage times at debug level (to stderr, not the terminal).
+    debug = {**os.environ, "RUST_LOG": "probeflow_worker=debug"}
     runs: dict[str, list[tuple[float, float, float]]] = {k: [] for k in commands}
+    stages: list[dict[str, float]] = []
+    remove_outputs()
     for r in range(args.runs):
         for label, cmd in commands.items():
-            runs[label].append(measured(cmd))
-            wall, cpu, rss = runs[label][-1]
+            wall, cpu, rss, log = measured(cmd, debug if label == ours else None)
+            remove_outputs()
+            runs[label].append((wall, cpu, rss))
+            if label == ours:
+                stages.append(stage_seconds(log))
             print(f"  run {r + 1}: {label}: {wall:.1f} s wall, {cpu:.1f} CPU s, {rss:.0f} MB", flush=True)
 
     def median(label: str, i: int) -> float:
         return statistics.median(x[i] for x in runs[label])
 
-    ours = "probeflow: the whole job (local, 2 GiB each)"
     size = sum(f.stat().st_size for f in inp.glob("*.parquet")) / 1e9
     print(f"\n{args.rows} input rows ({size:.2f} GB of Parquet), {args.threads} threads each, "
           f"median of {args.runs} alternating runs")
@@ -119,6 +156,10 @@ def main() -> None:
     if ours in runs:
         per_row = median(ours, 1) / args.rows * 1e9
         print(f"probeflow: {per_row:.0f} CPU ns per input row")
+        names = sorted({name for run in stages for name in run})
+        print("probeflow's task time by stage, summed over its tasks (median of runs; a task's "
+              "time includes its waits): " + ", ".join(
+                  f"{name} {statistics.median(run.get(name, 0.0) for run in stages):.2f} s" for name in names))
 
 
 if __name__ == "__main__":
