@@ -18,8 +18,15 @@ use super::validate::Source;
 
 /// An address text as a key held inline: up to [`TEXT_KEY_MAX`] bytes (any IPv6
 /// address in its usual forms), zero-padded, then its length in the last byte.
-#[derive(Clone, Copy, Eq, Hash)]
+#[derive(Clone, Copy, Eq)]
 pub struct TextKey([u64; 5]);
+
+/// The words, as a derived `Hash` would hash them (equal keys have equal words).
+impl std::hash::Hash for TextKey {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.0.hash(state);
+    }
+}
 
 /// Word by word, without a branch or a call: a derived comparison of the 40 bytes is a
 /// `memcmp` call, and keys are compared on every lookup.
