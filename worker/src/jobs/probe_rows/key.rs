@@ -265,7 +265,7 @@ impl PartitionedRecords {
     }
 }
 
-/// A shuffle key as the reduce sorts it ([`crate::engine::external_sort`]): its 45 bytes
+/// A measurement's sort key as the reduce sorts it ([`crate::engine::external_sort`]): its 45 bytes
 /// as six big-endian words (the last padded with three zero bytes), so that comparing
 /// the words compares the bytes, a word at a time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]

@@ -1,14 +1,15 @@
 //! Validation and normalisation of input measurements (the first step of a map task).
 //!
 //! Each input row is checked and turned into the job's normal form, written straight
-//! into its partition's shuffle keys ([`super::key::key`]): source and destination
+//! into its partition's shuffle records ([`super::key::PartitionedRecords`]): source and destination
 //! as network-order bytes (canonical: IPv4-mapped IPv6 is IPv4), the time in u64
 //! seconds, the RTT as its 2-byte code (negative RTT = failed ping = no code). A row that
 //! cannot be used is *rejected* with one reason ([`Reason`]); rejected rows keep their
 //! original values for `rejects/`.
 //!
 //! Addresses repeat heavily, so each distinct string is parsed once: a dictionary
-//! (Parquet's dictionary pages, read as Arrow dictionaries) or a plain batch is resolved
+//! (Parquet's dictionary pages, read as Arrow dictionaries where a file's pages are
+//! dictionary-encoded throughout) or a plain batch is resolved
 //! in one pass before its rows, sources through the worker's
 //! [`super::source_table::SourceTable`] and destinations through a text cache, both
 //! outliving dictionaries and tasks.
@@ -417,8 +418,8 @@ impl<'c> Validator<'c> {
         }
     }
 
-    /// Validates one batch: appends the shuffle key of every valid row to
-    /// `keys[partition]` and returns the indices and reasons of rejected rows.
+    /// Validates one batch: adds the shuffle record of every valid row to its
+    /// partition in `keys` and returns the indices and reasons of rejected rows.
     pub fn validate(
         &mut self,
         batch: &RecordBatch,
@@ -451,7 +452,7 @@ impl<'c> Validator<'c> {
             return Err(WorkerError::Schema {
                 file: self.file.clone(),
                 what: format!(
-                    "{} key buffers for {} shards",
+                    "{} record buffers for {} shards",
                     keys.partitions(),
                     self.shards
                 ),
@@ -568,8 +569,8 @@ impl<'c> Validator<'c> {
     }
 }
 
-/// The parts of a valid row's shuffle key ([`key::append_key`]), and its source's
-/// partition.
+/// The parts of a valid row's shuffle record ([`key::PartitionedRecords::push`]), and
+/// its source's partition.
 struct ValidRow {
     src: Source,
     event_time: u64,
