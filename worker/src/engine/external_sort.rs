@@ -247,18 +247,6 @@ impl<R: SortRecord> ExternalSort<R> {
         Ok(())
     }
 
-    /// Adds the records encoded back to back in `bytes`; `None` if its length is not a
-    /// whole number of records (nothing is added then).
-    pub fn push_encoded(&mut self, bytes: &[u8]) -> Result<Option<()>> {
-        if !bytes.len().is_multiple_of(R::BYTES) {
-            return Ok(None);
-        }
-        for chunk in bytes.chunks_exact(R::BYTES) {
-            self.push(R::decode(chunk))?;
-        }
-        Ok(Some(()))
-    }
-
     /// Every record pushed, in order.
     pub fn finish(mut self) -> Result<Sorted<R>> {
         if self.runs.is_empty() {
@@ -523,22 +511,6 @@ mod tests {
                 "the buffer is handed back"
             );
         }
-    }
-
-    #[test]
-    fn encoded_records_are_pushed_whole_or_not_at_all() {
-        let dir = tempfile::tempdir().unwrap();
-        let mut sort = ExternalSort::<Six>::new(dir.path(), 1 << 20);
-        assert_eq!(
-            sort.push_encoded(&[0, 0, 0, 0, 0, 2, 0, 0, 0, 0, 0, 1])
-                .unwrap(),
-            Some(())
-        );
-        assert_eq!(sort.push_encoded(&[1, 2, 3]).unwrap(), None);
-        let mut out = sort.finish().unwrap();
-        assert_eq!(out.next_record().unwrap(), Some(six(1)));
-        assert_eq!(out.next_record().unwrap(), Some(six(2)));
-        assert_eq!(out.next_record().unwrap(), None);
     }
 
     #[test]

@@ -251,7 +251,7 @@ pub async fn open(
 /// texts), and a dictionary-typed read of such a chunk must build a dictionary of the
 /// plain values by hashing them, which costs more than reading them as plain strings
 /// does. So such a column is read as plain strings.
-pub fn dictionary_encoded_throughout(metadata: &ParquetMetaData, name: &str) -> bool {
+fn dictionary_encoded_throughout(metadata: &ParquetMetaData, name: &str) -> bool {
     use parquet::basic::Encoding;
     metadata.row_groups().iter().all(|group| {
         group

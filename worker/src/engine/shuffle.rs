@@ -6,9 +6,10 @@
 //! Arrow IPC stream (schema, batches, end marker: [`encode_segment`], [`read_segment`]),
 //! or bytes in an encoding of the job's own ([`read_segment_bytes`]), for a job whose
 //! rows are smaller in their own form than in Arrow's; such a job checks the row
-//! count it decodes against the index entry. Beside it, the file's *index* (`<shuffle file>.index`, [`index_path`]):
-//! one fixed-size entry per partition ([`INDEX_ENTRY`] bytes: offset, length, rows,
-//! little-endian u64s; all zero for an empty partition). A later task reads its
+//! count it decodes against the index entry. Beside it, the file's *index*
+//! (`<shuffle file>.index`, [`index_path`]): one fixed-size entry per partition
+//! ([`INDEX_ENTRY`] bytes: offset, length, rows, little-endian u64s; all zero for an
+//! empty partition). A later task reads its
 //! partition of a map's output with two range reads ([`read_partition`]): its index
 //! entry, then its segment, whose schema and row count are checked against the entry.
 //! So neither a map's result nor a reduce's task carries per-partition byte ranges:

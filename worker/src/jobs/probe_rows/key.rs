@@ -60,28 +60,21 @@ pub fn addr_key(addr: &IpAddr) -> [u8; 17] {
 /// The key of one measurement from its parts (addresses as [`addr_key`] gives them).
 pub fn key(src: &[u8; 17], event_time: u64, dst: &[u8; 17], rtt: Option<RttCode>) -> [u8; KEY_LEN] {
     let mut k = [0u8; KEY_LEN];
-    write_key(&mut k, src, event_time, dst, rtt);
+    k[..17].copy_from_slice(src);
+    k[17..25].copy_from_slice(&event_time.to_be_bytes());
+    k[25..42].copy_from_slice(dst);
+    if let Some(code) = rtt {
+        k[42] = 1;
+        k[43..45].copy_from_slice(&code.0.to_be_bytes());
+    }
     k
 }
 
-/// Writes the key of one measurement into `out`, field by field.
-#[inline]
-fn write_key(
-    out: &mut [u8; KEY_LEN],
-    src: &[u8; 17],
-    event_time: u64,
-    dst: &[u8; 17],
-    rtt: Option<RttCode>,
-) {
-    out[..17].copy_from_slice(src);
-    out[17..25].copy_from_slice(&event_time.to_be_bytes());
-    out[25..42].copy_from_slice(dst);
-    let [hi, lo] = rtt.map_or([0, 0], |code| code.0.to_be_bytes());
-    out[42..].copy_from_slice(&[u8::from(rtt.is_some()), hi, lo]);
-}
-
 /// The longest shuffle record: tag, two IPv6 addresses, time, RTT.
-pub const RECORD_MAX: usize = 1 + 16 + 8 + 16 + 2;
+const RECORD_MAX: usize = 1 + 16 + 8 + 16 + 2;
+
+/// The shuffle record of an IPv4 ping that got an answer: tag, addresses, time, RTT.
+pub const IPV4_RECORD: usize = 1 + 4 + 8 + 4 + 2;
 
 /// Shuffle-record tag bits.
 const TAG_SRC_V6: u8 = 1;
@@ -141,24 +134,23 @@ pub fn decode_records(
         let Some(record) = bytes.get(at..at + len) else {
             return Err(bad(at, "cut short"));
         };
-        if tag & (TAG_SRC_V6 | TAG_DST_V6) == 0 {
-            each(ipv4_sort_key(record, rtt_len != 0))?;
-            records += 1;
-            at += len;
-            continue;
-        }
-        let mut k = [0u8; KEY_LEN];
-        k[..src_len].copy_from_slice(&record[1..1 + src_len]);
-        k[16] = src_len as u8;
-        let time = 1 + src_len;
-        k[17..25].copy_from_slice(&record[time..time + 8]);
-        k[25..25 + dst_len].copy_from_slice(&record[time + 8..time + 8 + dst_len]);
-        k[41] = dst_len as u8;
-        if rtt_len != 0 {
-            k[42] = 1;
-            k[43..45].copy_from_slice(&record[len - 2..len]);
-        }
-        each(SortKey::decode(&k))?;
+        let key = if tag & (TAG_SRC_V6 | TAG_DST_V6) == 0 {
+            ipv4_sort_key(record, rtt_len != 0)
+        } else {
+            let mut k = [0u8; KEY_LEN];
+            k[..src_len].copy_from_slice(&record[1..1 + src_len]);
+            k[16] = src_len as u8;
+            let time = 1 + src_len;
+            k[17..25].copy_from_slice(&record[time..time + 8]);
+            k[25..25 + dst_len].copy_from_slice(&record[time + 8..time + 8 + dst_len]);
+            k[41] = dst_len as u8;
+            if rtt_len != 0 {
+                k[42] = 1;
+                k[43..45].copy_from_slice(&record[len - 2..len]);
+            }
+            SortKey::decode(&k)
+        };
+        each(key)?;
         records += 1;
         at += len;
     }
@@ -200,8 +192,9 @@ const STAGED_BYTES: usize = 512;
 /// Consecutive rows go to unrelated partitions, and a record stored straight into its
 /// partition's buffer is a store to one of `partitions` far-apart places in memory, each
 /// a cache miss (64 streams defeat the hardware's prefetchers). Instead each record is
-/// written to its partition's staging area, [`STAGED_BYTES`] that stay in L1, and a full
-/// staging area moves to the buffer in one sequential copy (software write-combining).
+/// written to its partition's staging area of [`STAGED_BYTES`], and a full staging area
+/// moves to the buffer in one sequential copy (software write-combining). The staging
+/// areas of 64 partitions (32 KiB) stay in L1, those of a thousand in L2.
 pub struct PartitionedRecords {
     staged: Vec<[u8; STAGED_BYTES]>,
     /// Bytes staged per partition.
@@ -239,10 +232,7 @@ impl PartitionedRecords {
     ) {
         let staged = &mut self.staged[partition];
         let fill = usize::from(self.fill[partition]);
-        let Some(slot) = staged
-            .get_mut(fill..fill + RECORD_MAX)
-            .and_then(|s| <&mut [u8; RECORD_MAX]>::try_from(s).ok())
-        else {
+        let Some(slot) = staged[fill..].first_chunk_mut::<RECORD_MAX>() else {
             unreachable!("a staging area is flushed while it has room for a record")
         };
         let fill = fill + write_record(slot, src, event_time, dst, rtt);
@@ -265,8 +255,8 @@ impl PartitionedRecords {
     }
 }
 
-/// A measurement's sort key as the reduce sorts it ([`crate::engine::external_sort`]): its 45 bytes
-/// as six big-endian words (the last padded with three zero bytes), so that comparing
+/// A measurement's sort key as the reduce sorts it ([`crate::engine::external_sort`]):
+/// its 45 bytes as six big-endian words (the last padded with three zero bytes), so that comparing
 /// the words compares the bytes, a word at a time.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
 pub struct SortKey([u64; 6]);
@@ -397,6 +387,7 @@ mod tests {
         one.push(0, &addrs[0], 1, &addrs[2], Some(RttCode(5)));
         let (bytes, _) = one.into_partitions().next().unwrap();
         assert_eq!(bytes.len(), 19);
+        assert_eq!(IPV4_RECORD, 19);
     }
 
     #[test]

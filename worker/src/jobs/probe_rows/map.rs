@@ -147,8 +147,9 @@ pub async fn run_map(
         settings.plausible,
         cache,
     );
-    // Shuffle records per partition, with room for them, at IPv4 size, with an eighth to spare.
-    let expected = (task.rows / u64::from(settings.shards.max(1))) as usize * 19;
+    // Shuffle records per partition, with room for them at IPv4 size and an eighth to
+    // spare.
+    let expected = (task.rows / u64::from(settings.shards.max(1))) as usize * key::IPV4_RECORD;
     let mut by_partition =
         key::PartitionedRecords::new(settings.shards as usize, expected + expected / 8);
     let mut rejected: BTreeMap<String, u64> = BTreeMap::new();
@@ -305,8 +306,19 @@ impl ScanAhead {
         ScanAhead { batches, scan }
     }
 
+    /// The next batch; `None` once the scan has ended. A scan that panicked is an error
+    /// saying so (not a scan that ended early, which the map would report as missing
+    /// rows).
     async fn next(&mut self) -> Option<parquet::errors::Result<RecordBatch>> {
-        self.batches.recv().await
+        if let Some(batch) = self.batches.recv().await {
+            return Some(batch);
+        }
+        match (&mut self.scan).await {
+            Err(e) if e.is_panic() => Some(Err(parquet::errors::ParquetError::General(format!(
+                "the scan of the file panicked: {e}"
+            )))),
+            _ => None,
+        }
     }
 }
 
@@ -358,6 +370,29 @@ pub async fn row_groups(url: &str, size: u64) -> Result<Vec<u64>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn a_scan_that_panics_is_an_error_not_an_early_end() {
+        let schema = std::sync::Arc::new(arrow::datatypes::Schema::empty());
+        let batch = RecordBatch::new_empty(schema);
+        let mut sent = false;
+        let stream = futures::stream::poll_fn(move |_| {
+            if sent {
+                panic!("a reader bug");
+            }
+            sent = true;
+            std::task::Poll::Ready(Some(Ok(batch.clone())))
+        });
+        let mut scan = ScanAhead::start(stream);
+        assert!(matches!(scan.next().await, Some(Ok(_))));
+        match scan.next().await {
+            Some(Err(e)) => assert!(e.to_string().contains("panicked"), "{e}"),
+            other => panic!("expected the panic as an error, got {other:?}"),
+        }
+        // A scan that ends ends.
+        let mut ended = ScanAhead::start(futures::stream::empty());
+        assert!(ended.next().await.is_none());
+    }
 
     #[test]
     fn rejects_names_parse_back_to_their_task_and_attempt() {

@@ -5,7 +5,8 @@
 //!
 //! ```text
 //! every map's index entry p, then segment p ─► gather (fetches in flight, bounded bytes)
-//!   ─► shuffle records decoded to 45-byte keys ─► ExternalSort (runs spill to scratch) ─► (src, event_time, dst, rtt) order
+//!   ─► shuffle records decoded to 45-byte keys ─► ExternalSort (runs spill to scratch)
+//!   ─► (src, event_time, dst, rtt) order
 //!   ─► RowBuilder per source ─► shard
 //! ```
 //!
