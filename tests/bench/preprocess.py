@@ -27,7 +27,9 @@ STAGE = re.compile(r"(\w+)_s=([\d.]+)")
 
 def stage_seconds(log: str) -> dict[str, float]:
     """Sums the task time per stage of probeflow's `map timings` / `reduce timings`
-    debug lines (scan, validate, shuffle; sort, rows, upload)."""
+    debug lines (scan, validate, shuffle, commit; sort, rows, upload). A map's commit
+    and a reduce's upload run behind the worker's next task: their times overlap
+    others'."""
     totals: dict[str, float] = {}
     for line in log.splitlines():
         if " timings " in line:

@@ -169,7 +169,13 @@ impl Bed {
             config: &self.config,
             scratch: &self.scratch,
         };
-        self.runner.run(a, env).await.unwrap()
+        self.runner
+            .run(a, env)
+            .await
+            .unwrap()
+            .durable()
+            .await
+            .unwrap()
     }
 
     /// `worker` reports `result` for `a` (with `a`'s lease token); the effects are

@@ -6,6 +6,13 @@
 //! again. `Wait` means nothing is runnable yet (reduces wait for all maps); `Done` stops
 //! the worker. A panic inside a task is caught and reported as a failed attempt.
 //!
+//! A task whose last step only waits (fsyncs, uploads: [`RunResult::Committing`]) is
+//! committed by a side task while the worker asks for and runs its next one; the side
+//! task hands the outcome back ([`WorkerMsg::Committed`]) and the worker reports it,
+//! the committed task's heartbeats going on until then. At most [`COMMITS_BEHIND`]
+//! commits run behind the task being run; a worker with more waits for one to end
+//! before it asks again.
+//!
 //! A task that failed on a store error closes the worker's [`StoreGate`]: it asks for
 //! no task until a probe of the job's output answers (a worker cut off from the store
 //! but not from the coordinator would otherwise take task after task and fail each).
@@ -25,9 +32,9 @@ use serde::{de::DeserializeOwned, Deserialize, Serialize};
 
 use crate::engine::fault::Faults;
 use crate::engine::job::{find_kind, JobKind, TaskRunner};
-use crate::engine::kind::{TaskEnv, WorkerConfig};
+use crate::engine::kind::{RunResult, TaskEnv, WorkerConfig};
 use crate::engine::protocol::{
-    Assignment, Registration, TaskFailure, TaskId, TaskOutput, WorkerTiming,
+    Assignment, Payload, Registration, TaskFailure, TaskId, TaskOutput, WorkerTiming,
 };
 use crate::engine::scratch::JobScratch;
 
@@ -127,7 +134,34 @@ pub enum TaskReply {
 /// Messages to a worker actor.
 #[derive(RactorMessage)]
 pub enum WorkerMsg {
+    /// Ask the coordinator for a task (and run it).
     Poll,
+    /// A task's commit ended (sent by the side task that ran it): report its result.
+    Committed(Box<CommitEnded>),
+}
+
+/// Commits a worker lets run behind the task it is running.
+pub const COMMITS_BEHIND: usize = 1;
+
+/// A committed task, for its report.
+pub struct CommitEnded {
+    assignment: Assignment,
+    beat: Heartbeat,
+    /// The commit's result, or its panic.
+    result: std::thread::Result<crate::error::Result<Payload>>,
+    /// Its kind's name (the runner's key).
+    kind: &'static str,
+    /// When the commit began.
+    started: std::time::Instant,
+}
+
+/// A task's heartbeat side task, stopped when this is dropped (or at its report).
+struct Heartbeat(tokio::task::JoinHandle<()>);
+
+impl Drop for Heartbeat {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
 }
 
 /// The job a worker works for: its kind and its output URL.
@@ -212,10 +246,15 @@ pub struct WorkerState {
     scratch: Option<JobScratch>,
     /// Closed while the store seems unreachable.
     store_gate: StoreGate,
-    /// The last task whose successful result was sent but not yet known to have
+    /// The tasks whose successful results were sent but not yet known to have
     /// arrived: a report is a one-way message, confirmed only by the coordinator's next
     /// answer on the same (ordered) session.
-    unconfirmed: Option<Assignment>,
+    unconfirmed: Vec<Assignment>,
+    /// Commits running behind (their side tasks not yet handed back).
+    committing: usize,
+    /// A poll put off while [`COMMITS_BEHIND`] commits ran: the next commit to end
+    /// polls.
+    poll_deferred: bool,
 }
 
 impl Actor for WorkerActor {
@@ -234,14 +273,16 @@ impl Actor for WorkerActor {
             runners: Default::default(),
             scratch: None,
             store_gate: StoreGate::default(),
-            unconfirmed: None,
+            unconfirmed: Vec::new(),
+            committing: 0,
+            poll_deferred: false,
         })
     }
 
     async fn handle(
         &self,
         myself: ActorRef<Self::Msg>,
-        _msg: WorkerMsg,
+        msg: WorkerMsg,
         state: &mut WorkerState,
     ) -> Result<(), ActorProcessingErr> {
         let WorkerState {
@@ -250,8 +291,53 @@ impl Actor for WorkerActor {
             scratch,
             store_gate,
             unconfirmed,
+            committing,
+            poll_deferred,
         } = state;
         let name = state.name.clone();
+        if let WorkerMsg::Committed(ended) = msg {
+            *committing -= 1;
+            let CommitEnded {
+                assignment,
+                beat,
+                result,
+                kind,
+                started,
+            } = *ended;
+            tracing::debug!(
+                worker = %name,
+                task = %assignment.task.id(),
+                attempt = assignment.attempt,
+                ms = started.elapsed().as_millis() as u64,
+                ok = matches!(result, Ok(Ok(_))),
+                "task committed"
+            );
+            let Some(runner) = runners.get_mut(kind) else {
+                // Unreachable: the runner ran the task. Not reported: its lease runs out.
+                tracing::error!(worker = %name, kind, "a commit ended for a kind with no runner");
+                return Ok(());
+            };
+            let reported = report(
+                state,
+                store_gate,
+                unconfirmed,
+                runner.as_mut(),
+                assignment,
+                beat,
+                result,
+            )
+            .await;
+            if !reported {
+                myself.stop(None);
+            } else if std::mem::take(poll_deferred) {
+                myself.cast(WorkerMsg::Poll)?;
+            }
+            return Ok(());
+        }
+        if *committing > COMMITS_BEHIND {
+            *poll_deferred = true;
+            return Ok(());
+        }
         if store_gate.is_closed() {
             if state.coordinator.get_status() != ractor::ActorStatus::Running {
                 myself.stop(None);
@@ -294,8 +380,10 @@ impl Actor for WorkerActor {
         // An answer confirms the last report (same ordered session); no answer leaves
         // its fate unknown.
         let answered = matches!(reply, Ok(ractor::rpc::CallResult::Success(_)));
-        if let Some(sent) = unconfirmed.take().filter(|_| !answered) {
-            discard_if_not_accepted(state.kinds, runners, &sent, &name).await;
+        for sent in std::mem::take(unconfirmed) {
+            if !answered {
+                discard_if_not_accepted(state.kinds, runners, &sent, &name).await;
+            }
         }
         let reply = match reply {
             Ok(ractor::rpc::CallResult::Success(Wire(Ok(r)))) => r,
@@ -333,7 +421,7 @@ impl Actor for WorkerActor {
                 });
                 tracing::debug!(worker = %name, %task, attempt, "running");
                 let started = std::time::Instant::now();
-                let beat = {
+                let beat = Heartbeat({
                     let coordinator = state.coordinator.clone();
                     let name = name.clone();
                     let every = state.timing.heartbeat();
@@ -354,9 +442,9 @@ impl Actor for WorkerActor {
                             }
                         }
                     })
-                };
+                });
                 let Some(kind) = find_kind(state.kinds, &assignment.job.kind) else {
-                    beat.abort();
+                    drop(beat);
                     let known: Vec<&str> = state.kinds.iter().map(|k| k.name()).collect();
                     let msg = CoordinatorMsg::Finished {
                         worker: name.clone(),
@@ -387,14 +475,15 @@ impl Actor for WorkerActor {
                 ) {
                     Ok(s) => match state.faults.before_task(s.path()) {
                         Err(e) => Ok(Err(e)),
-                        Ok(()) if state.faults.simulates_tasks() => {
-                            Ok(runner.simulated(&assignment).unwrap_or_else(|| {
+                        Ok(()) if state.faults.simulates_tasks() => Ok(runner
+                            .simulated(&assignment)
+                            .unwrap_or_else(|| {
                                 Err(crate::error::WorkerError::Job(format!(
                                     "the {} job kind cannot simulate its tasks",
                                     assignment.job.kind
                                 )))
-                            }))
-                        }
+                            })
+                            .map(RunResult::Durable)),
                         Ok(()) => {
                             let env = TaskEnv {
                                 config: &state.config,
@@ -417,73 +506,123 @@ impl Actor for WorkerActor {
                 );
                 // What the task freed goes back to the system before the next one.
                 crate::engine::allocator::release_freed();
-                // Heartbeats go on during a (fault-injected) slow report.
-                state.faults.before_report().await;
-                beat.abort();
-                store_gate.task_ended(matches!(
-                    result,
-                    Ok(Err(crate::error::WorkerError::Store { .. }))
-                ));
                 let result = match result {
-                    Ok(Ok(output)) => Ok(output),
-                    Ok(Err(e)) => Err(TaskFailure {
-                        error: e.to_string(),
-                        retryable: e.fault().retryable(),
-                    }),
-                    Err(panic) => Err(TaskFailure {
-                        error: format!(
-                            "task panicked: {}",
-                            panic
-                                .downcast_ref::<String>()
-                                .map(String::as_str)
-                                .or_else(|| panic.downcast_ref::<&str>().copied())
-                                .unwrap_or("unknown panic")
-                        ),
-                        retryable: true,
-                    }),
-                };
-                let succeeded = result.is_ok();
-                let result = if state.faults.forges_results() {
-                    forge_results(
-                        &state.coordinator,
-                        &name,
-                        &assignment,
-                        runner.as_ref(),
-                        result,
-                    )
-                } else {
-                    result
-                };
-                let msg = CoordinatorMsg::Finished {
-                    worker: name.clone(),
-                    task: Wire::new(task),
-                    attempt,
-                    lease,
-                    result: Wire::new(result),
-                };
-                if state.coordinator.cast(msg).is_err() {
-                    if succeeded {
-                        match runner.discard_unreported(&assignment).await {
-                            Ok(true) => {
-                                tracing::debug!(worker = %name, %task, "the job finished without this attempt")
-                            }
-                            Ok(false) => {}
-                            Err(e) => {
-                                tracing::warn!(worker = %name, %task, error = %e, "cannot remove what this attempt wrote")
-                            }
-                        }
+                    Ok(Ok(RunResult::Committing(commit))) => {
+                        // The commit runs behind; this worker asks for its next task.
+                        *committing += 1;
+                        let me = myself.clone();
+                        let kind = kind.name();
+                        tokio::spawn(async move {
+                            let started = std::time::Instant::now();
+                            let result = AssertUnwindSafe(commit).catch_unwind().await;
+                            let ended = CommitEnded {
+                                assignment: *assignment,
+                                beat,
+                                result,
+                                kind,
+                                started,
+                            };
+                            // A stopped worker reports nothing: the lease runs out, as
+                            // when a worker dies.
+                            let _ = me.cast(WorkerMsg::Committed(Box::new(ended)));
+                        });
+                        myself.cast(WorkerMsg::Poll)?;
+                        return Ok(());
                     }
+                    Ok(Ok(RunResult::Durable(output))) => Ok(Ok(output)),
+                    Ok(Err(e)) => Ok(Err(e)),
+                    Err(panic) => Err(panic),
+                };
+                if report(
+                    state,
+                    store_gate,
+                    unconfirmed,
+                    runner.as_mut(),
+                    *assignment,
+                    beat,
+                    result,
+                )
+                .await
+                {
+                    myself.cast(WorkerMsg::Poll)?;
+                } else {
                     myself.stop(None);
-                    return Ok(());
                 }
-                if succeeded {
-                    *unconfirmed = Some((*assignment).clone());
-                }
-                myself.cast(WorkerMsg::Poll)?;
             }
         }
         Ok(())
     }
+}
+
+/// Reports `result` (or the panic) for `assignment`, its heartbeats stopped first. False
+/// when the coordinator is gone: the worker stops (a successful attempt's files are
+/// removed if the job finished without it).
+async fn report(
+    state: &WorkerArgs,
+    store_gate: &mut StoreGate,
+    unconfirmed: &mut Vec<Assignment>,
+    runner: &mut dyn TaskRunner,
+    assignment: Assignment,
+    beat: Heartbeat,
+    result: std::thread::Result<crate::error::Result<Payload>>,
+) -> bool {
+    let name = &state.name;
+    // Heartbeats go on during a (fault-injected) slow report.
+    state.faults.before_report().await;
+    drop(beat);
+    store_gate.task_ended(matches!(
+        result,
+        Ok(Err(crate::error::WorkerError::Store { .. }))
+    ));
+    let result = match result {
+        Ok(Ok(output)) => Ok(output),
+        Ok(Err(e)) => Err(TaskFailure {
+            error: e.to_string(),
+            retryable: e.fault().retryable(),
+        }),
+        Err(panic) => Err(TaskFailure {
+            error: format!(
+                "task panicked: {}",
+                panic
+                    .downcast_ref::<String>()
+                    .map(String::as_str)
+                    .or_else(|| panic.downcast_ref::<&str>().copied())
+                    .unwrap_or("unknown panic")
+            ),
+            retryable: true,
+        }),
+    };
+    let succeeded = result.is_ok();
+    let result = if state.faults.forges_results() {
+        forge_results(&state.coordinator, name, &assignment, &*runner, result)
+    } else {
+        result
+    };
+    let msg = CoordinatorMsg::Finished {
+        worker: name.clone(),
+        task: Wire::new(assignment.task.id()),
+        attempt: assignment.attempt,
+        lease: assignment.lease.clone(),
+        result: Wire::new(result),
+    };
+    if state.coordinator.cast(msg).is_err() {
+        if succeeded {
+            match runner.discard_unreported(&assignment).await {
+                Ok(true) => {
+                    tracing::debug!(worker = %name, task = %assignment.task.id(), "the job finished without this attempt")
+                }
+                Ok(false) => {}
+                Err(e) => {
+                    tracing::warn!(worker = %name, task = %assignment.task.id(), error = %e, "cannot remove what this attempt wrote")
+                }
+            }
+        }
+        return false;
+    }
+    if succeeded {
+        unconfirmed.push(assignment);
+    }
+    true
 }
 
 /// The coordinator went away after `task`'s successful result was sent, so whether it

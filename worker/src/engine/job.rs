@@ -15,7 +15,7 @@ use std::marker::PhantomData;
 use crate::engine::inputs::{InputSource, ListedFile};
 use crate::engine::kind::{
     BoxFuture, Driver, Kind, KindFile, Output, PlanContext, ProgressFile, ProgressPlan, Progressed,
-    Runner, TaskCall, TaskEnv,
+    RunResult, Runner, TaskCall, TaskEnv,
 };
 use crate::engine::protocol::{Assignment, JobContext, Payload, TaskId, TaskSpec};
 use crate::engine::stages::{StageSet, Stages};
@@ -105,11 +105,13 @@ pub trait JobDriver: Send {
 
 /// Runs one kind's tasks on a worker, its types erased.
 pub trait TaskRunner: Send {
+    /// Runs `task`: its encoded result, or the commit that gives it
+    /// ([`RunResult::Committing`]).
     fn run<'a>(
         &'a mut self,
         task: &'a Assignment,
         env: TaskEnv<'a>,
-    ) -> BoxFuture<'a, Result<Payload>>;
+    ) -> BoxFuture<'a, Result<RunResult<Payload>>>;
     /// See [`Runner::discard_unreported`].
     fn discard_unreported<'a>(&'a self, task: &'a Assignment) -> BoxFuture<'a, Result<bool>>;
     /// See [`Runner::simulated`].
@@ -358,18 +360,20 @@ impl<K: Kind> TaskRunner for RunnerOf<K> {
         &'a mut self,
         a: &'a Assignment,
         env: TaskEnv<'a>,
-    ) -> BoxFuture<'a, Result<Payload>> {
+    ) -> BoxFuture<'a, Result<RunResult<Payload>>> {
         Box::pin(async move {
             let (task, settings) = decoded::<K>(a)?;
-            let output = self.runner.run(call(a, &task, &settings), env).await?;
-            if output.stage() != task.stage() {
-                return Err(WorkerError::Job(format!(
-                    "a {} task gave a {} result",
-                    task.stage(),
-                    output.stage()
-                )));
-            }
-            output.encode()
+            let ran = self.runner.run(call(a, &task, &settings), env).await?;
+            let stage = task.stage();
+            ran.and_then(move |output| {
+                if output.stage() != stage {
+                    return Err(WorkerError::Job(format!(
+                        "a {stage} task gave a {} result",
+                        output.stage()
+                    )));
+                }
+                output.encode()
+            })
         })
     }
 

@@ -221,13 +221,51 @@ pub struct WorkerConfig {
     pub memory_bytes: usize,
 }
 
+/// What running a task gives: its result, or the work left to make its outputs
+/// durable.
+///
+/// A task's last step is often only waiting: fsyncs of the files it wrote, an upload
+/// to an object store. A runner that returns [`RunResult::Committing`] there lets its
+/// worker start the next task meanwhile, so the wait overlaps that task's computing;
+/// the worker reports the result once the commit is done, and heartbeats the lease
+/// until then. The commit should hold little memory: the next task runs beside it.
+pub enum RunResult<T> {
+    /// The result; the task's outputs are durable.
+    Durable(T),
+    /// The task's outputs are written; this makes them durable, then gives the result.
+    Committing(BoxFuture<'static, Result<T>>),
+}
+
+impl<T: Send + 'static> RunResult<T> {
+    /// The result once the outputs are durable (awaits the commit).
+    pub async fn durable(self) -> Result<T> {
+        match self {
+            RunResult::Durable(t) => Ok(t),
+            RunResult::Committing(commit) => commit.await,
+        }
+    }
+
+    /// `f` applied to the result, after the commit if there is one.
+    pub fn and_then<U>(
+        self,
+        f: impl FnOnce(T) -> Result<U> + Send + 'static,
+    ) -> Result<RunResult<U>> {
+        Ok(match self {
+            RunResult::Durable(t) => RunResult::Durable(f(t)?),
+            RunResult::Committing(commit) => {
+                RunResult::Committing(Box::pin(async move { f(commit.await?) }))
+            }
+        })
+    }
+}
+
 /// Runs kind `K`'s tasks on a worker.
 pub trait Runner<K: Kind>: Send + Sync + 'static {
     fn run<'a>(
         &'a mut self,
         call: TaskCall<'a, K>,
         env: TaskEnv<'a>,
-    ) -> BoxFuture<'a, Result<Output<K>>>;
+    ) -> BoxFuture<'a, Result<RunResult<Output<K>>>>;
     /// The result of the task could not be delivered (the coordinator is gone) and
     /// the job finished without it: removes what the attempt wrote. True if anything
     /// was removed. The default removes nothing.

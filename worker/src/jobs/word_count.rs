@@ -17,8 +17,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::engine::inputs::{InputSource, PinnedFile};
 use crate::engine::kind::{
-    BoxFuture, Done, Driver, Kind, KindFile, PlanContext, ProgressPlan, Progressed, Runner,
-    StageTasks, TaskCall, TaskEnv,
+    BoxFuture, Done, Driver, Kind, KindFile, PlanContext, ProgressPlan, Progressed, RunResult,
+    Runner, StageTasks, TaskCall, TaskEnv,
 };
 use crate::engine::protocol::{JobContext, TaskId};
 use crate::engine::store::{self, StoreUrl};
@@ -312,15 +312,15 @@ impl Runner<WordCount> for WordCountRunner {
         &'a mut self,
         call: TaskCall<'a, WordCount>,
         _env: TaskEnv<'a>,
-    ) -> BoxFuture<'a, Result<WordCountResult>> {
+    ) -> BoxFuture<'a, Result<RunResult<WordCountResult>>> {
         Box::pin(async move {
             let output = StoreUrl::parse(&call.job.output)?;
-            Ok(match call.task {
+            Ok(RunResult::Durable(match call.task {
                 WordCountTask::Count(t) => {
                     WordCountResult::Count(count(&output, t, call.attempt).await?)
                 }
                 WordCountTask::Merge(t) => WordCountResult::Merge(merge(&output, t).await?),
-            })
+            }))
         })
     }
 

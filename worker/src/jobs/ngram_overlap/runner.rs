@@ -4,7 +4,7 @@
 
 use std::sync::Arc;
 
-use crate::engine::kind::{BoxFuture, Output, Runner, TaskCall, TaskEnv};
+use crate::engine::kind::{BoxFuture, Output, RunResult, Runner, TaskCall, TaskEnv};
 use crate::engine::store::StoreUrl;
 use crate::engine::thread_cpu::ThreadCpuTimer;
 use crate::error::{Result, WorkerError};
@@ -38,7 +38,7 @@ impl Runner<NgramOverlap> for OverlapRunner {
         &'a mut self,
         call: TaskCall<'a, NgramOverlap>,
         _env: TaskEnv<'a>,
-    ) -> BoxFuture<'a, Result<OverlapOutput>> {
+    ) -> BoxFuture<'a, Result<RunResult<OverlapOutput>>> {
         Box::pin(async move {
             let settings = call.settings.clone();
             let output = StoreUrl::parse(&call.job.output)?;
@@ -109,7 +109,7 @@ impl Runner<NgramOverlap> for OverlapRunner {
             if let (Some(key), Some(index)) = (group, index) {
                 self.index = Some((key, index));
             }
-            Ok(out)
+            Ok(RunResult::Durable(out))
         })
     }
 

@@ -22,6 +22,7 @@ use super::error::ProbeRowsError;
 use super::key;
 use super::protocol::{MapOutput, MapTask, Settings};
 use super::validate::{rejects_batch, AddressCache, Reason, Validator};
+use crate::engine::kind::RunResult;
 use crate::engine::protocol::JobContext;
 use crate::engine::shuffle::{self, ShuffleSegment};
 use crate::engine::store::{self, PartWriter, StoreUrl, PART_BYTES};
@@ -96,7 +97,7 @@ pub async fn run_map(
     settings: &Settings,
     attempt: u32,
     cache: &mut AddressCache,
-) -> Result<MapOutput> {
+) -> Result<RunResult<MapOutput>> {
     let output = StoreUrl::parse(&job.output)?;
     // A file pinned with an ETag is read with If-Match on every request; one without
     // is checked (size) before and after it is read.
@@ -238,11 +239,55 @@ pub async fn run_map(
         kept_rows += rows;
     }
     // The shuffle file, its index and the rejects file go out at once: the result that
-    // names them is reported only once all three are durable.
+    // names them is reported only once all three are durable. That is waiting only
+    // (fsyncs, or the last parts of uploads): the worker's next task runs meanwhile.
+    let written = started.elapsed();
+    let shards = settings.shards;
+    let index = task.index;
+    let file = task.file.clone();
+    Ok(RunResult::Committing(Box::pin(async move {
+        let rejects_file = commit(
+            output,
+            &shuffle_file,
+            upload,
+            (shards, segments),
+            rejects_out.map(|r| (r, file)),
+        )
+        .await?;
+        tracing::debug!(
+            task = index,
+            scan_s = scan.as_secs_f64(),
+            validate_s = (validated - scan).as_secs_f64(),
+            shuffle_s = (written - validated).as_secs_f64(),
+            commit_s = (started.elapsed() - written).as_secs_f64(),
+            "map timings"
+        );
+        Ok(MapOutput {
+            shuffle_file,
+            input_rows,
+            kept_rows,
+            rejected,
+            rejects_file,
+        })
+    })))
+}
+
+/// Makes a map's outputs durable: the shuffle file, its index and the rejects file (with
+/// the name of the input file its rows come from), at once.
+async fn commit(
+    output: StoreUrl,
+    shuffle_file: &str,
+    upload: PartWriter,
+    (partitions, segments): (u32, BTreeMap<u32, ShuffleSegment>),
+    rejects_out: Option<(RejectsOut, String)>,
+) -> Result<Option<String>> {
     let rejects = async {
         match rejects_out {
-            Some(mut r) => {
-                let buffered = r.writer.into_inner().map_err(parquet_err)?;
+            Some((mut r, file)) => {
+                let buffered = r
+                    .writer
+                    .into_inner()
+                    .map_err(|e| crate::engine::parquet_source::parquet_error(&file, e))?;
                 r.upload.write(&buffered).await?;
                 r.upload.finish().await?;
                 Ok(Some(r.rel))
@@ -252,23 +297,10 @@ pub async fn run_map(
     };
     let ((), (), rejects_file) = futures::try_join!(
         upload.finish(),
-        shuffle::write_index(&output, &shuffle_file, settings.shards, &segments),
+        shuffle::write_index(&output, shuffle_file, partitions, &segments),
         rejects,
     )?;
-    tracing::debug!(
-        task = task.index,
-        scan_s = scan.as_secs_f64(),
-        validate_s = (validated - scan).as_secs_f64(),
-        shuffle_s = (started.elapsed() - validated).as_secs_f64(),
-        "map timings"
-    );
-    Ok(MapOutput {
-        shuffle_file,
-        input_rows,
-        kept_rows,
-        rejected,
-        rejects_file,
-    })
+    Ok(rejects_file)
 }
 
 /// Rows decoded at once.

@@ -36,8 +36,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::engine::inputs::InputSource;
 use crate::engine::kind::{
-    BoxFuture, Done, Driver, Kind, KindFile, PlanContext, ProgressPlan, Progressed, Runner,
-    StageTasks, TaskCall, TaskEnv,
+    BoxFuture, Done, Driver, Kind, KindFile, PlanContext, ProgressPlan, Progressed, RunResult,
+    Runner, StageTasks, TaskCall, TaskEnv,
 };
 use crate::engine::protocol::{JobContext, TaskId};
 use crate::engine::store::StoreUrl;
@@ -335,7 +335,7 @@ impl Runner<ProbeRows> for ProbeRowsRunner {
         &'a mut self,
         call: TaskCall<'a, ProbeRows>,
         env: TaskEnv<'a>,
-    ) -> BoxFuture<'a, Result<ProbeOutput>> {
+    ) -> BoxFuture<'a, Result<RunResult<ProbeOutput>>> {
         Box::pin(async move {
             // Each stage keeps its own state from task to task, and frees the other's:
             // a worker's memory holds one of them at a time.
@@ -343,30 +343,30 @@ impl Runner<ProbeRows> for ProbeRowsRunner {
                 ProbeTask::Map(_) => self.sort_buffers = Default::default(),
                 ProbeTask::Reduce(_) => self.addresses = Default::default(),
             }
-            Ok(match call.task {
-                ProbeTask::Map(task) => ProbeOutput::Map(
-                    map::run_map(
-                        task,
-                        call.job,
-                        call.settings,
-                        call.attempt,
-                        &mut self.addresses,
-                    )
-                    .await?,
-                ),
-                ProbeTask::Reduce(task) => ProbeOutput::Reduce(
-                    reduce::run_reduce(
-                        task,
-                        call.job,
-                        call.settings,
-                        env.config,
-                        env.scratch,
-                        call.attempt,
-                        &mut self.sort_buffers,
-                    )
-                    .await?,
-                ),
-            })
+            // Both stages end committing: their files written, their fsyncs (or the
+            // last of their uploads) left, which overlap the worker's next task.
+            match call.task {
+                ProbeTask::Map(task) => map::run_map(
+                    task,
+                    call.job,
+                    call.settings,
+                    call.attempt,
+                    &mut self.addresses,
+                )
+                .await?
+                .and_then(|m| Ok(ProbeOutput::Map(m))),
+                ProbeTask::Reduce(task) => reduce::run_reduce(
+                    task,
+                    call.job,
+                    call.settings,
+                    env.config,
+                    env.scratch,
+                    call.attempt,
+                    &mut self.sort_buffers,
+                )
+                .await?
+                .and_then(|r| Ok(ProbeOutput::Reduce(r))),
+            }
         })
     }
 

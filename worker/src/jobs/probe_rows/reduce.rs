@@ -30,9 +30,9 @@ use super::key;
 use super::map::shuffle_path;
 use super::protocol::{shard_path, MapAttempts, ReduceOutput, ReduceTask, Settings, ShardInfo};
 use crate::engine::external_sort::{ExternalSort, SortBuffers};
-use crate::engine::kind::WorkerConfig;
+use crate::engine::kind::{BoxFuture, RunResult, WorkerConfig};
 use crate::engine::protocol::JobContext;
-use crate::engine::scratch::JobScratch;
+use crate::engine::scratch::{JobScratch, TaskDir};
 use crate::engine::shuffle;
 use crate::engine::store::StoreUrl;
 use crate::engine::units::format_bytes;
@@ -191,11 +191,23 @@ pub async fn run_reduce(
     job_scratch: &JobScratch,
     attempt: u32,
     buffers: &mut SortBuffers<key::SortKey>,
-) -> Result<ReduceOutput> {
+) -> Result<RunResult<ReduceOutput>> {
     let output = StoreUrl::parse(&job.output)?;
     let scratch = job_scratch.task_dir(&format!("reduce-{:05}-a{attempt}", task.partition))?;
     let read_rows = Arc::new(AtomicU64::new(0));
-    let result = reduce_into(
+    let memory = config.memory_bytes;
+    let explain = move |scratch: &TaskDir, e: WorkerError, rows: u64| {
+        scratch.explain_full_disk(e, || {
+            format!(
+                "it had read {rows} rows of its partition, {} of sort keys, which its sort \
+                 spills here when they exceed the memory it may use ({}), and it writes its \
+                 shards here before uploading them",
+                format_bytes(rows * key::KEY_LEN as u64),
+                format_bytes(sort_memory(memory) as u64),
+            )
+        })
+    };
+    let written = reduce_into(
         task,
         settings,
         config,
@@ -205,20 +217,26 @@ pub async fn run_reduce(
         buffers,
     )
     .await;
-    let result = result.map_err(|e| {
-        scratch.explain_full_disk(e, || {
-            let rows = read_rows.load(Ordering::Relaxed);
-            format!(
-                "it had read {rows} rows of its partition, {} of sort keys, which its sort \
-                 spills here when they exceed the memory it may use ({}), and it writes its \
-                 shards here before uploading them",
-                format_bytes(rows * key::KEY_LEN as u64),
-                format_bytes(sort_memory(config.memory_bytes) as u64),
-            )
-        })
-    });
-    drop(scratch);
-    result
+    let commit = match written {
+        Ok(commit) => commit,
+        Err(e) => return Err(explain(&scratch, e, read_rows.load(Ordering::Relaxed))),
+    };
+    // The shards are written and the sort's buffers are back: what is left is moving
+    // the shards into the output (fsyncs) or uploading them, while the worker's next
+    // task runs. The scratch directory goes once that is done.
+    Ok(RunResult::Committing(Box::pin(async move {
+        let placed = commit.await;
+        let rows = read_rows.load(Ordering::Relaxed);
+        let result = match placed {
+            Ok(shards) => Ok(ReduceOutput {
+                shards,
+                input_rows: rows,
+            }),
+            Err(e) => Err(explain(&scratch, e, rows)),
+        };
+        drop(scratch);
+        result
+    })))
 }
 
 async fn reduce_into(
@@ -229,7 +247,7 @@ async fn reduce_into(
     output: &StoreUrl,
     read_rows: &Arc<AtomicU64>,
     buffers: &mut SortBuffers<key::SortKey>,
-) -> Result<ReduceOutput> {
+) -> Result<BoxFuture<'static, Result<Vec<ShardInfo>>>> {
     let options: WriterOptions = job.array_record_options.parse()?;
     let rule = job.split_rule()?;
     let mut shards = Vec::new();
@@ -340,11 +358,13 @@ async fn reduce_into(
             written.hasher.finalize().to_hex().to_string(),
         );
         drop(written.inner);
+        let output = output.clone();
+        let partition = task.partition;
         uploads.push(async move {
-            let (bytes, blake3) = place(output, &shard.local, &rel, hashed).await?;
+            let (bytes, blake3) = place(&output, &shard.local, &rel, hashed).await?;
             Ok::<_, WorkerError>(ShardInfo {
                 split: shard.split.as_str().to_string(),
-                partition: task.partition,
+                partition,
                 path: rel,
                 rows: shard.rows,
                 sources: shard.sources,
@@ -355,19 +375,19 @@ async fn reduce_into(
         });
     }
     // The splits' shards go up at once (in split order in the result).
-    let infos = futures::future::try_join_all(uploads).await?;
-    tracing::debug!(
-        partition = task.partition,
-        runs,
-        sort_s = gathered.as_secs_f64(),
-        rows_s = (grouped - gathered).as_secs_f64(),
-        upload_s = (started.elapsed() - grouped).as_secs_f64(),
-        "reduce timings"
-    );
-    Ok(ReduceOutput {
-        shards: infos,
-        input_rows: read_rows.load(Ordering::Relaxed),
-    })
+    let partition = task.partition;
+    Ok(Box::pin(async move {
+        let infos = futures::future::try_join_all(uploads).await?;
+        tracing::debug!(
+            partition,
+            runs,
+            sort_s = gathered.as_secs_f64(),
+            rows_s = (grouped - gathered).as_secs_f64(),
+            upload_s = (started.elapsed() - grouped).as_secs_f64(),
+            "reduce timings"
+        );
+        Ok(infos)
+    }))
 }
 
 /// The index of `split`'s shard file (the rule gives only splits it writes).
