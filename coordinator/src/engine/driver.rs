@@ -5,6 +5,7 @@
 //!
 //! ```text
 //! run_job ─ cluster settings checked ─ already complete? ─ output lock ─ open_job ─► CoordinatorActor
+//!                                         └ yes, a lock left: its clean-up finished under the lock
 //!    local: WorkerActor × [run] workers in this process │ cluster: `worker --join` processes (TLS)
 //! ```
 //!
@@ -27,7 +28,7 @@ use tokio::sync::oneshot;
 
 use crate::engine::coordinator_actor::{CoordinatorActor, CoordinatorState};
 use crate::engine::open::{already_complete, open_job, OpenedJob};
-use crate::engine::output_lock::OutputLock;
+use crate::engine::output_lock::{OutputLock, LOCK_PATH};
 use crate::engine::output_writer::OutputWriter;
 use crate::engine::progress::Progress;
 use crate::error::{JobError, Result};
@@ -96,6 +97,7 @@ pub async fn run_job(spec: &JobSpec) -> Result<RunOutcome> {
     let output = StoreUrl::parse(spec.output_url())?;
 
     if let Some(summary) = already_complete(spec, &output).await? {
+        finish_interrupted_clean_up(spec, &output).await?;
         return Ok(RunOutcome::AlreadyComplete(summary));
     }
     let lock = OutputLock::acquire(&output, spec.run.output_lock).await?;
@@ -108,6 +110,36 @@ pub async fn run_job(spec: &JobSpec) -> Result<RunOutcome> {
     };
     keeper.release().await;
     result
+}
+
+/// A complete output whose lock is still there: the coordinator that finished it may
+/// have stopped between the completion marker and the end of its clean-up (the kind's
+/// work files, then the lock). Once its lock can be taken (its owner is gone), the
+/// clean-up is done again (it removes only what is left) and the lock released. A live
+/// owner is finishing it itself: nothing is done.
+async fn finish_interrupted_clean_up(spec: &JobSpec, output: &StoreUrl) -> Result<()> {
+    if !output.exists(&output.child(LOCK_PATH)).await? {
+        return Ok(());
+    }
+    let lock = match OutputLock::acquire(output, spec.run.output_lock).await {
+        Ok(lock) => lock,
+        Err(JobError::Conflict(why)) => {
+            tracing::info!(%why, "the output is complete; its owner is still cleaning up");
+            return Ok(());
+        }
+        Err(e) => return Err(e),
+    };
+    let keeper = LockKeeper::start(lock);
+    let cleaned = async {
+        let mut opened = open_job(spec, output).await?;
+        opened.run.driver().clean_up(output).await?;
+        Ok::<_, JobError>(())
+    }
+    .await;
+    keeper.release().await;
+    cleaned?;
+    tracing::warn!(output = %output.url, "finished the clean-up of a run stopped after its completion marker");
+    Ok(())
 }
 
 /// Keeps the output lock renewed in a task of its own (storage latency never stalls

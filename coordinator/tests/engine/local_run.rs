@@ -118,3 +118,38 @@ async fn an_output_finished_by_an_earlier_release_is_refused_not_taken_for_compl
         "{err}"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finish_cut_short_after_the_marker_is_cleaned_up_by_the_next_run() {
+    // A coordinator killed after writing the completion marker, before its clean-up
+    // and the lock's release, leaves both behind: the next run says the output is
+    // complete and removes them (the lock's owner is gone: it expired).
+    let dir = tempfile::tempdir().unwrap();
+    let spec = JobSpec::load(&job_file(dir.path(), "")).unwrap();
+    let summary = match run_job(&spec).await.unwrap() {
+        RunOutcome::Completed { summary, .. } => summary,
+        other => panic!("{other:?}"),
+    };
+    let out = dir.path().join("out");
+    let left = out.join("_job/counts/count-00000-a1.tsv");
+    std::fs::create_dir_all(left.parent().unwrap()).unwrap();
+    std::fs::write(&left, "a\t2\n").unwrap();
+    let lock = out.join("_job/lock.json");
+    std::fs::write(
+        &lock,
+        r#"{"owner": {"host": "elsewhere", "pid": 1, "process_start": null, "since": 1,
+            "run": "killed"}, "renewed_at": 1, "expires_at": 2}"#,
+    )
+    .unwrap();
+
+    assert_eq!(
+        run_job(&spec).await.unwrap(),
+        RunOutcome::AlreadyComplete(summary)
+    );
+    assert!(!left.exists(), "the interrupted clean-up is finished");
+    assert!(!lock.exists(), "the dead coordinator's lock is released");
+    assert_eq!(
+        std::fs::read_to_string(out.join("word_counts.tsv")).unwrap(),
+        EXPECTED_COUNTS
+    );
+}

@@ -8,10 +8,11 @@
 //!
 //! A task whose last step only waits (fsyncs, uploads: [`RunResult::Committing`]) is
 //! committed by a side task while the worker asks for and runs its next one; the side
-//! task hands the outcome back ([`WorkerMsg::Committed`]) and the worker reports it,
-//! the committed task's heartbeats going on until then. At most [`COMMITS_BEHIND`]
-//! commits run behind the task being run; a worker with more waits for one to end
-//! before it asks again.
+//! task says when it ends ([`WorkerMsg::Committed`]) and the worker reports it, the
+//! committed task's heartbeats going on until then. At most [`COMMITS_BEHIND`] commits
+//! run behind the task being run; a worker with more waits for one to end before it
+//! asks again. A worker that stops waits for its commits and reports them (or, its
+//! coordinator gone, removes what they wrote if the job finished without them).
 //!
 //! A task that failed on a store error closes the worker's [`StoreGate`]: it asks for
 //! no task until a probe of the job's output answers (a worker cut off from the store
@@ -136,15 +137,15 @@ pub enum TaskReply {
 pub enum WorkerMsg {
     /// Ask the coordinator for a task (and run it).
     Poll,
-    /// A task's commit ended (sent by the side task that ran it): report its result.
-    Committed(Box<CommitEnded>),
+    /// Commit `n` ended (sent by the side task that ran it): report its result.
+    Committed(u64),
 }
 
 /// Commits a worker lets run behind the task it is running.
 pub const COMMITS_BEHIND: usize = 1;
 
 /// A committed task, for its report.
-pub struct CommitEnded {
+struct CommitEnded {
     assignment: Assignment,
     beat: Heartbeat,
     /// The commit's result, or its panic.
@@ -250,8 +251,11 @@ pub struct WorkerState {
     /// arrived: a report is a one-way message, confirmed only by the coordinator's next
     /// answer on the same (ordered) session.
     unconfirmed: Vec<Assignment>,
-    /// Commits running behind (their side tasks not yet handed back).
-    committing: usize,
+    /// Commits running behind, by number (their side tasks, which give the committed
+    /// task for its report).
+    commits: Vec<(u64, tokio::task::JoinHandle<CommitEnded>)>,
+    /// The next commit's number.
+    next_commit: u64,
     /// A poll put off while [`COMMITS_BEHIND`] commits ran: the next commit to end
     /// polls.
     poll_deferred: bool,
@@ -274,9 +278,30 @@ impl Actor for WorkerActor {
             scratch: None,
             store_gate: StoreGate::default(),
             unconfirmed: Vec::new(),
-            committing: 0,
+            commits: Vec::new(),
+            next_commit: 0,
             poll_deferred: false,
         })
+    }
+
+    /// The commits still running are waited for and settled: reported, or (the
+    /// coordinator gone) what they wrote removed if the job finished without them.
+    async fn post_stop(
+        &self,
+        _myself: ActorRef<Self::Msg>,
+        state: &mut WorkerState,
+    ) -> Result<(), ActorProcessingErr> {
+        for (_, side) in std::mem::take(&mut state.commits) {
+            settle(
+                &state.args,
+                &mut state.store_gate,
+                &mut state.unconfirmed,
+                &mut state.runners,
+                side,
+            )
+            .await;
+        }
+        Ok(())
     }
 
     async fn handle(
@@ -291,50 +316,24 @@ impl Actor for WorkerActor {
             scratch,
             store_gate,
             unconfirmed,
-            committing,
+            commits,
+            next_commit,
             poll_deferred,
         } = state;
         let name = state.name.clone();
-        if let WorkerMsg::Committed(ended) = msg {
-            *committing -= 1;
-            let CommitEnded {
-                assignment,
-                beat,
-                result,
-                kind,
-                started,
-            } = *ended;
-            tracing::debug!(
-                worker = %name,
-                task = %assignment.task.id(),
-                attempt = assignment.attempt,
-                ms = started.elapsed().as_millis() as u64,
-                ok = matches!(result, Ok(Ok(_))),
-                "task committed"
-            );
-            let Some(runner) = runners.get_mut(kind) else {
-                // Unreachable: the runner ran the task. Not reported: its lease runs out.
-                tracing::error!(worker = %name, kind, "a commit ended for a kind with no runner");
+        if let WorkerMsg::Committed(n) = msg {
+            let Some(at) = commits.iter().position(|(c, _)| *c == n) else {
                 return Ok(());
             };
-            let reported = report(
-                state,
-                store_gate,
-                unconfirmed,
-                runner.as_mut(),
-                assignment,
-                beat,
-                result,
-            )
-            .await;
-            if !reported {
+            let (_, side) = commits.remove(at);
+            if !settle(state, store_gate, unconfirmed, runners, side).await {
                 myself.stop(None);
             } else if std::mem::take(poll_deferred) {
                 myself.cast(WorkerMsg::Poll)?;
             }
             return Ok(());
         }
-        if *committing > COMMITS_BEHIND {
+        if commits.len() > COMMITS_BEHIND {
             *poll_deferred = true;
             return Ok(());
         }
@@ -509,23 +508,24 @@ impl Actor for WorkerActor {
                 let result = match result {
                     Ok(Ok(RunResult::Committing(commit))) => {
                         // The commit runs behind; this worker asks for its next task.
-                        *committing += 1;
+                        let n = *next_commit;
+                        *next_commit += 1;
                         let me = myself.clone();
                         let kind = kind.name();
-                        tokio::spawn(async move {
+                        let side = tokio::spawn(async move {
                             let started = std::time::Instant::now();
                             let result = AssertUnwindSafe(commit).catch_unwind().await;
-                            let ended = CommitEnded {
+                            // A stopped worker settles its commits as it stops.
+                            let _ = me.cast(WorkerMsg::Committed(n));
+                            CommitEnded {
                                 assignment: *assignment,
                                 beat,
                                 result,
                                 kind,
                                 started,
-                            };
-                            // A stopped worker reports nothing: the lease runs out, as
-                            // when a worker dies.
-                            let _ = me.cast(WorkerMsg::Committed(Box::new(ended)));
+                            }
                         });
+                        commits.push((n, side));
                         myself.cast(WorkerMsg::Poll)?;
                         return Ok(());
                     }
@@ -552,6 +552,55 @@ impl Actor for WorkerActor {
         }
         Ok(())
     }
+}
+
+/// Waits for a commit's side task and reports its task ([`report`]); false when the
+/// coordinator is gone.
+async fn settle(
+    state: &WorkerArgs,
+    store_gate: &mut StoreGate,
+    unconfirmed: &mut Vec<Assignment>,
+    runners: &mut std::collections::HashMap<&'static str, Box<dyn TaskRunner>>,
+    side: tokio::task::JoinHandle<CommitEnded>,
+) -> bool {
+    let CommitEnded {
+        assignment,
+        beat,
+        result,
+        kind,
+        started,
+    } = match side.await {
+        Ok(ended) => ended,
+        Err(e) => {
+            // The side task catches the commit's panics: only a runtime shutting down
+            // gets here. Not reported: the lease runs out.
+            tracing::error!(worker = %state.name, error = %e, "a commit's side task did not finish");
+            return true;
+        }
+    };
+    tracing::debug!(
+        worker = %state.name,
+        task = %assignment.task.id(),
+        attempt = assignment.attempt,
+        ms = started.elapsed().as_millis() as u64,
+        ok = matches!(result, Ok(Ok(_))),
+        "task committed"
+    );
+    let Some(runner) = runners.get_mut(kind) else {
+        // The runner ran the task, and runners are never removed.
+        tracing::error!(worker = %state.name, kind, "a commit ended for a kind with no runner");
+        return true;
+    };
+    report(
+        state,
+        store_gate,
+        unconfirmed,
+        runner.as_mut(),
+        assignment,
+        beat,
+        result,
+    )
+    .await
 }
 
 /// Reports `result` (or the panic) for `assignment`, its heartbeats stopped first. False
