@@ -238,7 +238,7 @@ impl<R: SortRecord> ExternalSort<R> {
                 self.spill()?;
             } else {
                 // Grown by doubling, but never past the capacity the memory allows.
-                let want = (self.buffer.capacity() * 2).clamp(1024, self.capacity);
+                let want = (self.buffer.capacity() * 2).max(1024).min(self.capacity);
                 self.buffer.reserve_exact(want - self.buffer.len());
             }
         }
@@ -458,6 +458,17 @@ mod tests {
             got.push(r);
         }
         (got, runs)
+    }
+
+    #[test]
+    fn a_sort_given_memory_for_fewer_than_1024_records_spills_instead_of_panicking() {
+        // 1 KiB: 64 records of 8 bytes in each of the two buffers.
+        let input = records(1000, 5);
+        let mut want = input.clone();
+        want.sort();
+        let (got, runs) = sorted_with(1 << 10, &input);
+        assert!(runs >= 15, "{runs} runs");
+        assert_eq!(got, want);
     }
 
     #[test]
