@@ -24,7 +24,7 @@ use arrow::array::RecordBatch;
 use arrow::datatypes::SchemaRef;
 use serde::{Deserialize, Serialize};
 
-use crate::engine::store::StoreUrl;
+use crate::engine::store::{self, StoreUrl};
 use crate::error::{Result, WorkerError};
 
 /// One partition's bytes in one shuffle file.
@@ -126,26 +126,9 @@ async fn get_segment(
         .await?;
     if let Some(path) = output.local_path(location) {
         let (offset, len) = (segment.offset, segment.len);
-        tokio::task::spawn_blocking(move || drop_cached(&path, offset, len));
+        tokio::task::spawn_blocking(move || store::drop_cached(&path, offset, len));
     }
     Ok(bytes)
-}
-
-/// Asks the kernel to drop `len` bytes of `path`'s cached pages from `offset` (clean
-/// pages only: the file was fsynced before its map was reported).
-fn drop_cached(path: &std::path::Path, offset: u64, len: u64) {
-    use std::os::fd::AsRawFd;
-    if let Ok(file) = std::fs::File::open(path) {
-        // SAFETY: a plain syscall on a file descriptor this function owns.
-        unsafe {
-            libc::posix_fadvise(
-                file.as_raw_fd(),
-                offset as libc::off_t,
-                len as libc::off_t,
-                libc::POSIX_FADV_DONTNEED,
-            );
-        }
-    }
 }
 
 /// Bytes of one partition's entry in a shuffle file's index.

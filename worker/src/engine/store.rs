@@ -554,6 +554,24 @@ impl PartWriter {
     }
 }
 
+/// Asks the kernel to drop `len` bytes (0: to the end) of local file `path`'s cached
+/// pages from `offset`: for data written or read once and not again by this job (an
+/// fsynced file's pages are clean, so nothing is lost). Best effort: errors are ignored.
+pub fn drop_cached(path: &std::path::Path, offset: u64, len: u64) {
+    use std::os::fd::AsRawFd;
+    if let Ok(file) = std::fs::File::open(path) {
+        // SAFETY: a plain syscall on a file descriptor this function owns.
+        unsafe {
+            libc::posix_fadvise(
+                file.as_raw_fd(),
+                offset as libc::off_t,
+                len as libc::off_t,
+                libc::POSIX_FADV_DONTNEED,
+            );
+        }
+    }
+}
+
 /// Fsyncs a local file and its directory.
 fn sync_local_file(file: &std::path::Path) -> Result<()> {
     let io = |p: &std::path::Path, e: std::io::Error| WorkerError::Scratch {
