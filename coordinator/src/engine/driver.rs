@@ -27,6 +27,7 @@ use ractor::{Actor, ActorRef};
 use tokio::sync::oneshot;
 
 use crate::engine::coordinator_actor::{CoordinatorActor, CoordinatorState};
+use crate::engine::journal::Journal;
 use crate::engine::open::{already_complete, open_job, OpenedJob};
 use crate::engine::output_lock::{OutputLock, LOCK_PATH};
 use crate::engine::output_writer::OutputWriter;
@@ -131,14 +132,22 @@ async fn finish_interrupted_clean_up(spec: &JobSpec, output: &StoreUrl) -> Resul
     };
     let keeper = LockKeeper::start(lock);
     let cleaned = async {
+        // Only a journaled job is replayed: with no journal there is nothing known to
+        // clean, and opening would plan a new job on a complete output.
+        if Journal::load(output).await?.job.is_none() {
+            return Ok(false);
+        }
         let mut opened = open_job(spec, output).await?;
         opened.run.driver().clean_up(output).await?;
-        Ok::<_, JobError>(())
+        Ok::<_, JobError>(true)
     }
     .await;
     keeper.release().await;
-    cleaned?;
-    tracing::warn!(output = %output.url, "finished the clean-up of a run stopped after its completion marker");
+    if cleaned? {
+        tracing::warn!(output = %output.url, "finished the clean-up of a run stopped after its completion marker");
+    } else {
+        tracing::warn!(output = %output.url, "released the lock left on a complete output with no journal");
+    }
     Ok(())
 }
 

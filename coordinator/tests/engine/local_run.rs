@@ -153,3 +153,33 @@ async fn a_finish_cut_short_after_the_marker_is_cleaned_up_by_the_next_run() {
         EXPECTED_COUNTS
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lock_left_on_a_complete_output_without_its_journal_is_released_and_nothing_planned() {
+    // The clean-up of a finish cut short replays the journal; with none left it has
+    // nothing to replay and must not plan a new job on a complete output.
+    let dir = tempfile::tempdir().unwrap();
+    let spec = JobSpec::load(&job_file(dir.path(), "")).unwrap();
+    let summary = match run_job(&spec).await.unwrap() {
+        RunOutcome::Completed { summary, .. } => summary,
+        other => panic!("{other:?}"),
+    };
+    let out = dir.path().join("out");
+    std::fs::remove_dir_all(out.join("_job/journal")).unwrap();
+    let lock = out.join("_job/lock.json");
+    std::fs::write(
+        &lock,
+        r#"{"owner": {"host": "elsewhere", "pid": 1, "process_start": null, "since": 1,
+            "run": "killed"}, "renewed_at": 1, "expires_at": 2}"#,
+    )
+    .unwrap();
+    assert_eq!(
+        run_job(&spec).await.unwrap(),
+        RunOutcome::AlreadyComplete(summary)
+    );
+    assert!(!lock.exists(), "the dead coordinator's lock is released");
+    assert!(
+        !out.join("_job/journal/job.json").exists(),
+        "no job planned on a complete output"
+    );
+}

@@ -245,6 +245,16 @@ impl<T: Send + 'static> RunResult<T> {
         }
     }
 
+    /// The result turned into another by `f` (after the commit, if there is one).
+    pub fn map<U>(self, f: impl FnOnce(T) -> U + Send + 'static) -> RunResult<U> {
+        match self {
+            RunResult::Durable(t) => RunResult::Durable(f(t)),
+            RunResult::Committing(commit) => {
+                RunResult::Committing(Box::pin(async move { commit.await.map(f) }))
+            }
+        }
+    }
+
     /// `f` applied to the result, after the commit if there is one.
     pub fn and_then<U>(
         self,

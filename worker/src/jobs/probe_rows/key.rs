@@ -43,17 +43,17 @@ use crate::error::{Result, WorkerError};
 pub const KEY_LEN: usize = 45;
 /// The 17 key bytes of an address: network order, zero-padded to 16, then its length.
 pub fn addr_key(addr: &IpAddr) -> [u8; 17] {
-    let mut k = [0u8; 17];
     match addr {
-        IpAddr::V4(a) => {
-            k[..4].copy_from_slice(&a.octets());
-            k[16] = 4;
-        }
-        IpAddr::V6(a) => {
-            k[..16].copy_from_slice(&a.octets());
-            k[16] = 16;
-        }
+        IpAddr::V4(a) => octets_key(&a.octets()),
+        IpAddr::V6(a) => octets_key(&a.octets()),
     }
+}
+
+/// The 17 key bytes of an address given as its 4 or 16 octets (see [`addr_key`]).
+fn octets_key(octets: &[u8]) -> [u8; 17] {
+    let mut k = [0u8; 17];
+    k[..octets.len()].copy_from_slice(octets);
+    k[16] = octets.len() as u8;
     k
 }
 
@@ -137,18 +137,18 @@ pub fn decode_records(
         let key = if tag & (TAG_SRC_V6 | TAG_DST_V6) == 0 {
             ipv4_sort_key(record, rtt_len != 0)
         } else {
-            let mut k = [0u8; KEY_LEN];
-            k[..src_len].copy_from_slice(&record[1..1 + src_len]);
-            k[16] = src_len as u8;
             let time = 1 + src_len;
-            k[17..25].copy_from_slice(&record[time..time + 8]);
-            k[25..25 + dst_len].copy_from_slice(&record[time + 8..time + 8 + dst_len]);
-            k[41] = dst_len as u8;
-            if rtt_len != 0 {
-                k[42] = 1;
-                k[43..45].copy_from_slice(&record[len - 2..len]);
-            }
-            SortKey::decode(&k)
+            let dst = time + 8;
+            let mut event_time = [0u8; 8];
+            event_time.copy_from_slice(&record[time..dst]);
+            let rtt = (rtt_len != 0)
+                .then(|| RttCode(u16::from_be_bytes([record[len - 2], record[len - 1]])));
+            SortKey::decode(&key(
+                &octets_key(&record[1..time]),
+                u64::from_be_bytes(event_time),
+                &octets_key(&record[dst..dst + dst_len]),
+                rtt,
+            ))
         };
         each(key)?;
         records += 1;

@@ -345,7 +345,7 @@ impl Runner<ProbeRows> for ProbeRowsRunner {
             }
             // Both stages end committing: their files written, their fsyncs (or the
             // last of their uploads) left, which overlap the worker's next task.
-            match call.task {
+            Ok(match call.task {
                 ProbeTask::Map(task) => map::run_map(
                     task,
                     call.job,
@@ -354,7 +354,7 @@ impl Runner<ProbeRows> for ProbeRowsRunner {
                     &mut self.addresses,
                 )
                 .await?
-                .and_then(|m| Ok(ProbeOutput::Map(m))),
+                .map(ProbeOutput::Map),
                 ProbeTask::Reduce(task) => reduce::run_reduce(
                     task,
                     call.job,
@@ -365,8 +365,8 @@ impl Runner<ProbeRows> for ProbeRowsRunner {
                     &mut self.sort_buffers,
                 )
                 .await?
-                .and_then(|r| Ok(ProbeOutput::Reduce(r))),
-            }
+                .map(ProbeOutput::Reduce),
+            })
         })
     }
 
