@@ -119,21 +119,17 @@ async fn an_output_finished_by_an_earlier_release_is_refused_not_taken_for_compl
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_finish_cut_short_after_the_marker_is_cleaned_up_by_the_next_run() {
-    // A coordinator killed after writing the completion marker, before its clean-up
-    // and the lock's release, leaves both behind: the next run says the output is
-    // complete and removes them (the lock's owner is gone: it expired).
-    let dir = tempfile::tempdir().unwrap();
-    let spec = JobSpec::load(&job_file(dir.path(), "")).unwrap();
-    let summary = match run_job(&spec).await.unwrap() {
+/// Runs `spec` to completion: its summary.
+async fn completed(spec: &JobSpec) -> String {
+    match run_job(spec).await.unwrap() {
         RunOutcome::Completed { summary, .. } => summary,
         other => panic!("{other:?}"),
-    };
-    let out = dir.path().join("out");
-    let left = out.join("_job/counts/count-00000-a1.tsv");
-    std::fs::create_dir_all(left.parent().unwrap()).unwrap();
-    std::fs::write(&left, "a\t2\n").unwrap();
+    }
+}
+
+/// Writes the lock of a coordinator that is gone (it expired long ago) into output
+/// `out`: its path.
+fn leave_an_expired_lock(out: &std::path::Path) -> std::path::PathBuf {
     let lock = out.join("_job/lock.json");
     std::fs::write(
         &lock,
@@ -141,6 +137,22 @@ async fn a_finish_cut_short_after_the_marker_is_cleaned_up_by_the_next_run() {
             "run": "killed"}, "renewed_at": 1, "expires_at": 2}"#,
     )
     .unwrap();
+    lock
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_finish_cut_short_after_the_marker_is_cleaned_up_by_the_next_run() {
+    // A coordinator killed after writing the completion marker, before its clean-up
+    // and the lock's release, leaves both behind: the next run says the output is
+    // complete and removes them (the lock's owner is gone: it expired).
+    let dir = tempfile::tempdir().unwrap();
+    let spec = JobSpec::load(&job_file(dir.path(), "")).unwrap();
+    let summary = completed(&spec).await;
+    let out = dir.path().join("out");
+    let left = out.join("_job/counts/count-00000-a1.tsv");
+    std::fs::create_dir_all(left.parent().unwrap()).unwrap();
+    std::fs::write(&left, "a\t2\n").unwrap();
+    let lock = leave_an_expired_lock(&out);
 
     assert_eq!(
         run_job(&spec).await.unwrap(),
@@ -160,19 +172,10 @@ async fn a_lock_left_on_a_complete_output_without_its_journal_is_released_and_no
     // nothing to replay and must not plan a new job on a complete output.
     let dir = tempfile::tempdir().unwrap();
     let spec = JobSpec::load(&job_file(dir.path(), "")).unwrap();
-    let summary = match run_job(&spec).await.unwrap() {
-        RunOutcome::Completed { summary, .. } => summary,
-        other => panic!("{other:?}"),
-    };
+    let summary = completed(&spec).await;
     let out = dir.path().join("out");
     std::fs::remove_dir_all(out.join("_job/journal")).unwrap();
-    let lock = out.join("_job/lock.json");
-    std::fs::write(
-        &lock,
-        r#"{"owner": {"host": "elsewhere", "pid": 1, "process_start": null, "since": 1,
-            "run": "killed"}, "renewed_at": 1, "expires_at": 2}"#,
-    )
-    .unwrap();
+    let lock = leave_an_expired_lock(&out);
     assert_eq!(
         run_job(&spec).await.unwrap(),
         RunOutcome::AlreadyComplete(summary)
