@@ -12,7 +12,8 @@ use std::net::IpAddr;
 use std::sync::OnceLock;
 
 use super::addr::{addr_from_bytes, ip_version};
-use super::codec::{encode_columns, Columns, Measurement, Row, RowMeta};
+use super::codec::{Columns, Measurement, Row, RowMeta};
+use super::ipc_stream;
 use super::placement::src_id;
 use super::rtt::RttCode;
 use crate::error::{Error, Result};
@@ -48,7 +49,7 @@ fn fixed_overhead(width: usize) -> Result<usize> {
         last_time: u64::MAX,
         n_measurements: u64::MAX,
     };
-    let v = encode_columns(&longest, Columns::default())?.len();
+    let v = ipc_stream::encode(&longest, &Columns::default())?.len();
     Ok(*slot.get_or_init(|| v))
 }
 
@@ -174,12 +175,8 @@ impl RowBuilder {
             last_time: self.pending.times[n - 1],
             n_measurements: n as u64,
         };
-        let capacity = self.pending.len();
-        let cols = std::mem::replace(
-            &mut self.pending,
-            Columns::with_capacity(capacity, self.width),
-        );
-        let bytes = encode_columns(&meta, cols)?;
+        let bytes = ipc_stream::encode(&meta, &self.pending)?;
+        self.pending.clear();
         if bytes.len() > self.max_row_bytes {
             // The bound above makes this unreachable; refuse rather than write an oversize row.
             return Err(Error::Input(format!(

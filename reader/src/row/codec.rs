@@ -12,18 +12,13 @@
 //! Row-level facts are schema metadata (`probeflow.format`, `probeflow.src_addr`,
 //! `probeflow.src_id`, `probeflow.ip_version`, `probeflow.part`, `probeflow.first_time`,
 //! `probeflow.last_time`, `probeflow.n_measurements`), so `pyarrow.ipc.open_stream`
-//! shows everything. Encoding goes through arrow-rs's `StreamWriter` (deterministic:
-//! metadata keys are written sorted). Decoding ([`decode_row`]) reads the flatbuffer
-//! messages in place and returns a [`RowView`] whose columns are slices of the record,
-//! checked against the schema and the metadata, without copying or panicking.
+//! shows everything. Encoding ([`super::ipc_stream`]) writes the bytes arrow-rs's
+//! `StreamWriter` writes (metadata keys sorted), without building Arrow arrays.
+//! Decoding ([`decode_row`]) reads the flatbuffer messages in place and returns a
+//! [`RowView`] whose columns are slices of the record, checked against the schema and
+//! the metadata, without copying or panicking.
 
-use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::Arc;
-
-use arrow_array::{ArrayRef, FixedSizeBinaryArray, RecordBatch, UInt16Array, UInt64Array};
-use arrow_buffer::{Buffer, NullBuffer, ScalarBuffer};
-use arrow_schema::{DataType, Field, Schema};
 
 use super::addr::{addr_bytes, addr_from_bytes, ip_version, parse_addr};
 use super::placement::src_id;
@@ -78,22 +73,6 @@ impl RowMeta {
             16
         }
     }
-
-    fn to_metadata(&self) -> HashMap<String, String> {
-        [
-            (keys::FORMAT, ROW_FORMAT_VERSION.to_string()),
-            (keys::SRC_ADDR, self.src_addr.to_string()),
-            (keys::SRC_ID, self.src_id.to_string()),
-            (keys::IP_VERSION, self.ip_version().to_string()),
-            (keys::PART, self.part.to_string()),
-            (keys::FIRST_TIME, self.first_time.to_string()),
-            (keys::LAST_TIME, self.last_time.to_string()),
-            (keys::N_MEASUREMENTS, self.n_measurements.to_string()),
-        ]
-        .into_iter()
-        .map(|(k, v)| (k.to_string(), v))
-        .collect()
-    }
 }
 
 /// An encoded row and its facts.
@@ -126,6 +105,14 @@ impl Columns {
         self.times.len()
     }
 
+    /// Empties the columns, keeping their memory.
+    pub fn clear(&mut self) {
+        self.times.clear();
+        self.dst.clear();
+        self.rtt.clear();
+        self.valid.clear();
+    }
+
     pub fn push(&mut self, m: &Measurement) {
         self.times.push(m.event_time);
         addr_bytes(&m.dst_addr, &mut self.dst);
@@ -139,48 +126,6 @@ impl Columns {
         self.rtt.push(rtt.map_or(0, |c| c.0));
         self.valid.push(rtt.is_some());
     }
-}
-
-/// Encodes columns with the given facts, without checking that they agree.
-pub(crate) fn encode_columns(meta: &RowMeta, cols: Columns) -> Result<Vec<u8>> {
-    let width = meta.addr_width();
-    let schema = Arc::new(Schema::new_with_metadata(
-        vec![
-            Field::new("event_time", DataType::UInt64, false),
-            Field::new("dst_addr", DataType::FixedSizeBinary(width as i32), false),
-            Field::new("rtt", DataType::UInt16, true),
-        ],
-        meta.to_metadata(),
-    ));
-    let n = cols.len();
-    let Columns {
-        times,
-        dst,
-        rtt,
-        valid,
-    } = cols;
-    let nulls = if valid.iter().all(|&v| v) {
-        None
-    } else {
-        Some(NullBuffer::from(valid))
-    };
-    // The column vectors become Arrow buffers without copying.
-    let columns: Vec<ArrayRef> = vec![
-        Arc::new(UInt64Array::new(ScalarBuffer::from(times), None)),
-        Arc::new(FixedSizeBinaryArray::try_new(
-            width as i32,
-            Buffer::from_vec(dst),
-            None,
-        )?),
-        Arc::new(UInt16Array::new(ScalarBuffer::from(rtt), nulls)),
-    ];
-    let batch = RecordBatch::try_new(schema.clone(), columns)?;
-    let estimate = n * (10 + width) + 2048;
-    let mut writer =
-        arrow_ipc::writer::StreamWriter::try_new(Vec::with_capacity(estimate), &schema)?;
-    writer.write(&batch)?;
-    writer.finish()?;
-    Ok(writer.into_inner()?)
 }
 
 /// Checks order and address families, and returns the facts of a row.
@@ -225,7 +170,7 @@ pub fn encode_row(src_addr: IpAddr, part: u32, measurements: &[Measurement]) -> 
     for m in measurements {
         cols.push(m);
     }
-    let bytes = encode_columns(&meta, cols)?;
+    let bytes = super::ipc_stream::encode(&meta, &cols)?;
     Ok(Row { bytes, meta })
 }
 

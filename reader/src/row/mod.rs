@@ -3,6 +3,7 @@
 //! * [`codec`]: a row is an Arrow IPC stream (`event_time`, `dst_addr`, `rtt`, facts in
 //!   the schema metadata); [`encode_row`] writes one, [`decode_row`] gives a zero-copy
 //!   [`RowView`].
+//!   [`ipc_stream`] writes the stream's bytes directly.
 //! * [`builder`]: [`RowBuilder`] takes one source's time-ordered measurements and emits
 //!   rows no larger than `max_row_bytes`, split at measurement boundaries (`part` 0, 1 …).
 //! * [`rtt`]: the 2-byte RTT code; [`addr`]: address parsing and canonical text;
@@ -11,6 +12,7 @@
 pub mod addr;
 pub mod builder;
 pub mod codec;
+mod ipc_stream;
 pub mod placement;
 pub mod rtt;
 
