@@ -105,6 +105,8 @@ pub struct SourceTable {
     slots: Vec<Slot>,
     len: usize,
     hasher: foldhash::fast::RandomState,
+    /// [`SourceTable::resolve_all`]'s keys and hashes, kept for the next call.
+    keys: Vec<Option<(TextKey, u64)>>,
 }
 
 impl Default for SourceTable {
@@ -113,6 +115,7 @@ impl Default for SourceTable {
             slots: vec![EMPTY_SLOT; INITIAL_SLOTS],
             len: 0,
             hasher: foldhash::fast::RandomState::default(),
+            keys: Vec::new(),
         }
     }
 }
@@ -142,15 +145,23 @@ impl SourceTable {
     /// kept) for a text it does not hold.
     pub fn resolve_all<'t>(
         &mut self,
-        texts: impl ExactSizeIterator<Item = &'t str>,
+        texts: impl ExactSizeIterator<Item = &'t str> + Clone,
         mut parse: impl FnMut(&str) -> Option<Source>,
         out: &mut Vec<Option<Source>>,
     ) {
-        let keyed: Vec<(&str, Option<(TextKey, u64)>)> = texts
-            .map(|t| (t, TextKey::of(t).map(|k| (k, self.hash(&k)))))
-            .collect();
-        for (i, (text, key)) in keyed.iter().enumerate() {
-            if let Some((_, Some((_, hash)))) = keyed.get(i + PREFETCH_AHEAD) {
+        // The keys first (in memory the table keeps: a row group's dictionary is a
+        // hundred thousand texts, and memory fresh from the kernel costs a page fault per
+        // page), so that the slot of the lookup PREFETCH_AHEAD places on is known.
+        let mut keys = std::mem::take(&mut self.keys);
+        keys.clear();
+        keys.extend(
+            texts
+                .clone()
+                .map(|t| TextKey::of(t).map(|k| (k, self.hash(&k)))),
+        );
+        out.reserve(keys.len());
+        for (i, (text, key)) in texts.zip(&keys).enumerate() {
+            if let Some(Some((_, hash))) = keys.get(i + PREFETCH_AHEAD) {
                 prefetch(&self.slots[self.home(*hash)]);
             }
             let source = match key {
@@ -159,6 +170,7 @@ impl SourceTable {
             };
             out.push(source);
         }
+        self.keys = keys;
     }
 
     fn get_or_insert(

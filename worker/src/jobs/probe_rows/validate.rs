@@ -233,6 +233,8 @@ enum Resolved<T> {
 struct Memo<T> {
     values: Option<ArrayRef>,
     resolved: Vec<Resolved<T>>,
+    /// The parses of the values being resolved (kept: its memory is reused).
+    parsed: Vec<Option<T>>,
 }
 
 impl<T> Default for Memo<T> {
@@ -240,6 +242,7 @@ impl<T> Default for Memo<T> {
         Memo {
             values: None,
             resolved: Vec::new(),
+            parsed: Vec::new(),
         }
     }
 }
@@ -276,15 +279,17 @@ impl<T: Copy> Memo<T> {
         strings: &StringArray,
         resolve: impl FnOnce(&StringArray, &mut Vec<Option<T>>),
     ) {
-        let mut parsed = Vec::with_capacity(strings.len());
+        let mut parsed = std::mem::take(&mut self.parsed);
+        parsed.clear();
         resolve(strings, &mut parsed);
         self.resolved.clear();
         self.resolved
-            .extend(parsed.into_iter().enumerate().map(|(k, p)| match p {
+            .extend(parsed.drain(..).enumerate().map(|(k, p)| match p {
                 _ if strings.is_null(k) => Resolved::Null,
                 Some(t) => Resolved::Valid(t),
                 None => Resolved::Bad,
             }));
+        self.parsed = parsed;
     }
 }
 
