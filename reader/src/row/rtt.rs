@@ -26,8 +26,9 @@ impl RttCode {
     /// Encodes an RTT in milliseconds: `Ok(None)` for a failed ping (negative RTT),
     /// an error for NaN.
     ///
-    /// Inlined: the job encodes every input row's RTT.
-    #[inline]
+    /// Always inlined: the job encodes every input row's RTT, and a call returns the
+    /// (large) `Result` through memory.
+    #[inline(always)]
     pub fn from_ms(rtt_ms: f64) -> Result<Option<RttCode>> {
         if rtt_ms.is_nan() {
             return Err(nan_rtt());
