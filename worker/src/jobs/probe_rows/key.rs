@@ -139,16 +139,14 @@ pub fn decode_records(
         } else {
             let time = 1 + src_len;
             let dst = time + 8;
-            let mut event_time = [0u8; 8];
-            event_time.copy_from_slice(&record[time..dst]);
-            let rtt = (rtt_len != 0)
-                .then(|| RttCode(u16::from_be_bytes([record[len - 2], record[len - 1]])));
-            SortKey::decode(&key(
-                &octets_key(&record[1..time]),
-                u64::from_be_bytes(event_time),
-                &octets_key(&record[dst..dst + dst_len]),
-                rtt,
-            ))
+            words_key(
+                addr_bits(record, 1, src_len),
+                src_len as u64,
+                be_u64(record, time),
+                addr_bits(record, dst, dst_len),
+                dst_len as u64,
+                (rtt_len != 0).then(|| be_u16(record, len - 2)),
+            )
         };
         each(key)?;
         records += 1;
@@ -158,29 +156,75 @@ pub fn decode_records(
 }
 
 /// The sort key of an IPv4-to-IPv4 shuffle record (`record`: tag, source, time,
-/// destination, then the RTT code if `rtt`), built as its words directly: the key's
-/// padding is zeros and its lengths are 4, so each word is a few shifts of the record's
-/// fields. What [`decode_records`] gives for every other record, through the key's bytes.
+/// destination, then the RTT code if `rtt`): [`words_key`] of its fields, read in 64
+/// bits (the common case).
 #[inline]
 fn ipv4_sort_key(record: &[u8], rtt: bool) -> SortKey {
-    let field = |at: usize, len: usize| -> u64 {
-        record[at..at + len]
-            .iter()
-            .fold(0u64, |v, &b| (v << 8) | u64::from(b))
-    };
-    let src = field(1, 4);
-    let time = field(5, 8);
-    let dst = field(13, 4);
-    let (present, code) = if rtt { (1, field(17, 2)) } else { (0, 0) };
-    // Key bytes: 0..4 source, 16 its length, 17..25 time, 25..29 destination, 41 its
-    // length, 42 RTT present, 43..45 RTT code, 45..48 the padding of the last word.
+    words_key(
+        addr_bits(record, 1, 4),
+        4,
+        be_u64(record, 5),
+        addr_bits(record, 13, 4),
+        4,
+        rtt.then(|| be_u16(record, 17)),
+    )
+}
+
+/// The address of `len` (4 or 16) bytes at `at` of `record`, left-aligned in 128 bits
+/// (zero-padded, as the key pads it); 0 past the record's end (the caller checked it).
+#[inline]
+fn addr_bits(record: &[u8], at: usize, len: usize) -> u128 {
+    let rest = record.get(at..).unwrap_or_default();
+    if len == 16 {
+        rest.first_chunk::<16>()
+            .map_or(0, |b| u128::from_be_bytes(*b))
+    } else {
+        rest.first_chunk::<4>()
+            .map_or(0, |b| u128::from(u32::from_be_bytes(*b)) << 96)
+    }
+}
+
+/// The big-endian u64 at `at` of `record` (0 past its end).
+#[inline]
+fn be_u64(record: &[u8], at: usize) -> u64 {
+    record
+        .get(at..)
+        .and_then(<[u8]>::first_chunk::<8>)
+        .map_or(0, |b| u64::from_be_bytes(*b))
+}
+
+/// The big-endian u16 at `at` of `record` (0 past its end).
+#[inline]
+fn be_u16(record: &[u8], at: usize) -> u16 {
+    record
+        .get(at..)
+        .and_then(<[u8]>::first_chunk::<2>)
+        .map_or(0, |b| u16::from_be_bytes(*b))
+}
+
+/// The sort key of a measurement built as its words directly, each a few shifts of the
+/// fields (going through the key's bytes made the CPU reload freshly stored bytes at
+/// other offsets, which stalls): addresses left-aligned in 128 bits (zero-padded, as
+/// the key pads them) with their lengths, the time, the RTT code if any. Key bytes:
+/// 0..16 source, 16 its length, 17..25 time, 25..41 destination, 41 its length, 42 RTT
+/// present, 43..45 RTT code, 45..48 the padding of the last word.
+#[inline]
+fn words_key(
+    src: u128,
+    src_len: u64,
+    time: u64,
+    dst: u128,
+    dst_len: u64,
+    rtt: Option<u16>,
+) -> SortKey {
+    let (present, code) = rtt.map_or((0, 0), |c| (1, u64::from(c)));
     SortKey([
-        src << 32,
-        0,
-        (4 << 56) | (time >> 8),
-        ((time & 0xff) << 56) | (dst << 24),
-        0,
-        (4 << 48) | (present << 40) | (code << 24),
+        (src >> 64) as u64,
+        src as u64,
+        (src_len << 56) | (time >> 8),
+        ((time & 0xff) << 56) | (dst >> 72) as u64,
+        (dst >> 8) as u64,
+        (((dst & 0xff) as u64) << 56) | (dst_len << 48) | (present << 40) | (code << 24),
     ])
 }
 
@@ -298,36 +342,59 @@ impl SortRecord for SortKey {
     }
 }
 
-/// A decoded key.
+/// A key's fields ([`SortKey::parts`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Key<'a> {
-    /// Source address bytes (4 or 16).
-    pub src: &'a [u8],
-    /// The key's first 17 bytes: equal for the measurements of one source.
-    pub src_key: &'a [u8],
+pub struct KeyParts {
+    src: [u8; 16],
+    src_len: usize,
     pub event_time: u64,
-    /// Destination address bytes (4 or 16).
-    pub dst: &'a [u8],
+    dst: [u8; 16],
+    dst_len: usize,
     pub rtt: Option<RttCode>,
 }
 
-/// Splits a key into its fields; `None` if the lengths are not 4 or 16.
-pub fn parse_key(k: &[u8]) -> Option<Key<'_>> {
-    if k.len() != KEY_LEN {
-        return None;
+impl KeyParts {
+    /// Source address bytes (4 or 16).
+    pub fn src(&self) -> &[u8] {
+        &self.src[..self.src_len]
     }
-    let len = |b: u8| matches!(b, 4 | 16).then_some(b as usize);
-    let src_len = len(k[16])?;
-    let dst_len = len(k[41])?;
-    let mut t = [0u8; 8];
-    t.copy_from_slice(&k[17..25]);
-    Some(Key {
-        src: &k[..src_len],
-        src_key: &k[..17],
-        event_time: u64::from_be_bytes(t),
-        dst: &k[25..25 + dst_len],
-        rtt: (k[42] == 1).then(|| RttCode(u16::from_be_bytes([k[43], k[44]]))),
-    })
+
+    /// Destination address bytes (4 or 16).
+    pub fn dst(&self) -> &[u8] {
+        &self.dst[..self.dst_len]
+    }
+}
+
+impl SortKey {
+    /// Whether `other` is a measurement of the same source (the keys' first 17 bytes
+    /// are equal).
+    #[inline]
+    pub fn same_source(&self, other: &SortKey) -> bool {
+        self.0[0] == other.0[0] && self.0[1] == other.0[1] && self.0[2] >> 56 == other.0[2] >> 56
+    }
+
+    /// The key's fields, read off its words with shifts (the reduce reads every key:
+    /// going through its bytes made the CPU reload freshly stored bytes at other
+    /// offsets, which stalls); `None` if an address length is not 4 or 16.
+    #[inline]
+    pub fn parts(&self) -> Option<KeyParts> {
+        const LOW_7_BYTES: u64 = (1 << 56) - 1;
+        let [w0, w1, w2, w3, w4, w5] = self.0;
+        let len = |b: u64| matches!(b, 4 | 16).then_some(b as usize);
+        let src_len = len(w2 >> 56)?;
+        let dst_len = len((w5 >> 48) & 0xff)?;
+        let src = (u128::from(w0) << 64) | u128::from(w1);
+        let dst =
+            (u128::from(w3 & LOW_7_BYTES) << 72) | (u128::from(w4) << 8) | u128::from(w5 >> 56);
+        Some(KeyParts {
+            src: src.to_be_bytes(),
+            src_len,
+            event_time: ((w2 & LOW_7_BYTES) << 8) | (w3 >> 56),
+            dst: dst.to_be_bytes(),
+            dst_len,
+            rtt: ((w5 >> 40) & 0xff == 1).then_some(RttCode((w5 >> 24) as u16)),
+        })
+    }
 }
 
 #[cfg(test)]
@@ -415,16 +482,75 @@ mod tests {
 
     #[test]
     fn keys_round_trip() {
+        let parts = |k: &[u8]| SortKey::decode(k).parts().unwrap();
         let k = key("2001:db8::1", 77, "192.0.2.9", Some(0x1234));
         assert_eq!(k.len(), KEY_LEN);
-        let p = parse_key(&k).unwrap();
-        assert_eq!(p.src.len(), 16);
+        let p = parts(&k);
+        assert_eq!(
+            p.src(),
+            &"2001:db8::1"
+                .parse::<std::net::Ipv6Addr>()
+                .unwrap()
+                .octets()
+        );
         assert_eq!(p.event_time, 77);
-        assert_eq!(p.dst, &[192, 0, 2, 9]);
+        assert_eq!(p.dst(), &[192, 0, 2, 9]);
         assert_eq!(p.rtt, Some(RttCode(0x1234)));
         let failed = key("10.0.0.1", 1, "10.0.0.2", None);
-        assert_eq!(parse_key(&failed).unwrap().rtt, None);
-        assert!(parse_key(&k[..44]).is_none());
+        assert_eq!(parts(&failed).rtt, None);
+        let mut bad_length = k.clone();
+        bad_length[16] = 5;
+        assert!(SortKey::decode(&bad_length).parts().is_none());
+        bad_length = k.clone();
+        bad_length[41] = 0;
+        assert!(SortKey::decode(&bad_length).parts().is_none());
+    }
+
+    #[test]
+    fn parts_read_off_the_words_are_the_bytes_fields() {
+        let mut rng = 0x2545_f491_4f6c_dd1du64;
+        let mut next = move || {
+            rng ^= rng << 13;
+            rng ^= rng >> 7;
+            rng ^= rng << 17;
+            rng
+        };
+        let mut previous: Option<(SortKey, [u8; KEY_LEN])> = None;
+        for _ in 0..20_000 {
+            let octets = |v6: bool, r: u128| -> Vec<u8> {
+                if v6 {
+                    r.to_be_bytes().to_vec()
+                } else {
+                    (r as u32).to_be_bytes().to_vec()
+                }
+            };
+            let wide = |a: u64, b: u64| (u128::from(a) << 64) | u128::from(b);
+            let (a, b, c, d) = (next(), next(), next(), next());
+            let src = octets(a & 1 == 1, wide(a, b));
+            let dst = octets(a & 2 == 2, wide(c, d));
+            let time = next();
+            let rtt = (a & 4 == 4).then_some(RttCode(next() as u16));
+            let bytes = super::key(&octets_key(&src), time, &octets_key(&dst), rtt);
+            let k = SortKey::decode(&bytes);
+            let p = k.parts().unwrap();
+            assert_eq!(p.src(), src.as_slice());
+            assert_eq!(p.event_time, time);
+            assert_eq!(p.dst(), dst.as_slice());
+            assert_eq!(p.rtt, rtt);
+            if let Some((other, other_bytes)) = previous {
+                assert_eq!(k.same_source(&other), bytes[..17] == other_bytes[..17]);
+            }
+            assert!(k.same_source(&k));
+            // A key of the same source at another time and destination.
+            let same = SortKey::decode(&super::key(
+                &octets_key(&src),
+                !time,
+                &octets_key(&src),
+                None,
+            ));
+            assert!(k.same_source(&same));
+            previous = Some((k, bytes));
+        }
     }
 
     #[test]

@@ -176,8 +176,8 @@ impl ShardFile {
 
 /// The builder of the source being grouped, and where its rows go.
 struct Group {
-    /// The source part of the sort key (address, padded, and its length).
-    src: Vec<u8>,
+    /// The key of the source's first measurement (its source part is the group's).
+    first: key::SortKey,
     builder: RowBuilder,
     /// Its split's shard (an index into the reduce's shard files).
     shard: usize,
@@ -318,23 +318,25 @@ async fn reduce_into(
 
     let mut group: Option<Group> = None;
     while let Some(sort_key) = sorted.next_record()? {
-        let bytes = sort_key.bytes();
-        let k = key::parse_key(&bytes).ok_or_else(bad_key)?;
-        if group.as_ref().is_none_or(|g| g.src != k.src_key) {
+        let k = sort_key.parts().ok_or_else(bad_key)?;
+        if group
+            .as_ref()
+            .is_none_or(|g| !g.first.same_source(&sort_key))
+        {
             if let Some(g) = group.take() {
                 finish_group(g, &mut shards)?;
             }
-            let addr: IpAddr = addr_from_bytes(k.src).ok_or_else(bad_key)?;
+            let addr: IpAddr = addr_from_bytes(k.src()).ok_or_else(bad_key)?;
             let shard = shard_of(&shards, rule.split(&addr))?;
             shards[shard].sources += 1;
             group = Some(Group {
-                src: k.src_key.to_vec(),
+                first: sort_key,
                 builder: RowBuilder::new(addr, job.max_row_bytes)?,
                 shard,
             });
         }
         if let Some(g) = group.as_mut() {
-            if let Some(row) = g.builder.push_parts(k.event_time, k.dst, k.rtt)? {
+            if let Some(row) = g.builder.push_parts(k.event_time, k.dst(), k.rtt)? {
                 shards[g.shard].write_row(&row)?;
             }
         }
