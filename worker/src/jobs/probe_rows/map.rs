@@ -233,7 +233,7 @@ pub async fn run_map(
             continue;
         }
         let len = records.len() as u64;
-        upload.write(&records).await?;
+        upload.put(records).await?;
         segments.insert(p as u32, ShuffleSegment { offset, len, rows });
         offset += len;
         kept_rows += rows;
