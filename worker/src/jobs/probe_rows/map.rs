@@ -242,6 +242,7 @@ pub async fn run_map(
     // names them is reported only once all three are durable. That is waiting only
     // (fsyncs, or the last parts of uploads): the worker's next task runs meanwhile.
     let written = started.elapsed();
+    let (src_dictionaries, dst_dictionaries) = validator.resolutions();
     let shards = settings.shards;
     let index = task.index;
     let file = task.file.clone();
@@ -260,6 +261,8 @@ pub async fn run_map(
             validate_s = (validated - scan).as_secs_f64(),
             shuffle_s = (written - validated).as_secs_f64(),
             commit_s = (started.elapsed() - written).as_secs_f64(),
+            src_dictionaries,
+            dst_dictionaries,
             "map timings"
         );
         Ok(MapOutput {

@@ -235,6 +235,8 @@ struct Memo<T> {
     resolved: Vec<Resolved<T>>,
     /// The parses of the values being resolved (kept: its memory is reused).
     parsed: Vec<Option<T>>,
+    /// Dictionaries (or plain batches) resolved so far.
+    resolutions: u64,
 }
 
 impl<T> Default for Memo<T> {
@@ -243,6 +245,7 @@ impl<T> Default for Memo<T> {
             values: None,
             resolved: Vec::new(),
             parsed: Vec::new(),
+            resolutions: 0,
         }
     }
 }
@@ -250,13 +253,24 @@ impl<T> Default for Memo<T> {
 impl<T: Copy> Memo<T> {
     /// Resolves `strings`, the values of dictionary `values`, unless they are the
     /// dictionary resolved last: `resolve` gives the parse of every value, in order.
+    ///
+    /// The Parquet reader gives every batch of a row group a new values array over the
+    /// column chunk's one dictionary: the same buffers, a new `Arc`. So a dictionary is
+    /// known by its buffers (`ArrayData::ptr_eq`): a row group of a million rows read
+    /// in batches of 128 Ki rows has its dictionary, up to a million texts, resolved
+    /// once, not eight times. The dictionary resolved last is kept (`self.values`), so
+    /// its buffers cannot be freed and their addresses reused by another one.
     fn use_dictionary(
         &mut self,
         values: &ArrayRef,
         strings: &StringArray,
         resolve: impl FnOnce(&StringArray, &mut Vec<Option<T>>),
     ) {
-        if self.values.as_ref().is_some_and(|v| Arc::ptr_eq(v, values)) {
+        if self
+            .values
+            .as_ref()
+            .is_some_and(|v| Arc::ptr_eq(v, values) || v.to_data().ptr_eq(&values.to_data()))
+        {
             return;
         }
         self.values = Some(values.clone());
@@ -279,6 +293,7 @@ impl<T: Copy> Memo<T> {
         strings: &StringArray,
         resolve: impl FnOnce(&StringArray, &mut Vec<Option<T>>),
     ) {
+        self.resolutions += 1;
         let mut parsed = std::mem::take(&mut self.parsed);
         parsed.clear();
         resolve(strings, &mut parsed);
@@ -405,6 +420,11 @@ impl<'c> Validator<'c> {
     /// What to tell a user whose rows are mostly outside the event-time window: the
     /// `time_unit` under which the first rejected integer time would have been
     /// plausible, if there is one.
+    /// The source and destination dictionaries (or plain batches) resolved so far.
+    pub fn resolutions(&self) -> (u64, u64) {
+        (self.src_memo.resolutions, self.dst_memo.resolutions)
+    }
+
     pub fn time_unit_hint(&self) -> String {
         let p = &self.plausible;
         let window = format!(
@@ -668,6 +688,91 @@ mod tests {
             out[i as usize] = Some(r);
         }
         (out, v.time_unit_hint())
+    }
+
+    /// A Parquet file of one row group, its address columns dictionary-encoded, read
+    /// back by the Parquet reader in batches of `batch_rows`.
+    fn parquet_batches(rows: usize, sources: usize, batch_rows: usize) -> Vec<RecordBatch> {
+        use arrow::array::DictionaryArray;
+        use arrow::datatypes::Int32Type;
+        let dict = |texts: Vec<String>| -> ArrayRef {
+            Arc::new(
+                texts
+                    .iter()
+                    .map(String::as_str)
+                    .collect::<DictionaryArray<Int32Type>>(),
+            )
+        };
+        let src: Vec<String> = (0..rows)
+            .map(|i| format!("10.{}.{}.1", i * 7 % sources / 256, i * 7 % sources % 256))
+            .collect();
+        let dst: Vec<String> = (0..rows).map(|i| format!("192.0.2.{}", i % 200)).collect();
+        let text = DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8));
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("src_addr", text.clone(), true),
+            Field::new("dst_addr", text, true),
+            Field::new("event_time", DataType::Int64, true),
+            Field::new("rtt", DataType::Float64, true),
+            Field::new("ip_version", DataType::Int64, true),
+        ]));
+        let batch = RecordBatch::try_new(
+            schema.clone(),
+            vec![
+                dict(src),
+                dict(dst),
+                Arc::new(Int64Array::from(vec![NOW; rows])),
+                Arc::new(Float64Array::from(vec![12.5; rows])),
+                Arc::new(Int64Array::from(vec![4; rows])),
+            ],
+        )
+        .unwrap();
+        let props = parquet::file::properties::WriterProperties::builder()
+            .set_max_row_group_row_count(Some(rows))
+            .build();
+        let mut file = Vec::new();
+        let mut writer =
+            parquet::arrow::ArrowWriter::try_new(&mut file, schema, Some(props)).unwrap();
+        writer.write(&batch).unwrap();
+        writer.close().unwrap();
+        parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(bytes::Bytes::from(
+            file,
+        ))
+        .unwrap()
+        .with_batch_size(batch_rows)
+        .build()
+        .unwrap()
+        .collect::<std::result::Result<_, _>>()
+        .unwrap()
+    }
+
+    #[test]
+    fn a_row_groups_dictionary_is_resolved_once_across_its_batches() {
+        let (rows, batch_rows) = (40_000, 4_096);
+        let batches = parquet_batches(rows, 5_000, batch_rows);
+        assert_eq!(batches.len(), rows.div_ceil(batch_rows));
+        assert!(
+            matches!(batches[0].column(0).data_type(), DataType::Dictionary(..)),
+            "the reader gives dictionaries"
+        );
+        let mut cache = AddressCache::default();
+        let mut v = Validator::new(
+            "f.parquet".into(),
+            InputColumns::default(),
+            4,
+            window(),
+            &mut cache,
+        );
+        let mut partitioned = key::PartitionedRecords::new(4, 0);
+        for b in &batches {
+            assert!(v.validate(b, &mut partitioned).unwrap().is_empty());
+        }
+        assert_eq!(
+            v.resolutions(),
+            (1, 1),
+            "one row group: one source and one destination dictionary"
+        );
+        let kept: u64 = partitioned.into_partitions().map(|(_, rows)| rows).sum();
+        assert_eq!(kept, rows as u64);
     }
 
     const NOW: i64 = 1_767_300_000; // 2026-01-01
