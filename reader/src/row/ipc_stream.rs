@@ -76,6 +76,26 @@ fn metadata_value<'t>(meta: &RowMeta, key: &str, text: &'t mut String) -> &'t st
     text
 }
 
+/// A field's table, from its name, empty children and type, already in the builder
+/// (`IpcSchemaEncoder`'s calls, in its order).
+fn field<'a>(
+    fbb: &mut FlatBufferBuilder<'a>,
+    name: WIPOffset<&'a str>,
+    children: WIPOffset<
+        flatbuffers::Vector<'a, flatbuffers::ForwardsUOffset<arrow_ipc::Field<'a>>>,
+    >,
+    (type_type, type_): (Type, WIPOffset<flatbuffers::UnionWIPOffset>),
+    nullable: bool,
+) -> WIPOffset<arrow_ipc::Field<'a>> {
+    let mut field = arrow_ipc::FieldBuilder::new(fbb);
+    field.add_name(name);
+    field.add_type_type(type_type);
+    field.add_nullable(nullable);
+    field.add_children(children);
+    field.add_type_(type_);
+    field.finish()
+}
+
 /// A field of unsigned integers (`IpcSchemaEncoder`'s calls for `UInt16`/`UInt64`:
 /// name, empty children, type, field).
 fn uint_field<'a>(
@@ -90,13 +110,7 @@ fn uint_field<'a>(
     int.add_is_signed(false);
     int.add_bitWidth(bits);
     let int = int.finish().as_union_value();
-    let mut field = arrow_ipc::FieldBuilder::new(fbb);
-    field.add_name(name);
-    field.add_type_type(Type::Int);
-    field.add_nullable(nullable);
-    field.add_children(children);
-    field.add_type_(int);
-    field.finish()
+    field(fbb, name, children, (Type::Int, int), nullable)
 }
 
 /// A field of fixed-size binaries (`IpcSchemaEncoder`'s calls: name, type, empty
@@ -111,13 +125,7 @@ fn fixed_binary_field<'a>(
     binary.add_byteWidth(width);
     let binary = binary.finish().as_union_value();
     let children = fbb.create_vector::<WIPOffset<arrow_ipc::Field>>(&[]);
-    let mut field = arrow_ipc::FieldBuilder::new(fbb);
-    field.add_name(name);
-    field.add_type_type(Type::FixedSizeBinary);
-    field.add_nullable(false);
-    field.add_children(children);
-    field.add_type_(binary);
-    field.finish()
+    field(fbb, name, children, (Type::FixedSizeBinary, binary), false)
 }
 
 /// Builds the schema message of a row of `meta` into `fbb` (reset first).
@@ -143,13 +151,7 @@ fn schema_message(fbb: &mut FlatBufferBuilder<'_>, meta: &RowMeta, width: i32) {
     schema.add_fields(fields);
     schema.add_custom_metadata(entries);
     let schema = schema.finish().as_union_value();
-    let mut message = MessageBuilder::new(fbb);
-    message.add_version(MetadataVersion::V5);
-    message.add_header_type(MessageHeader::Schema);
-    message.add_bodyLength(0);
-    message.add_header(schema);
-    let root = message.finish();
-    fbb.finish(root, None);
+    finish_message(fbb, MessageHeader::Schema, schema, 0);
 }
 
 /// Builds the record batch message of `n` rows into `fbb` (reset first); `buffers` and
@@ -169,11 +171,21 @@ fn batch_message(
     batch.add_nodes(nodes);
     batch.add_buffers(buffers);
     let batch = batch.finish().as_union_value();
+    finish_message(fbb, MessageHeader::RecordBatch, batch, body_len);
+}
+
+/// The `Message` table around `header` (of `header_type`), as the root of the buffer.
+fn finish_message(
+    fbb: &mut FlatBufferBuilder<'_>,
+    header_type: MessageHeader,
+    header: WIPOffset<flatbuffers::UnionWIPOffset>,
+    body_len: usize,
+) {
     let mut message = MessageBuilder::new(fbb);
     message.add_version(MetadataVersion::V5);
-    message.add_header_type(MessageHeader::RecordBatch);
+    message.add_header_type(header_type);
     message.add_bodyLength(body_len as i64);
-    message.add_header(batch);
+    message.add_header(header);
     let root = message.finish();
     fbb.finish(root, None);
 }

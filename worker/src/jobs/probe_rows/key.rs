@@ -171,35 +171,36 @@ fn ipv4_sort_key(record: &[u8], rtt: bool) -> SortKey {
 }
 
 /// The address of `len` (4 or 16) bytes at `at` of `record`, left-aligned in 128 bits
-/// (zero-padded, as the key pads it); 0 past the record's end (the caller checked it).
+/// (zero-padded, as the key pads it).
 #[inline]
 fn addr_bits(record: &[u8], at: usize, len: usize) -> u128 {
-    let rest = record.get(at..).unwrap_or_default();
     if len == 16 {
-        rest.first_chunk::<16>()
-            .map_or(0, |b| u128::from_be_bytes(*b))
+        u128::from_be_bytes(bytes_at(record, at))
     } else {
-        rest.first_chunk::<4>()
-            .map_or(0, |b| u128::from(u32::from_be_bytes(*b)) << 96)
+        u128::from(u32::from_be_bytes(bytes_at(record, at))) << 96
     }
 }
 
-/// The big-endian u64 at `at` of `record` (0 past its end).
+/// The `N` bytes at `at` of `record` (zeros past its end: the caller checked it).
 #[inline]
-fn be_u64(record: &[u8], at: usize) -> u64 {
+fn bytes_at<const N: usize>(record: &[u8], at: usize) -> [u8; N] {
     record
         .get(at..)
-        .and_then(<[u8]>::first_chunk::<8>)
-        .map_or(0, |b| u64::from_be_bytes(*b))
+        .and_then(<[u8]>::first_chunk::<N>)
+        .copied()
+        .unwrap_or([0; N])
 }
 
-/// The big-endian u16 at `at` of `record` (0 past its end).
+/// The big-endian u64 at `at` of `record`.
+#[inline]
+fn be_u64(record: &[u8], at: usize) -> u64 {
+    u64::from_be_bytes(bytes_at(record, at))
+}
+
+/// The big-endian u16 at `at` of `record`.
 #[inline]
 fn be_u16(record: &[u8], at: usize) -> u16 {
-    record
-        .get(at..)
-        .and_then(<[u8]>::first_chunk::<2>)
-        .map_or(0, |b| u16::from_be_bytes(*b))
+    u16::from_be_bytes(bytes_at(record, at))
 }
 
 /// The sort key of a measurement built as its words directly, each a few shifts of the
