@@ -1,0 +1,368 @@
+"""A report on an n-gram overlap output: who is contaminated, by what, and how it looks.
+
+``python -m probeflow.overlap_report OUTPUT [--html report.html] [--json figures.json]``
+reads an overlap job's finished output (local directory) and prints a summary; with
+``--html`` it writes one self-contained page (no network access, nothing to install to
+view it), with ``--json`` the figures behind it.
+
+Data flow::
+
+    stats/overlap_stats.jsonl ──► per eval dataset and n: instances, contaminated, fraction
+    stats/overlap_details.jsonl.gz, streamed one record at a time (never loaded whole)
+        ──► train file × eval dataset matrix (training documents, eval instances)
+        ──► most-leaked eval instances (training documents that contain them)
+        ──► hot n-grams (training documents and eval instances that share them)
+        ──► a seeded sample of matches, both texts with the matched spans
+    Figures (JSON-able) ──► text summary | HTML page (figures embedded as JSON too)
+
+Memory: the details are read in their order (training file, training row, eval file,
+eval row, n, n-gram), so a training document's records are consecutive and distinct
+documents are counted without being kept; what is kept grows with the contaminated
+eval instances and the distinct matched n-grams, not with the details' size.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import gzip
+import heapq
+import html
+import json
+import os
+import random
+import sys
+from collections import defaultdict
+from typing import Any, Iterator
+
+from .errors import OutputError
+
+STATS = "stats/overlap_stats.jsonl"
+DETAILS = "stats/overlap_details.jsonl.gz"
+SUCCESS = ".SUCCESS"
+
+#: Characters of context shown around a highlighted span in the sample.
+CONTEXT_CHARS = 200
+
+
+@dataclasses.dataclass
+class Figures:
+    """Everything the report shows, JSON-able (``dataclasses.asdict``)."""
+
+    output: str
+    #: One per (eval dataset, n): ``eval_dataset``, ``n``, ``num_instances``,
+    #: ``contaminated``, ``fraction``.
+    contamination: list[dict[str, Any]]
+    #: Detail records read.
+    details: int
+    #: Training documents with at least one match.
+    training_documents: int
+    #: Rows: training files; columns: eval datasets; cells: training documents of the
+    #: file that overlap the dataset, and the dataset's instances they overlap.
+    matrix: dict[str, Any]
+    #: The most-leaked eval instances: ``eval_dataset``, ``instance_id``,
+    #: ``training_documents`` (that contain one of its n-grams), ``eval_text``.
+    most_leaked: list[dict[str, Any]]
+    #: The n-grams matched in the most training documents: ``ngram``, ``n``,
+    #: ``training_documents``, ``eval_instances``.
+    hot_ngrams: list[dict[str, Any]]
+    #: A seeded sample of detail records, with both texts and offsets.
+    sample: list[dict[str, Any]]
+
+
+def _open_text(path: str) -> Iterator[str]:
+    try:
+        opener = gzip.open if path.endswith(".gz") else open
+        with opener(path, "rt", encoding="utf-8") as f:
+            yield from f
+    except FileNotFoundError as e:
+        raise OutputError(f"{path}: not found (is this a finished overlap output?)") from e
+    except (OSError, EOFError, UnicodeDecodeError) as e:
+        raise OutputError(f"{path}: unreadable: {e}") from e
+
+
+def _records(path: str) -> Iterator[dict[str, Any]]:
+    for number, line in enumerate(_open_text(path), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise OutputError(f"{path}: line {number} is not JSON: {e}") from e
+        if not isinstance(record, dict):
+            raise OutputError(f"{path}: line {number} is not a JSON object")
+        yield record
+
+
+def _field(record: dict[str, Any], name: str, path: str) -> Any:
+    try:
+        return record[name]
+    except KeyError:
+        raise OutputError(f"{path}: a record has no {name!r}") from None
+
+
+def figures(output: str, *, top: int = 20, sample: int = 12, seed: int = 0) -> Figures:
+    """Reads a finished overlap output (a local directory) and computes the report's
+    figures: the ``top`` most-leaked instances and hot n-grams, and ``sample`` detail
+    records drawn with ``seed``."""
+    output = os.fspath(output)
+    if not os.path.exists(os.path.join(output, SUCCESS)):
+        raise OutputError(f"{output}: no {SUCCESS}: not a finished overlap output")
+    stats_path = os.path.join(output, STATS)
+    contamination = []
+    for r in _records(stats_path):
+        instances = int(_field(r, "num_instances", stats_path))
+        contaminated = len(_field(r, "instance_ids", stats_path))
+        contamination.append({
+            "eval_dataset": _field(r, "eval_dataset", stats_path),
+            "n": _field(r, "n", stats_path),
+            "num_instances": instances,
+            "contaminated": contaminated,
+            "fraction": contaminated / instances if instances else 0.0,
+        })
+
+    details_path = os.path.join(output, DETAILS)
+    # Cells: (train file, dataset) → [documents, set of instance ids].
+    cells: dict[tuple[str, str], list[Any]] = defaultdict(lambda: [0, set()])
+    leaked: dict[tuple[str, str], int] = defaultdict(int)
+    leaked_text: dict[tuple[str, str], str] = {}
+    # N-gram (n, text) → [documents, set of (dataset, instance)].
+    ngrams: dict[tuple[int, str], list[Any]] = defaultdict(lambda: [0, set()])
+    rng = random.Random(seed)
+    reservoir: list[dict[str, Any]] = []
+    count = documents = 0
+    doc: tuple[str, int] | None = None
+    # What the current training document has met (each counted once per document).
+    doc_cells: set[tuple[str, str]] = set()
+    doc_instances: set[tuple[str, str]] = set()
+    doc_ngrams: set[tuple[int, str]] = set()
+
+    def close_document() -> None:
+        for cell in doc_cells:
+            cells[cell][0] += 1
+        for instance in doc_instances:
+            leaked[instance] += 1
+        for gram in doc_ngrams:
+            ngrams[gram][0] += 1
+        doc_cells.clear()
+        doc_instances.clear()
+        doc_ngrams.clear()
+
+    for r in _records(details_path):
+        key = (_field(r, "train_path", details_path), _field(r, "train_row", details_path))
+        if key != doc:
+            if doc is not None and key < doc:
+                raise OutputError(
+                    f"{details_path}: records out of (training file, row) order at record "
+                    f"{count + 1}"
+                )
+            close_document()
+            doc = key
+            documents += 1
+        dataset = _field(r, "eval_dataset", details_path)
+        instance = (dataset, str(_field(r, "instance_id", details_path)))
+        gram = (int(_field(r, "n", details_path)), _field(r, "ngram", details_path))
+        cell = (key[0], dataset)
+        doc_cells.add(cell)
+        doc_instances.add(instance)
+        doc_ngrams.add(gram)
+        cells[cell][1].add(instance[1])
+        ngrams[gram][1].add(instance)
+        leaked_text.setdefault(instance, _field(r, "eval_text", details_path))
+        count += 1
+        # Reservoir sampling (algorithm R): every record equally likely, seeded.
+        if len(reservoir) < sample:
+            reservoir.append(r)
+        else:
+            j = rng.randrange(count)
+            if j < sample:
+                reservoir[j] = r
+    close_document()
+
+    files = sorted({f for f, _ in cells})
+    datasets = sorted({d for _, d in cells} | {c["eval_dataset"] for c in contamination})
+    matrix = {
+        "train_files": files,
+        "eval_datasets": datasets,
+        "documents": [[cells[(f, d)][0] if (f, d) in cells else 0 for d in datasets] for f in files],
+        "instances": [[len(cells[(f, d)][1]) if (f, d) in cells else 0 for d in datasets] for f in files],
+    }
+    most = heapq.nsmallest(top, leaked.items(), key=lambda kv: (-kv[1], kv[0]))
+    hot = heapq.nsmallest(top, ngrams.items(), key=lambda kv: (-kv[1][0], -len(kv[1][1]), kv[0]))
+    return Figures(
+        output=output,
+        contamination=contamination,
+        details=count,
+        training_documents=documents,
+        matrix=matrix,
+        most_leaked=[
+            {"eval_dataset": d, "instance_id": i, "training_documents": n, "eval_text": leaked_text[(d, i)]}
+            for (d, i), n in most
+        ],
+        hot_ngrams=[
+            {"ngram": g, "n": n, "training_documents": docs, "eval_instances": len(insts)}
+            for (n, g), (docs, insts) in hot
+        ],
+        sample=[
+            {k: r.get(k) for k in (
+                "eval_dataset", "instance_id", "eval_path", "eval_row", "eval_text", "eval_offsets",
+                "ngram", "n", "train_path", "train_row", "train_doc_id", "train_text", "train_offsets")}
+            for r in sorted(reservoir, key=lambda r: (r["train_path"], r["train_row"], r["eval_path"], r["eval_row"]))
+        ],
+    )
+
+
+def summary(f: Figures) -> str:
+    """The figures as plain text."""
+    lines = [f"overlap report: {f.output}", ""]
+    lines.append(f"{'eval dataset':<24} {'n':>4} {'instances':>10} {'contaminated':>13} {'fraction':>9}")
+    for c in f.contamination:
+        lines.append(
+            f"{c['eval_dataset']:<24} {c['n']:>4} {c['num_instances']:>10} {c['contaminated']:>13} "
+            f"{c['fraction']:>9.2%}"
+        )
+    lines += ["", f"{f.details} matches in {f.training_documents} training documents", ""]
+    if f.most_leaked:
+        lines.append("most-leaked eval instances (training documents):")
+        for m in f.most_leaked:
+            lines.append(f"  {m['training_documents']:>6}  {m['eval_dataset']} {m['instance_id']}")
+        lines.append("")
+    if f.hot_ngrams:
+        lines.append("hot n-grams (training documents, eval instances):")
+        for h in f.hot_ngrams:
+            lines.append(f"  {h['training_documents']:>6} {h['eval_instances']:>6}  {h['ngram']!r}")
+    return "\n".join(lines)
+
+
+def _highlight(text: str, offsets: list[list[int]], context: int = CONTEXT_CHARS) -> str:
+    """``text`` around its first span, every span in range marked (offsets in code
+    points, as the job writes them)."""
+    if not offsets:
+        return html.escape(text[: 2 * context])
+    first, first_end = min((s, e) for s, e in offsets)
+    # The spans that end within a few contexts of the first (all of it, however long).
+    last = max((e for _, e in offsets if e - first <= 4 * context), default=first_end)
+    last = max(last, first_end)
+    lo, hi = max(0, first - context), min(len(text), last + context)
+    spans = sorted((max(s, lo), min(e, hi)) for s, e in offsets if e > lo and s < hi)
+    out, at = [], lo
+    for s, e in spans:
+        if s < at:
+            s = at
+        if e <= s:
+            continue
+        out.append(html.escape(text[at:s]))
+        out.append(f"<mark>{html.escape(text[s:e])}</mark>")
+        at = e
+    out.append(html.escape(text[at:hi]))
+    return ("…" if lo > 0 else "") + "".join(out) + ("…" if hi < len(text) else "")
+
+
+def _heat(value: int, top: int) -> str:
+    if value == 0 or top == 0:
+        return "#ffffff"
+    a = 0.15 + 0.85 * value / top
+    return f"rgba(200, 30, 30, {a:.2f})"
+
+
+def page(f: Figures) -> str:
+    """The figures as one self-contained HTML page."""
+    e = html.escape
+    rows = "".join(
+        f"<tr><td>{e(c['eval_dataset'])}</td><td>{c['n']}</td><td>{c['num_instances']}</td>"
+        f"<td>{c['contaminated']}</td><td><div class=bar style='width:{100 * c['fraction']:.1f}%'></div>"
+        f"{c['fraction']:.2%}</td></tr>"
+        for c in f.contamination
+    )
+    m = f.matrix
+    top = max((v for row in m["documents"] for v in row), default=0)
+    matrix = "<tr><th>training file \\ eval dataset</th>" + "".join(
+        f"<th>{e(d)}</th>" for d in m["eval_datasets"]) + "</tr>" + "".join(
+        f"<tr><th class=file>{e(os.path.basename(t))}</th>" + "".join(
+            f"<td style='background:{_heat(docs, top)}' title='{docs} documents, {insts} instances'>"
+            f"{docs}<small> / {insts}</small></td>"
+            for docs, insts in zip(m["documents"][i], m["instances"][i]))
+        + "</tr>"
+        for i, t in enumerate(m["train_files"]))
+    leaked = "".join(
+        f"<tr><td>{x['training_documents']}</td><td>{e(x['eval_dataset'])}</td><td>{e(x['instance_id'])}</td>"
+        f"<td class=text>{e(x['eval_text'][:300])}</td></tr>"
+        for x in f.most_leaked)
+    hot = "".join(
+        f"<tr><td>{h['training_documents']}</td><td>{h['eval_instances']}</td><td>{h['n']}</td>"
+        f"<td class=text>{e(h['ngram'])}</td></tr>"
+        for h in f.hot_ngrams)
+    sample = "".join(
+        f"<div class=match><h3>{e(s['eval_dataset'])} {e(str(s['instance_id']))} "
+        f"(row {s['eval_row']}) ↔ {e(os.path.basename(str(s['train_path'])))} row {s['train_row']}"
+        f" · n = {s['n']}</h3>"
+        f"<p class=ngram>{e(s['ngram'])}</p>"
+        f"<p><b>eval</b> {s['eval_offsets']}: {_highlight(s['eval_text'], s['eval_offsets'])}</p>"
+        f"<p><b>train</b> {s['train_offsets']}: {_highlight(s['train_text'], s['train_offsets'])}</p></div>"
+        for s in f.sample)
+    data = json.dumps(dataclasses.asdict(f)).replace("</", "<\\/")
+    return f"""<!doctype html>
+<html lang=en><head><meta charset=utf-8><title>overlap report: {e(f.output)}</title>
+<style>
+body {{ font: 14px/1.4 system-ui, sans-serif; margin: 2em; color: #222; max-width: 80em; }}
+table {{ border-collapse: collapse; margin: 1em 0; }}
+td, th {{ border: 1px solid #ccc; padding: 3px 8px; text-align: right; vertical-align: top; }}
+th.file, td.text {{ text-align: left; }}
+td.text {{ max-width: 50em; white-space: pre-wrap; word-break: break-word; }}
+.bar {{ display: inline-block; height: .8em; background: #c83; margin-right: .5em; max-width: 10em; }}
+mark {{ background: #fd5; }}
+.match {{ border-top: 1px solid #ddd; padding: .5em 0; }}
+.match p {{ white-space: pre-wrap; word-break: break-word; }}
+.ngram {{ font-family: monospace; color: #555; }}
+small {{ color: #555; }}
+</style></head><body>
+<h1>Overlap report</h1>
+<p>{e(f.output)} · {f.details} matches in {f.training_documents} training documents</p>
+<h2>Contaminated eval instances</h2>
+<table><tr><th>eval dataset</th><th>n</th><th>instances</th><th>contaminated</th><th>fraction</th></tr>{rows}</table>
+<h2>Training files × eval datasets</h2>
+<p>Training documents of the file that share an n-gram with the dataset / the dataset's instances they share one with.</p>
+<table>{matrix}</table>
+<h2>Most-leaked eval instances</h2>
+<table><tr><th>training documents</th><th>dataset</th><th>instance</th><th>text</th></tr>{leaked}</table>
+<h2>Hot n-grams</h2>
+<p>Matched in the most training documents: boilerplate and templates show here first.</p>
+<table><tr><th>training documents</th><th>eval instances</th><th>n</th><th>n-gram</th></tr>{hot}</table>
+<h2>Sample of matches</h2>
+{sample}
+<script type=application/json id=figures>{data}</script>
+</body></html>
+"""
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m probeflow.overlap_report",
+        description="Report on a finished n-gram overlap output: contamination per eval "
+        "dataset, the training × eval matrix, the most-leaked instances, hot n-grams and "
+        "a sample of matches.",
+    )
+    parser.add_argument("output", help="the overlap job's output directory")
+    parser.add_argument("--html", help="write a self-contained HTML page here")
+    parser.add_argument("--json", help="write the figures as JSON here")
+    parser.add_argument("--top", type=int, default=20, help="most-leaked instances and hot n-grams shown (20)")
+    parser.add_argument("--sample", type=int, default=12, help="matches sampled for the page (12)")
+    parser.add_argument("--seed", type=int, default=0, help="the sample's seed (0)")
+    args = parser.parse_args(argv)
+    try:
+        f = figures(args.output, top=args.top, sample=args.sample, seed=args.seed)
+    except OutputError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    print(summary(f))
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as out:
+            json.dump(dataclasses.asdict(f), out, indent=1)
+    if args.html:
+        with open(args.html, "w", encoding="utf-8") as out:
+            out.write(page(f))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

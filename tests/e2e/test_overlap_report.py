@@ -1,0 +1,133 @@
+"""`python -m probeflow.overlap_report` on an overlap job's output: its figures against
+the plain-Python reference of the job's rules (sets over every detail record, not the
+report's streaming counts), its sample against the details, its page standing alone."""
+
+from __future__ import annotations
+
+import html
+import json
+import re
+import subprocess
+import sys
+from collections import defaultdict
+
+import pytest
+
+from probeflow import overlap_report
+from probeflow.errors import OutputError
+
+from support.overlap import make_corpus, overlap_job, reference
+from support.run import run
+
+
+@pytest.fixture(scope="module")
+def job(tmp_path_factory):
+    root = tmp_path_factory.mktemp("overlap-report")
+    eval_files, train_files = make_corpus(root / "in")
+    out = root / "out"
+    run(["run", str(overlap_job(root / "job.toml", eval_files, [root / "in" / "train"], out))])
+    files = [(str(p), p) for p in eval_files], [(str(p), p) for p in train_files]
+    stats, details, _, _ = reference(*files)
+    return out, stats, details
+
+
+def test_figures_are_the_references_counts(job):
+    out, stats, details = job
+    f = overlap_report.figures(out, top=1000, sample=5)
+    assert details, "the corpus has overlaps"
+    assert f.details == len(details)
+    assert f.contamination == [
+        {
+            "eval_dataset": s["eval_dataset"],
+            "n": s["n"],
+            "num_instances": s["num_instances"],
+            "contaminated": len(s["instance_ids"]),
+            "fraction": len(s["instance_ids"]) / s["num_instances"],
+        }
+        for s in stats
+    ]
+    assert any(c["contaminated"] for c in f.contamination)
+
+    docs = defaultdict(set)  # (train file, dataset) → training documents
+    insts = defaultdict(set)  # (train file, dataset) → instances
+    leaked = defaultdict(set)  # (dataset, instance) → training documents
+    gram_docs, gram_insts = defaultdict(set), defaultdict(set)
+    for d in details:
+        doc = (d["train_path"], d["train_row"])
+        cell = (d["train_path"], d["eval_dataset"])
+        docs[cell].add(doc)
+        insts[cell].add(str(d["instance_id"]))
+        leaked[(d["eval_dataset"], str(d["instance_id"]))].add(doc)
+        gram_docs[(d["n"], d["ngram"])].add(doc)
+        gram_insts[(d["n"], d["ngram"])].add((d["eval_dataset"], str(d["instance_id"])))
+    assert f.training_documents == len({(d["train_path"], d["train_row"]) for d in details})
+
+    m = f.matrix
+    assert m["train_files"] == sorted({d["train_path"] for d in details})
+    for i, t in enumerate(m["train_files"]):
+        for j, ds in enumerate(m["eval_datasets"]):
+            assert m["documents"][i][j] == len(docs[(t, ds)]), (t, ds)
+            assert m["instances"][i][j] == len(insts[(t, ds)]), (t, ds)
+
+    assert [(x["eval_dataset"], x["instance_id"], x["training_documents"]) for x in f.most_leaked] == sorted(
+        ((ds, i, len(d)) for (ds, i), d in leaked.items()), key=lambda x: (-x[2], x[0], x[1]))
+    assert [(h["n"], h["ngram"], h["training_documents"], h["eval_instances"]) for h in f.hot_ngrams] == sorted(
+        ((n, g, len(gram_docs[(n, g)]), len(gram_insts[(n, g)])) for n, g in gram_docs),
+        key=lambda x: (-x[2], -x[3], x[0], x[1]))
+
+
+def test_the_sample_is_seeded_and_made_of_detail_records(job):
+    out, _, details = job
+    a = overlap_report.figures(out, sample=7, seed=3)
+    assert a.sample == overlap_report.figures(out, sample=7, seed=3).sample
+    assert len(a.sample) == min(7, len(details))
+    keyed = {(d["train_path"], d["train_row"], d["eval_path"], d["eval_row"], d["n"], d["ngram"]): d for d in details}
+    for s in a.sample:
+        d = keyed[(s["train_path"], s["train_row"], s["eval_path"], s["eval_row"], s["n"], s["ngram"])]
+        assert s["eval_offsets"] == d["eval_offsets"] and s["train_offsets"] == d["train_offsets"]
+    other = overlap_report.figures(out, sample=7, seed=4).sample
+    assert len(details) <= 7 or other != a.sample, "another seed draws another sample"
+
+
+def test_the_page_marks_the_matched_spans_and_stands_alone(job, tmp_path):
+    out, _, _ = job
+    page, figures_json = tmp_path / "report.html", tmp_path / "figures.json"
+    done = subprocess.run(
+        [sys.executable, "-m", "probeflow.overlap_report", str(out), "--html", str(page),
+         "--json", str(figures_json), "--sample", "5"],
+        capture_output=True, text=True, check=True)
+    assert "contaminated" in done.stdout and "hot n-grams" in done.stdout
+    text = page.read_text()
+    assert not re.search(r"""(src|href)\s*=\s*["']?(https?:)?//""", text), "no outside resources"
+    embedded = json.loads(re.search(r'<script type=application/json id=figures>(.*?)</script>', text, re.S)
+                          .group(1).replace("<\\/", "</"))
+    assert embedded == json.loads(figures_json.read_text())
+    # Every sampled match's spans are marked, each with the text at its offsets.
+    marked = [html.unescape(m) for m in re.findall(r"<mark>(.*?)</mark>", text, re.S)]
+    for s in embedded["sample"]:
+        for side in ("eval", "train"):
+            t = s[f"{side}_text"]
+            start, end = s[f"{side}_offsets"][0]
+            assert t[start:end] in marked, (side, t[start:end])
+        # The n-gram as the tokenizer sees it (lowered, joined by spaces) is the match.
+        assert s["eval_offsets"]
+    assert len(marked) >= 2 * len(embedded["sample"])
+
+
+def test_not_an_overlap_output_is_a_clear_error(tmp_path):
+    with pytest.raises(OutputError, match="not a finished overlap output"):
+        overlap_report.figures(tmp_path)
+    done = subprocess.run([sys.executable, "-m", "probeflow.overlap_report", str(tmp_path)],
+                          capture_output=True, text=True)
+    assert done.returncode == 2 and "not a finished overlap output" in done.stderr
+
+
+def test_highlights_keep_the_text_once_and_long_spans_whole():
+    long = "a" * 1000 + "X" * 900 + "b" * 500
+    marked = overlap_report._highlight(long, [[1000, 1900]])
+    assert "<mark>" + "X" * 900 + "</mark>" in marked
+    assert marked.startswith("…") and marked.endswith("…")
+    # Overlapping occurrences: every character shown once, in order.
+    shown = overlap_report._highlight("hello big world", [[6, 9], [6, 15]])
+    assert re.sub(r"</?mark>", "", shown) == "hello big world"
+    assert overlap_report._highlight("<b>", []) == "&lt;b&gt;"
