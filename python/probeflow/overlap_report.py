@@ -259,10 +259,13 @@ def _highlight(text: str, offsets: list[list[int]], context: int = CONTEXT_CHARS
 
 
 def _heat(value: int, top: int) -> str:
+    """A cell's style: white for 0, then light to dark red up to ``top`` (text turns
+    white where the red is dark)."""
     if value == 0 or top == 0:
-        return "#ffffff"
-    a = 0.15 + 0.85 * value / top
-    return f"rgba(200, 30, 30, {a:.2f})"
+        return "background: #ffffff"
+    a = 0.1 + 0.9 * value / top
+    text = "#fff" if a > 0.55 else "#222"
+    return f"background: rgba(200, 30, 30, {a:.2f}); color: {text}"
 
 
 def page(f: Figures) -> str:
@@ -270,7 +273,7 @@ def page(f: Figures) -> str:
     e = html.escape
     rows = "".join(
         f"<tr><td>{e(c['eval_dataset'])}</td><td>{c['n']}</td><td>{c['num_instances']}</td>"
-        f"<td>{c['contaminated']}</td><td><div class=bar style='width:{100 * c['fraction']:.1f}%'></div>"
+        f"<td>{c['contaminated']}</td><td class=frac><span class=bar style='width:{10 * c['fraction']:.2f}em'></span>"
         f"{c['fraction']:.2%}</td></tr>"
         for c in f.contamination
     )
@@ -279,7 +282,7 @@ def page(f: Figures) -> str:
     matrix = "<tr><th>training file \\ eval dataset</th>" + "".join(
         f"<th>{e(d)}</th>" for d in m["eval_datasets"]) + "</tr>" + "".join(
         f"<tr><th class=file>{e(os.path.basename(t))}</th>" + "".join(
-            f"<td style='background:{_heat(docs, top)}' title='{docs} documents, {insts} instances'>"
+            f"<td style='{_heat(docs, top)}' title='{docs} documents, {insts} instances'>"
             f"{docs}<small> / {insts}</small></td>"
             for docs, insts in zip(m["documents"][i], m["instances"][i]))
         + "</tr>"
@@ -309,12 +312,13 @@ table {{ border-collapse: collapse; margin: 1em 0; }}
 td, th {{ border: 1px solid #ccc; padding: 3px 8px; text-align: right; vertical-align: top; }}
 th.file, td.text {{ text-align: left; }}
 td.text {{ max-width: 50em; white-space: pre-wrap; word-break: break-word; }}
-.bar {{ display: inline-block; height: .8em; background: #c83; margin-right: .5em; max-width: 10em; }}
+.frac {{ white-space: nowrap; text-align: left; }}
+.bar {{ display: inline-block; height: .8em; background: #c83; margin-right: .5em; }}
 mark {{ background: #fd5; }}
 .match {{ border-top: 1px solid #ddd; padding: .5em 0; }}
 .match p {{ white-space: pre-wrap; word-break: break-word; }}
 .ngram {{ font-family: monospace; color: #555; }}
-small {{ color: #555; }}
+small {{ opacity: .75; }}
 </style></head><body>
 <h1>Overlap report</h1>
 <p>{e(f.output)} · {f.details} matches in {f.training_documents} training documents</p>
