@@ -206,6 +206,10 @@ class _Loader:
     @property
     def files(self) -> list[str]: ...
 
+def remote_object_size(url: str) -> int:
+    """The size in bytes of the object at ``url`` (``s3://…``, ``gs://…``)."""
+def remote_object_range(url: str, start: int, stop: int) -> bytes:
+    """Bytes ``start..stop`` of the object at ``url`` (one request)."""
 def _after_fork_in_child() -> None:
     """Marks this process as a fork child: loaders start fresh producer threads."""
 

@@ -1,7 +1,8 @@
 """A report on an n-gram overlap output: who is contaminated, by what, and how it looks.
 
 ``python -m probeflow.overlap_report OUTPUT [--html report.html] [--json figures.json]``
-reads an overlap job's finished output (local directory) and prints a summary; with
+reads an overlap job's finished output (a local directory, or ``s3://``/``gs://``: read
+in ranges of 8 MiB, never whole) and prints a summary; with
 ``--html`` it writes one self-contained page (no network access, nothing to install to
 view it), with ``--json`` the figures behind it.
 
@@ -28,6 +29,7 @@ import dataclasses
 import gzip
 import heapq
 import html
+import io
 import json
 import os
 import random
@@ -35,7 +37,8 @@ import sys
 from collections import defaultdict
 from typing import Any, Iterator
 
-from .errors import OutputError
+from ._native import remote_object_range, remote_object_size
+from .errors import OutputError, RemoteError
 
 STATS = "stats/overlap_stats.jsonl"
 DETAILS = "stats/overlap_details.jsonl.gz"
@@ -70,13 +73,68 @@ class Figures:
     sample: list[dict[str, Any]]
 
 
+#: Bytes asked of an object store at once.
+REMOTE_PART_BYTES = 8 << 20
+
+
+def _is_remote(path: str) -> bool:
+    return path.startswith(("s3://", "gs://"))
+
+
+def _join(output: str, rel: str) -> str:
+    return f"{output.rstrip('/')}/{rel}" if _is_remote(output) else os.path.join(output, rel)
+
+
+class _RemoteObject(io.RawIOBase):
+    """An object on ``s3://`` or ``gs://`` as a read-only binary file, fetched in the
+    ranges its buffer asks for (one request each)."""
+
+    def __init__(self, url: str) -> None:
+        super().__init__()
+        self.url = url
+        self.size = remote_object_size(url)
+        self.at = 0
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        view = memoryview(buffer).cast("B")
+        n = min(len(view), self.size - self.at)
+        if n <= 0:
+            return 0
+        data = remote_object_range(self.url, self.at, self.at + n)
+        view[: len(data)] = data
+        self.at += len(data)
+        return len(data)
+
+
+def _open_binary(path: str) -> io.BufferedIOBase:
+    if _is_remote(path):
+        return io.BufferedReader(_RemoteObject(path), buffer_size=REMOTE_PART_BYTES)
+    return open(path, "rb")
+
+
+def _exists(path: str) -> bool:
+    if not _is_remote(path):
+        return os.path.exists(path)
+    try:
+        remote_object_size(path)
+    except FileNotFoundError:
+        return False
+    return True
+
+
 def _open_text(path: str) -> Iterator[str]:
     try:
-        opener = gzip.open if path.endswith(".gz") else open
-        with opener(path, "rt", encoding="utf-8") as f:
+        raw = _open_binary(path)
+        with (gzip.open(raw, "rt", encoding="utf-8") if path.endswith(".gz")
+              else io.TextIOWrapper(raw, encoding="utf-8")) as f:
             yield from f
     except FileNotFoundError as e:
         raise OutputError(f"{path}: not found (is this a finished overlap output?)") from e
+    except RemoteError:
+        raise
     except (OSError, EOFError, UnicodeDecodeError) as e:
         raise OutputError(f"{path}: unreadable: {e}") from e
 
@@ -102,13 +160,13 @@ def _field(record: dict[str, Any], name: str, path: str) -> Any:
 
 
 def figures(output: str, *, top: int = 20, sample: int = 12, seed: int = 0) -> Figures:
-    """Reads a finished overlap output (a local directory) and computes the report's
-    figures: the ``top`` most-leaked instances and hot n-grams, and ``sample`` detail
-    records drawn with ``seed``."""
+    """Reads a finished overlap output (a local directory, ``s3://…`` or ``gs://…``) and
+    computes the report's figures: the ``top`` most-leaked instances and hot n-grams,
+    and ``sample`` detail records drawn with ``seed``."""
     output = os.fspath(output)
-    if not os.path.exists(os.path.join(output, SUCCESS)):
+    if not _exists(_join(output, SUCCESS)):
         raise OutputError(f"{output}: no {SUCCESS}: not a finished overlap output")
-    stats_path = os.path.join(output, STATS)
+    stats_path = _join(output, STATS)
     contamination = []
     for r in _records(stats_path):
         instances = int(_field(r, "num_instances", stats_path))
@@ -121,7 +179,7 @@ def figures(output: str, *, top: int = 20, sample: int = 12, seed: int = 0) -> F
             "fraction": contaminated / instances if instances else 0.0,
         })
 
-    details_path = os.path.join(output, DETAILS)
+    details_path = _join(output, DETAILS)
     # Cells: (train file, dataset) → [documents, set of instance ids].
     cells: dict[tuple[str, str], list[Any]] = defaultdict(lambda: [0, set()])
     leaked: dict[tuple[str, str], int] = defaultdict(int)
@@ -346,7 +404,7 @@ def main(argv: list[str] | None = None) -> int:
         "dataset, the training × eval matrix, the most-leaked instances, hot n-grams and "
         "a sample of matches.",
     )
-    parser.add_argument("output", help="the overlap job's output directory")
+    parser.add_argument("output", help="the overlap job's output: a directory, s3://… or gs://…")
     parser.add_argument("--html", help="write a self-contained HTML page here")
     parser.add_argument("--json", help="write the figures as JSON here")
     parser.add_argument("--top", type=int, default=20, help="most-leaked instances and hot n-grams shown (20)")
@@ -355,7 +413,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         f = figures(args.output, top=args.top, sample=args.sample, seed=args.seed)
-    except OutputError as e:
+    except (OutputError, RemoteError) as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
     print(summary(f))

@@ -25,6 +25,7 @@ use probeflow_reader::Error;
 
 mod dataset;
 mod errors;
+mod remote_object;
 
 use errors::to_py as py_err;
 
@@ -474,6 +475,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(dataset::resolve_shards, m)?)?;
     m.add_function(wrap_pyfunction!(dataset::splits_of, m)?)?;
     m.add_function(wrap_pyfunction!(dataset::cache_stats, m)?)?;
+    m.add_function(wrap_pyfunction!(remote_object::remote_object_size, m)?)?;
+    m.add_function(wrap_pyfunction!(remote_object::remote_object_range, m)?)?;
     m.add("READER_DEFAULTS", dataset::reader_defaults(m.py())?)?;
     m.add("VOCAB_SIZE", probeflow_reader::tokenizer::VOCAB_SIZE)?;
     m.add(

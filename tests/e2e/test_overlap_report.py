@@ -4,6 +4,7 @@ report's streaming counts), its sample against the details, its page standing al
 
 from __future__ import annotations
 
+import dataclasses
 import html
 import json
 import re
@@ -18,6 +19,7 @@ from probeflow.errors import OutputError
 
 from support.overlap import make_corpus, overlap_job, reference
 from support.run import run
+from support.s3 import BUCKET
 
 
 @pytest.fixture(scope="module")
@@ -131,3 +133,32 @@ def test_highlights_keep_the_text_once_and_long_spans_whole():
     shown = overlap_report._highlight("hello big world", [[6, 9], [6, 15]])
     assert re.sub(r"</?mark>", "", shown) == "hello big world"
     assert overlap_report._highlight("<b>", []) == "&lt;b&gt;"
+
+
+def test_an_output_on_the_s3_server_gives_the_same_figures(job, s3, tmp_path):
+    """The output uploaded to an S3 API (moto's server) and read from there, in ranges
+    smaller than its details file: the same figures as from the disk."""
+    client, env = s3
+    out, _, _ = job
+    for p in out.rglob("*"):
+        if p.is_file():
+            client.upload_file(str(p), BUCKET, f"report/out/{p.relative_to(out)}")
+    url = f"s3://{BUCKET}/report/out"
+    figures_json = tmp_path / "s3.json"
+    code = (
+        "import sys; from probeflow import overlap_report as r; "
+        "r.REMOTE_PART_BYTES = 4096; sys.exit(r.main(sys.argv[1:]))"
+    )
+    done = subprocess.run([sys.executable, "-c", code, url, "--json", str(figures_json)],
+                          env=env, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert (out / "stats" / "overlap_details.jsonl.gz").stat().st_size > 4096, "read in several ranges"
+    local = json.loads(json.dumps(dataclasses.asdict(overlap_report.figures(out))))
+    remote = json.loads(figures_json.read_text())
+    assert remote["output"] == url
+    local.pop("output"), remote.pop("output")
+    assert remote == local
+    # An output that is not there is a clear error, not a trace.
+    done = subprocess.run([sys.executable, "-m", "probeflow.overlap_report", f"s3://{BUCKET}/report/none"],
+                          env=env, capture_output=True, text=True)
+    assert done.returncode == 2 and "not a finished overlap output" in done.stderr, done.stderr

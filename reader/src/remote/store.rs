@@ -275,6 +275,39 @@ impl Bucket {
         })
     }
 
+    /// The object's size in bytes.
+    pub fn size(&self, url: &RemoteUrl) -> Result<u64> {
+        let store = self.store(url)?;
+        runtime()?.block_on(async {
+            let meta = store.head(&url.path).await.map_err(|e| store_err(url, e))?;
+            Ok(meta.size)
+        })
+    }
+
+    /// Bytes `range` of the object (one ranged request, retried by the client); fewer
+    /// bytes than asked for is an error naming the object.
+    pub fn get_range(&self, url: &RemoteUrl, range: std::ops::Range<u64>) -> Result<Vec<u8>> {
+        let store = self.store(url)?;
+        runtime()?.block_on(async {
+            let part = store
+                .get_range(&url.path, range.clone())
+                .await
+                .map_err(|e| store_err(url, e))?;
+            if part.len() as u64 != range.end - range.start {
+                return Err(remote_err(
+                    url,
+                    format!(
+                        "asked for bytes {}..{}, got {} bytes",
+                        range.start,
+                        range.end,
+                        part.len()
+                    ),
+                ));
+            }
+            Ok(part.to_vec())
+        })
+    }
+
     /// Whether the object exists.
     pub fn exists(&self, url: &RemoteUrl) -> Result<bool> {
         let store = self.store(url)?;
