@@ -411,18 +411,20 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sample", type=int, default=12, help="matches sampled for the page (12)")
     parser.add_argument("--seed", type=int, default=0, help="the sample's seed (0)")
     args = parser.parse_args(argv)
+    if args.top < 0 or args.sample < 0:
+        parser.error("--top and --sample must be at least 0")
     try:
         f = figures(args.output, top=args.top, sample=args.sample, seed=args.seed)
-    except (OutputError, RemoteError) as e:
-        print(f"error: {e}", file=sys.stderr)
+        print(summary(f))
+        if args.json:
+            with open(args.json, "w", encoding="utf-8") as out:
+                json.dump(dataclasses.asdict(f), out, indent=1)
+        if args.html:
+            with open(args.html, "w", encoding="utf-8") as out:
+                out.write(page(f))
+    except (OutputError, OSError) as e:  # RemoteError is an OSError
+        print(f"probeflow.overlap_report: {e}", file=sys.stderr)
         return 2
-    print(summary(f))
-    if args.json:
-        with open(args.json, "w", encoding="utf-8") as out:
-            json.dump(dataclasses.asdict(f), out, indent=1)
-    if args.html:
-        with open(args.html, "w", encoding="utf-8") as out:
-            out.write(page(f))
     return 0
 
 

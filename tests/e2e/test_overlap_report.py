@@ -122,6 +122,17 @@ def test_not_an_overlap_output_is_a_clear_error(tmp_path):
     done = subprocess.run([sys.executable, "-m", "probeflow.overlap_report", str(tmp_path)],
                           capture_output=True, text=True)
     assert done.returncode == 2 and "not a finished overlap output" in done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_bad_options_and_unwritable_pages_are_clear_errors(job, tmp_path):
+    out, _, _ = job
+    report = [sys.executable, "-m", "probeflow.overlap_report", str(out)]
+    done = subprocess.run([*report, "--sample", "-1"], capture_output=True, text=True)
+    assert done.returncode == 2 and "at least 0" in done.stderr
+    done = subprocess.run([*report, "--html", str(tmp_path / "no-such-dir" / "r.html")],
+                          capture_output=True, text=True)
+    assert done.returncode == 2 and "no-such-dir" in done.stderr and "Traceback" not in done.stderr
 
 
 def test_highlights_keep_the_text_once_and_long_spans_whole():
