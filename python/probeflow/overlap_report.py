@@ -18,8 +18,10 @@ Data flow::
 
 Memory: the details are read in their order (training file, training row, eval file,
 eval row, n, n-gram), so a training document's records are consecutive and distinct
-documents are counted without being kept; what is kept grows with the contaminated
-eval instances and the distinct matched n-grams, not with the details' size.
+documents are counted without being kept. What is kept: a number for every contaminated
+eval instance (with the start of its text) and every distinct matched n-gram, and one
+int per distinct (n-gram, instance) and (cell, instance) pair; it grows with those, not
+with the details' size.
 """
 
 from __future__ import annotations
@@ -47,6 +49,9 @@ SUCCESS = ".SUCCESS"
 #: Characters of context shown around a highlighted span in the sample.
 CONTEXT_CHARS = 200
 
+#: Characters of a most-leaked instance's text kept and shown.
+TEXT_SHOWN = 300
+
 
 @dataclasses.dataclass
 class Figures:
@@ -64,7 +69,8 @@ class Figures:
     #: file that overlap the dataset, and the dataset's instances they overlap.
     matrix: dict[str, Any]
     #: The most-leaked eval instances: ``eval_dataset``, ``instance_id``,
-    #: ``training_documents`` (that contain one of its n-grams), ``eval_text``.
+    #: ``training_documents`` (that contain one of its n-grams), ``eval_text`` (its first
+    #: ``TEXT_SHOWN`` characters).
     most_leaked: list[dict[str, Any]]
     #: The n-grams matched in the most training documents: ``ngram``, ``n``,
     #: ``training_documents``, ``eval_instances``.
@@ -180,31 +186,38 @@ def figures(output: str, *, top: int = 20, sample: int = 12, seed: int = 0) -> F
         })
 
     details_path = _join(output, DETAILS)
-    # Cells: (train file, dataset) → [documents, set of instance ids].
-    cells: dict[tuple[str, str], list[Any]] = defaultdict(lambda: [0, set()])
-    leaked: dict[tuple[str, str], int] = defaultdict(int)
-    leaked_text: dict[tuple[str, str], str] = {}
-    # N-gram (n, text) → [documents, set of (dataset, instance)].
-    ngrams: dict[tuple[int, str], list[Any]] = defaultdict(lambda: [0, set()])
+    # Instances and n-grams are numbered as first met; what is kept per pair is one int.
+    instance_ids: dict[tuple[str, str], int] = {}
+    gram_ids: dict[tuple[int, str], int] = {}
+    # Cells: (train file, dataset) → documents; (cell number, instance) pairs as ints.
+    cell_ids: dict[tuple[str, str], int] = {}
+    cell_docs: list[int] = []
+    cell_instances: list[int] = []
+    cell_pairs: set[int] = set()
+    leaked: list[int] = []  # per instance: training documents
+    leaked_text: list[str] = []  # per instance: its text, as much as the page shows
+    gram_docs: list[int] = []
+    gram_instances: list[int] = []
+    gram_pairs: set[int] = set()
     rng = random.Random(seed)
     reservoir: list[dict[str, Any]] = []
     count = documents = 0
     doc: tuple[str, int] | None = None
     # What the current training document has met (each counted once per document).
-    doc_cells: set[tuple[str, str]] = set()
-    doc_instances: set[tuple[str, str]] = set()
-    doc_ngrams: set[tuple[int, str]] = set()
+    doc_cells: set[int] = set()
+    doc_instances: set[int] = set()
+    doc_grams: set[int] = set()
 
     def close_document() -> None:
-        for cell in doc_cells:
-            cells[cell][0] += 1
-        for instance in doc_instances:
-            leaked[instance] += 1
-        for gram in doc_ngrams:
-            ngrams[gram][0] += 1
+        for c in doc_cells:
+            cell_docs[c] += 1
+        for i in doc_instances:
+            leaked[i] += 1
+        for g in doc_grams:
+            gram_docs[g] += 1
         doc_cells.clear()
         doc_instances.clear()
-        doc_ngrams.clear()
+        doc_grams.clear()
 
     for r in _records(details_path):
         key = (_field(r, "train_path", details_path), _field(r, "train_row", details_path))
@@ -219,14 +232,28 @@ def figures(output: str, *, top: int = 20, sample: int = 12, seed: int = 0) -> F
             documents += 1
         dataset = _field(r, "eval_dataset", details_path)
         instance = (dataset, str(_field(r, "instance_id", details_path)))
+        i = instance_ids.setdefault(instance, len(instance_ids))
+        if i == len(leaked):
+            leaked.append(0)
+            leaked_text.append(str(_field(r, "eval_text", details_path))[:TEXT_SHOWN])
         gram = (int(_field(r, "n", details_path)), _field(r, "ngram", details_path))
-        cell = (key[0], dataset)
-        doc_cells.add(cell)
-        doc_instances.add(instance)
-        doc_ngrams.add(gram)
-        cells[cell][1].add(instance[1])
-        ngrams[gram][1].add(instance)
-        leaked_text.setdefault(instance, _field(r, "eval_text", details_path))
+        g = gram_ids.setdefault(gram, len(gram_ids))
+        if g == len(gram_docs):
+            gram_docs.append(0)
+            gram_instances.append(0)
+        c = cell_ids.setdefault((key[0], dataset), len(cell_ids))
+        if c == len(cell_docs):
+            cell_docs.append(0)
+            cell_instances.append(0)
+        doc_cells.add(c)
+        doc_instances.add(i)
+        doc_grams.add(g)
+        if (pair := (c << 40) | i) not in cell_pairs:
+            cell_pairs.add(pair)
+            cell_instances[c] += 1
+        if (pair := (g << 40) | i) not in gram_pairs:
+            gram_pairs.add(pair)
+            gram_instances[g] += 1
         count += 1
         # Reservoir sampling (algorithm R): every record equally likely, seeded.
         if len(reservoir) < sample:
@@ -236,17 +263,19 @@ def figures(output: str, *, top: int = 20, sample: int = 12, seed: int = 0) -> F
             if j < sample:
                 reservoir[j] = r
     close_document()
+    cells = {cell: (cell_docs[c], cell_instances[c]) for cell, c in cell_ids.items()}
 
     files = sorted({f for f, _ in cells})
     datasets = sorted({d for _, d in cells} | {c["eval_dataset"] for c in contamination})
     matrix = {
         "train_files": files,
         "eval_datasets": datasets,
-        "documents": [[cells[(f, d)][0] if (f, d) in cells else 0 for d in datasets] for f in files],
-        "instances": [[len(cells[(f, d)][1]) if (f, d) in cells else 0 for d in datasets] for f in files],
+        "documents": [[cells.get((f, d), (0, 0))[0] for d in datasets] for f in files],
+        "instances": [[cells.get((f, d), (0, 0))[1] for d in datasets] for f in files],
     }
-    most = heapq.nsmallest(top, leaked.items(), key=lambda kv: (-kv[1], kv[0]))
-    hot = heapq.nsmallest(top, ngrams.items(), key=lambda kv: (-kv[1][0], -len(kv[1][1]), kv[0]))
+    most = heapq.nsmallest(top, instance_ids.items(), key=lambda kv: (-leaked[kv[1]], kv[0]))
+    hot = heapq.nsmallest(
+        top, gram_ids.items(), key=lambda kv: (-gram_docs[kv[1]], -gram_instances[kv[1]], kv[0]))
     return Figures(
         output=output,
         contamination=contamination,
@@ -254,12 +283,13 @@ def figures(output: str, *, top: int = 20, sample: int = 12, seed: int = 0) -> F
         training_documents=documents,
         matrix=matrix,
         most_leaked=[
-            {"eval_dataset": d, "instance_id": i, "training_documents": n, "eval_text": leaked_text[(d, i)]}
-            for (d, i), n in most
+            {"eval_dataset": d, "instance_id": i, "training_documents": leaked[k],
+             "eval_text": leaked_text[k]}
+            for (d, i), k in most
         ],
         hot_ngrams=[
-            {"ngram": g, "n": n, "training_documents": docs, "eval_instances": len(insts)}
-            for (n, g), (docs, insts) in hot
+            {"ngram": g, "n": n, "training_documents": gram_docs[k], "eval_instances": gram_instances[k]}
+            for (n, g), k in hot
         ],
         sample=[
             {k: r.get(k) for k in (
@@ -347,7 +377,7 @@ def page(f: Figures) -> str:
         for i, t in enumerate(m["train_files"]))
     leaked = "".join(
         f"<tr><td>{x['training_documents']}</td><td>{e(x['eval_dataset'])}</td><td>{e(x['instance_id'])}</td>"
-        f"<td class=text>{e(x['eval_text'][:300])}</td></tr>"
+        f"<td class=text>{e(x['eval_text'])}</td></tr>"
         for x in f.most_leaked)
     hot = "".join(
         f"<tr><td>{h['training_documents']}</td><td>{h['eval_instances']}</td><td>{h['n']}</td>"
