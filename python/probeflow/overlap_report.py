@@ -133,9 +133,11 @@ def _exists(path: str) -> bool:
 
 def _open_text(path: str) -> Iterator[str]:
     try:
-        raw = _open_binary(path)
-        with (gzip.open(raw, "rt", encoding="utf-8") if path.endswith(".gz")
-              else io.TextIOWrapper(raw, encoding="utf-8")) as f:
+        # A GzipFile does not close the file it reads: the outer `with` does.
+        with _open_binary(path) as raw, (
+            gzip.open(raw, "rt", encoding="utf-8") if path.endswith(".gz")
+            else io.TextIOWrapper(raw, encoding="utf-8")
+        ) as f:
             yield from f
     except FileNotFoundError as e:
         raise OutputError(f"{path}: not found (is this a finished overlap output?)") from e

@@ -1,7 +1,8 @@
 //! Reading one object of an output on an object store (`s3://`, `gs://`) in ranges, for
 //! the Python reports that stream an output's files (`probeflow.overlap_report`): the
 //! size first, then ranges the caller asks for, each one request through the same
-//! stores, credentials and retries the shard cache uses. The GIL is released meanwhile.
+//! stores, credentials and retries the shard cache uses, one client per bucket for the
+//! process ([`Bucket::shared`]). The GIL is released meanwhile.
 
 use pyo3::prelude::*;
 use pyo3::types::PyBytes;
@@ -15,7 +16,7 @@ use crate::py_err;
 pub fn remote_object_size(py: Python<'_>, url: String) -> PyResult<u64> {
     py.detach(move || {
         let url = RemoteUrl::parse(&url)?;
-        Bucket::open(&url)?.size(&url)
+        Bucket::shared(&url)?.size(&url)
     })
     .map_err(py_err)
 }
@@ -36,7 +37,7 @@ pub fn remote_object_range<'py>(
     let bytes = py
         .detach(move || {
             let url = RemoteUrl::parse(&url)?;
-            Bucket::open(&url)?.get_range(&url, start..stop)
+            Bucket::shared(&url)?.get_range(&url, start..stop)
         })
         .map_err(py_err)?;
     Ok(PyBytes::new(py, &bytes))

@@ -242,6 +242,23 @@ impl Bucket {
         }))
     }
 
+    /// The bucket of `url`, opened once per process and shared by later calls (the
+    /// reports' ranged reads: one client, and its connections, for every range of an
+    /// object rather than one per range).
+    pub fn shared(url: &RemoteUrl) -> Result<Arc<Bucket>> {
+        static OPEN: Mutex<Vec<Arc<Bucket>>> = Mutex::new(Vec::new());
+        let mut open = OPEN.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(b) = open
+            .iter()
+            .find(|b| b.scheme == url.scheme && b.bucket == url.bucket)
+        {
+            return Ok(b.clone());
+        }
+        let bucket = Bucket::open(url)?;
+        open.push(bucket.clone());
+        Ok(bucket)
+    }
+
     /// The bucket of `url` served by `store` (tests: an in-memory store).
     #[cfg(test)]
     pub(crate) fn with_store(url: &RemoteUrl, store: Arc<dyn ObjectStore>) -> Arc<Bucket> {
@@ -288,24 +305,9 @@ impl Bucket {
     /// bytes than asked for is an error naming the object.
     pub fn get_range(&self, url: &RemoteUrl, range: std::ops::Range<u64>) -> Result<Vec<u8>> {
         let store = self.store(url)?;
-        runtime()?.block_on(async {
-            let part = store
-                .get_range(&url.path, range.clone())
-                .await
-                .map_err(|e| store_err(url, e))?;
-            if part.len() as u64 != range.end - range.start {
-                return Err(remote_err(
-                    url,
-                    format!(
-                        "asked for bytes {}..{}, got {} bytes",
-                        range.start,
-                        range.end,
-                        part.len()
-                    ),
-                ));
-            }
-            Ok(part.to_vec())
-        })
+        runtime()?
+            .block_on(fetch_range(store.as_ref(), url, range))
+            .map(|part| part.as_ref().to_vec())
     }
 
     /// Whether the object exists.
@@ -353,23 +355,40 @@ impl Bucket {
             let mut at = 0u64;
             while at < size {
                 let end = (at + part_bytes).min(size);
-                let part = store
-                    .get_range(&url.path, at..end)
-                    .await
-                    .map_err(|e| store_err(url, e))?;
-                if part.len() as u64 != end - at {
-                    return Err(remote_err(
-                        url,
-                        format!("asked for bytes {at}..{end}, got {} bytes", part.len()),
-                    ));
-                }
-                sink.write_all(&part).map_err(|e| Error::io(sink_path, e))?;
-                hasher.update(&part);
+                let fetched = fetch_range(store.as_ref(), url, at..end).await?;
+                let part = fetched.as_ref();
+                sink.write_all(part).map_err(|e| Error::io(sink_path, e))?;
+                hasher.update(part);
                 at = end;
             }
             Ok(at)
         })
     }
+}
+
+/// Bytes `range` of `url`'s object: one ranged request; fewer bytes than asked for is an
+/// error naming the object.
+async fn fetch_range(
+    store: &dyn ObjectStore,
+    url: &RemoteUrl,
+    range: std::ops::Range<u64>,
+) -> Result<impl AsRef<[u8]>> {
+    let part = store
+        .get_range(&url.path, range.clone())
+        .await
+        .map_err(|e| store_err(url, e))?;
+    if part.len() as u64 != range.end - range.start {
+        return Err(remote_err(
+            url,
+            format!(
+                "asked for bytes {}..{}, got {} bytes",
+                range.start,
+                range.end,
+                part.len()
+            ),
+        ));
+    }
+    Ok(part)
 }
 
 #[cfg(test)]

@@ -39,6 +39,10 @@ const ALIGNMENT: usize = 64;
 /// The IPC continuation marker that starts every message.
 const CONTINUATION: [u8; 4] = [0xff; 4];
 
+/// Room for the framed batch message (3 nodes, 6 buffers: about 300 bytes), so that a
+/// row's buffer is allocated once.
+const BATCH_HEADER_ROOM: usize = 512;
+
 /// Zeros to pad with.
 const PADDING: [u8; ALIGNMENT] = [0; ALIGNMENT];
 
@@ -244,16 +248,12 @@ pub(crate) fn encode(meta: &RowMeta, cols: &Columns) -> Result<Vec<u8>> {
 
     let mut fbb = FlatBufferBuilder::with_capacity(1024);
     schema_message(&mut fbb, meta, width as i32);
-    let schema_len = fbb.finished_data().len();
-    let mut out = Vec::new();
-    // Reserved exactly once the batch header's size is known (below).
-    let mut schema = Vec::with_capacity(framed(schema_len));
-    put_message(&mut schema, fbb.finished_data());
+    let mut out =
+        Vec::with_capacity(framed(fbb.finished_data().len()) + BATCH_HEADER_ROOM + body_len + 8);
+    let room = out.capacity();
+    put_message(&mut out, fbb.finished_data());
     batch_message(&mut fbb, n, &buffers, &nodes, body_len);
-    let header = fbb.finished_data();
-    out.reserve_exact(schema.len() + framed(header.len()) + body_len + 8);
-    out.extend_from_slice(&schema);
-    put_message(&mut out, header);
+    put_message(&mut out, fbb.finished_data());
 
     let body_start = out.len();
     for t in &cols.times {
@@ -280,6 +280,11 @@ pub(crate) fn encode(meta: &RowMeta, cols: &Columns) -> Result<Vec<u8>> {
     // End of stream: the continuation marker and a zero length.
     out.extend_from_slice(&CONTINUATION);
     out.extend_from_slice(&0i32.to_le_bytes());
+    debug_assert!(
+        out.len() <= room,
+        "{} bytes written, {room} reserved",
+        out.len()
+    );
     Ok(out)
 }
 

@@ -2,7 +2,7 @@
 //! them.
 //!
 //! **The sort key.** A measurement sorts as one fixed-width, memcmp-ordered key of 45
-//! bytes ([`key`], [`SortKey`]):
+//! bytes ([`SortKey`], built as words by `words_key`):
 //!
 //! | bytes | field |
 //! |---|---|
@@ -57,7 +57,10 @@ fn octets_key(octets: &[u8]) -> [u8; 17] {
     k
 }
 
-/// The key of one measurement from its parts (addresses as [`addr_key`] gives them).
+/// The key of one measurement from its parts (addresses as [`addr_key`] gives them),
+/// byte by byte as the table above lays it out: the reference the tests hold
+/// `words_key` and [`SortKey::parts`] to (the job builds keys as words).
+#[cfg(test)]
 pub fn key(src: &[u8; 17], event_time: u64, dst: &[u8; 17], rtt: Option<RttCode>) -> [u8; KEY_LEN] {
     let mut k = [0u8; KEY_LEN];
     k[..17].copy_from_slice(src);
