@@ -278,7 +278,9 @@ def make_corpus(root: Path) -> tuple[list[Path], list[Path]]:
 
 
 def overlap_job(path: Path, eval_urls, train_urls, output, mode="local", workers=2, port=0,
-                index_memory=None, lease=60, n=N_VALUES) -> Path:
+                index_memory=None, lease=60, n=N_VALUES, extra: str = "") -> Path:
+    """The job file at ``path``; ``extra`` is appended (more sections: ``[triage]``,
+    ``[clean]``)."""
     memory = "" if index_memory is None else f'memory = "{index_memory}"\n'
     path.write_text(f"""
 kind = "ngram_overlap"
@@ -299,7 +301,7 @@ listen = "127.0.0.1:{port}"
 memory_per_worker = "256MiB"
 scratch = "{path.parent / 'scratch'}"
 lease_seconds = {lease}
-""")
+{extra}""")
     return path
 
 

@@ -15,7 +15,8 @@ use crate::error::{Result, WorkerError};
 use protocol::{
     events_path, index_shuffle_path, instances_path, rejects_path, EvalFile, IndexOutput,
     IndexTask, OverlapDone, OverlapOutput, OverlapTask, ReportOutput, ReportTask, ScanOutput,
-    ScanTask, Settings, DETAILS, INDEX, PROGRESS_SUMMARY, REPORT, SCAN, STATS, SUCCESS, WORK_DIR,
+    ScanTask, Settings, DETAILS, HOT, INDEX, PROGRESS_SUMMARY, REPORT, SCAN, STATS, SUCCESS,
+    WORK_DIR,
 };
 
 use super::*;
@@ -157,9 +158,21 @@ impl OverlapDriver {
             .iter()
             .flat_map(|r| r.overlapping.values().flat_map(|m| m.values()))
             .sum();
+        let hot = match (&self.settings.triage, &self.report) {
+            (Some(triage), Some(r)) => format!(
+                "; {} hot n-grams ({}) in {HOT}",
+                r.hot,
+                if triage.exclude {
+                    "not counted in the statistics"
+                } else {
+                    "counted"
+                }
+            ),
+            _ => String::new(),
+        };
         format!(
             "{} eval instances in {} files, {} training documents ({:.1} MB of text) in {} files; \
-             {} rows rejected; {} overlap records, {} (dataset, n, instance) overlaps",
+             {} rows rejected; {} overlap records, {} (dataset, n, instance) overlaps{hot}",
             t.eval_records,
             self.plan.eval.len(),
             t.train_records,
@@ -167,7 +180,7 @@ impl OverlapDriver {
             self.plan.train.len(),
             t.eval_rejected + t.train_rejected,
             self.report.as_ref().map_or(0, |r| r.details),
-            overlapping
+            overlapping,
         )
     }
 
@@ -297,6 +310,9 @@ impl Driver<NgramOverlap> for OverlapDriver {
                     (0..train).map(|t| instances_path(t, train)).collect();
                 allowed.insert(DETAILS.into());
                 allowed.insert(STATS.into());
+                if self.settings.triage.is_some() {
+                    allowed.insert(HOT.into());
+                }
                 let got: BTreeSet<String> = o.files.iter().map(|f| f.path.clone()).collect();
                 if got != allowed {
                     return Err(format!("report files {got:?}, planned {allowed:?}"));

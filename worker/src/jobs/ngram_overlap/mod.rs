@@ -189,14 +189,19 @@ impl KindFile for OverlapFile {
     }
 
     fn identity(&self) -> serde_json::Value {
-        serde_json::json!({
+        let mut identity = serde_json::json!({
             "kind": NAME,
             "eval": self.eval,
             "train": self.train,
             "ngrams": self.ngrams,
             "output": self.output,
             "format": protocol::OUTPUT_FORMAT_VERSION,
-        })
+        });
+        // Only where present: a job without them has the fingerprint it always had.
+        if let Some(triage) = &self.triage {
+            identity["triage"] = serde_json::json!(triage);
+        }
+        identity
     }
 
     fn inputs(&self) -> Vec<InputSource> {

@@ -40,6 +40,8 @@ pub const INTERMEDIATE_FORMAT_VERSION: u32 = 4;
 pub const SUCCESS: &str = ".SUCCESS";
 pub const STATS: &str = "stats/overlap_stats.jsonl";
 pub const DETAILS: &str = "stats/overlap_details.jsonl.gz";
+/// The hot n-grams, when the job has a `[triage]` section.
+pub const HOT: &str = "stats/hot_ngrams.jsonl";
 pub const PROGRESS_SUMMARY: &str = "progress_summary.json";
 /// Intermediate files of the running job (removed when it completes).
 pub const WORK_DIR: &str = "_job/overlap";
@@ -86,6 +88,41 @@ pub struct Settings {
     /// whole in memory instead of as a stream (the same text, faster); from the plan.
     #[serde(default)]
     pub whole_gzip_max: u64,
+    /// Which matched n-grams are hot (`[triage]`); `None`: none is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub triage: Option<Triage>,
+}
+
+/// When a matched n-gram is *hot* (boilerplate, a template, a number list: text that
+/// matches many documents without telling contamination), and what that changes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Triage {
+    /// An n-gram found in more training documents than this is hot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_train_docs: Option<u64>,
+    /// An n-gram found in more eval rows than this is hot.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_eval_rows: Option<u64>,
+    /// `true`: hot n-grams count in no statistic (`stats/overlap_stats.jsonl`,
+    /// `tmp/overlap_instances-*`); their detail records are kept either way.
+    #[serde(default)]
+    pub exclude: bool,
+}
+
+impl Triage {
+    /// Why an n-gram found in `train_docs` training documents and `eval_rows` eval
+    /// rows is hot (empty: it is not).
+    pub fn hot_by(&self, train_docs: u64, eval_rows: u64) -> Vec<&'static str> {
+        let mut by = Vec::new();
+        if self.max_train_docs.is_some_and(|max| train_docs > max) {
+            by.push("train_docs");
+        }
+        if self.max_eval_rows.is_some_and(|max| eval_rows > max) {
+            by.push("eval_rows");
+        }
+        by
+    }
 }
 
 impl Settings {
@@ -212,6 +249,9 @@ pub struct ReportOutput {
     pub details: u64,
     /// (eval dataset, n) lines with at least one overlapping instance.
     pub overlapping: BTreeMap<String, BTreeMap<u32, u64>>,
+    /// Hot n-grams (with `[triage]`).
+    #[serde(default)]
+    pub hot: u64,
 }
 
 /// One training document that shares indexed n-grams with eval rows, as a scan writes

@@ -5,7 +5,10 @@
 //! * `stats/overlap_stats.jsonl`: per eval dataset and configured `n` (sorted), the
 //!   dataset's instance count and the sorted ids of its overlapping instances;
 //! * `tmp/overlap_instances-<t>-of-<T>.jsonl.gz`, one per training file: per training
-//!   row, eval dataset and configured `n`, the instances it overlaps.
+//!   row, eval dataset and configured `n`, the instances it overlaps;
+//! * with `[triage]`, `stats/hot_ngrams.jsonl`: the matched n-grams found in more
+//!   training documents or eval rows than its limits, which (with `exclude`) count in
+//!   neither of the two files above.
 //!
 //! Two passes over the events: the first finds the eval rows with candidates, whose
 //! ids and texts alone are then read from the eval files themselves (pinned: a file
@@ -13,7 +16,9 @@
 //! candidate against its eval row (re-tokenized: the row must have an n-gram of that
 //! length and text, which gives its offsets and the configured lengths it stands for)
 //! and writes the records a training file at a time. A candidate whose text is not the eval row's (two n-grams
-//! with one 64-bit window key) is dropped and counted.
+//! with one 64-bit window key) is dropped and counted. With
+//! `[triage]`, a pass between the two decides every candidate and counts each matched
+//! n-gram's training documents and eval rows, so the hot ones are known before pass 2.
 
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 
@@ -22,8 +27,8 @@ use serde::{Deserialize, Serialize};
 use super::gzip_jsonl::{GzipJsonl, Packing};
 use super::ngrams::{eval_ngram, EvalNgram};
 use super::protocol::{
-    instances_path, OutputFile, ReportOutput, ReportTask, ScanDoc, ScanEvent, Settings, DETAILS,
-    STATS,
+    instances_path, EvalFile, OutputFile, ReportOutput, ReportTask, ScanDoc, ScanEvent, Settings,
+    Triage, DETAILS, HOT, STATS,
 };
 use super::source::{read_gz_lines, read_records, WholeFiles};
 use super::tokenize::Token;
@@ -175,27 +180,34 @@ pub fn run_report(
         }
     }
 
-    // Pass 2: the details and the per-training-file instances.
-    let mut details = GzipJsonl::new(output, DETAILS, Packing::Result);
-    let mut detail_count = 0u64;
-    let mut not_overlaps = 0u64;
     let lengths: Vec<(u32, u32)> = settings
         .n
         .iter()
         .map(|&n| (n, settings.bit_of(n)))
         .collect();
+    let eval_rows = EvalRows {
+        task,
+        rows: &rows,
+        lengths: &lengths,
+        settings,
+    };
+    // With [triage]: every matched n-gram counted first, so that the hot ones are
+    // known before anything is counted in the statistics.
+    let hot = match &settings.triage {
+        None => HotNgrams::default(),
+        Some(triage) => HotNgrams::of(&count_matches(handle, task, output, &eval_rows)?, triage),
+    };
+    let excluded =
+        |n: u32, ngram: &str| settings.triage.is_some_and(|t| t.exclude) && hot.contains(n, ngram);
+
+    // Pass 2: the details and the per-training-file instances.
+    let mut details = GzipJsonl::new(output, DETAILS, Packing::Result);
+    let mut detail_count = 0u64;
+    let mut not_overlaps = 0u64;
     let mut files = Vec::new();
     let train_files = task.train.len() as u32;
     for (t, (train_path, events_files)) in task.train.iter().zip(&task.events).enumerate() {
-        // A document matched in several index groups is in several events files,
-        // with the events of each group.
-        let mut docs: Vec<ScanDoc> = Vec::new();
-        for file in events_files {
-            for_each_line(handle, output, file, |doc: ScanDoc| {
-                docs.push(doc);
-                Ok(())
-            })?;
-        }
+        let docs = read_docs(handle, output, events_files)?;
         let mut events: Vec<(&ScanDoc, &ScanEvent)> = docs
             .iter()
             .flat_map(|doc| doc.events.iter().map(move |e| (doc, e)))
@@ -214,27 +226,14 @@ pub fn run_report(
         // The tokens of the eval rows this training file's candidates name.
         let mut tokens: HashMap<(u32, u64), Vec<Token>> = HashMap::new();
         for &(doc, e) in &events {
-            let eval = task
-                .eval
-                .get(e.eval_file as usize)
-                .ok_or_else(|| corrupt(train_path, "an event of an unknown eval file"))?;
-            let row = rows.get(&(e.eval_file, e.eval_row)).ok_or_else(|| {
-                corrupt(
-                    &eval.file.url,
-                    format!("no valid row {} (an event names it)", e.eval_row),
-                )
-            })?;
-            let row_tokens = tokens
-                .entry((e.eval_file, e.eval_row))
-                .or_insert_with(|| settings.tokenizer.tokenize(&row.text));
-            let Some(EvalNgram {
-                configured,
-                offsets: eval_offsets,
-            }) = eval_ngram(row_tokens, &lengths, e.n, &e.ngram)
-            else {
+            let Some((eval, row, found)) = eval_rows.decide(&mut tokens, train_path, e)? else {
                 not_overlaps += 1;
                 continue;
             };
+            let EvalNgram {
+                configured,
+                offsets: eval_offsets,
+            } = found;
             details.line(
                 handle,
                 &DetailRecord {
@@ -255,6 +254,9 @@ pub fn run_report(
                 },
             )?;
             detail_count += 1;
+            if excluded(e.n, &e.ngram) {
+                continue;
+            }
             for n in settings.lengths_in(configured) {
                 stats
                     .entry((eval.dataset.as_str(), n))
@@ -288,6 +290,9 @@ pub fn run_report(
         files.push(out.finish(handle)?);
     }
     files.push(details.finish(handle)?);
+    if let Some(triage) = &settings.triage {
+        files.push(hot.write(handle, output, triage)?);
+    }
     if not_overlaps > 0 {
         tracing::info!(
             candidates = not_overlaps,
@@ -321,7 +326,170 @@ pub fn run_report(
         files,
         details: detail_count,
         overlapping,
+        hot: hot.ngrams.len() as u64,
     })
+}
+
+/// A training file's scan documents, from its events files (a document matched in
+/// several index groups is in several, with the events of each group).
+fn read_docs(
+    handle: &tokio::runtime::Handle,
+    output: &StoreUrl,
+    events_files: &[String],
+) -> Result<Vec<ScanDoc>> {
+    let mut docs: Vec<ScanDoc> = Vec::new();
+    for file in events_files {
+        for_each_line(handle, output, file, |doc: ScanDoc| {
+            docs.push(doc);
+            Ok(())
+        })?;
+    }
+    Ok(docs)
+}
+
+/// The eval rows candidates name, and how a candidate is decided against its row.
+struct EvalRows<'a> {
+    task: &'a ReportTask,
+    rows: &'a HashMap<(u32, u64), EvalText>,
+    /// The configured lengths, each with its bit.
+    lengths: &'a [(u32, u32)],
+    settings: &'a Settings,
+}
+
+impl<'a> EvalRows<'a> {
+    /// Candidate `e` of training file `train_path` decided: its eval file and row and
+    /// the row's n-gram, or `None` when the row has no n-gram of that length and text
+    /// (two n-grams with one window key). `tokens` keeps the rows' tokens.
+    fn decide(
+        &self,
+        tokens: &mut HashMap<(u32, u64), Vec<Token>>,
+        train_path: &str,
+        e: &ScanEvent,
+    ) -> Result<Option<(&'a EvalFile, &'a EvalText, EvalNgram)>> {
+        let eval = self
+            .task
+            .eval
+            .get(e.eval_file as usize)
+            .ok_or_else(|| corrupt(train_path, "an event of an unknown eval file"))?;
+        let row = self.rows.get(&(e.eval_file, e.eval_row)).ok_or_else(|| {
+            corrupt(
+                &eval.file.url,
+                format!("no valid row {} (an event names it)", e.eval_row),
+            )
+        })?;
+        let row_tokens = tokens
+            .entry((e.eval_file, e.eval_row))
+            .or_insert_with(|| self.settings.tokenizer.tokenize(&row.text));
+        Ok(eval_ngram(row_tokens, self.lengths, e.n, &e.ngram).map(|found| (eval, row, found)))
+    }
+}
+
+/// Per effective length, per matched n-gram: the training documents and the eval rows
+/// it is found in.
+type MatchCounts = HashMap<u32, HashMap<String, (u64, u64)>>;
+
+/// Every candidate decided, and each matched n-gram counted: in how many training
+/// documents, and in how many eval rows. An n-gram's window key is in one index group,
+/// so a document's events for it are in one of its lines; and every document that
+/// has it is a candidate of every eval row that has it, so each document's events
+/// name all those rows.
+fn count_matches(
+    handle: &tokio::runtime::Handle,
+    task: &ReportTask,
+    output: &StoreUrl,
+    eval_rows: &EvalRows<'_>,
+) -> Result<MatchCounts> {
+    let mut counts = MatchCounts::new();
+    for (train_path, events_files) in task.train.iter().zip(&task.events) {
+        let docs = read_docs(handle, output, events_files)?;
+        let mut tokens: HashMap<(u32, u64), Vec<Token>> = HashMap::new();
+        for doc in &docs {
+            // This document's n-grams, each with its eval rows.
+            let mut mine: BTreeMap<(u32, &str), u64> = BTreeMap::new();
+            for e in &doc.events {
+                if eval_rows.decide(&mut tokens, train_path, e)?.is_some() {
+                    *mine.entry((e.n, e.ngram.as_str())).or_default() += 1;
+                }
+            }
+            for ((n, ngram), rows) in mine {
+                let of_n = counts.entry(n).or_default();
+                let count = match of_n.get_mut(ngram) {
+                    Some(count) => count,
+                    None => of_n.entry(ngram.to_string()).or_default(),
+                };
+                count.0 += 1;
+                count.1 = count.1.max(rows);
+            }
+        }
+    }
+    Ok(counts)
+}
+
+/// One line of `stats/hot_ngrams.jsonl`.
+#[derive(Debug, Serialize)]
+struct HotRecord<'a> {
+    n: u32,
+    ngram: &'a str,
+    train_docs: u64,
+    eval_rows: u64,
+    hot_by: &'a [&'static str],
+    excluded: bool,
+}
+
+/// The hot n-grams: (effective length, text) → (training documents, eval rows, why).
+#[derive(Default)]
+struct HotNgrams {
+    ngrams: BTreeMap<(u32, String), (u64, u64, Vec<&'static str>)>,
+}
+
+impl HotNgrams {
+    fn of(counts: &MatchCounts, triage: &Triage) -> HotNgrams {
+        let mut ngrams = BTreeMap::new();
+        for (&n, of_n) in counts {
+            for (ngram, &(docs, rows)) in of_n {
+                let by = triage.hot_by(docs, rows);
+                if !by.is_empty() {
+                    ngrams.insert((n, ngram.clone()), (docs, rows, by));
+                }
+            }
+        }
+        HotNgrams { ngrams }
+    }
+
+    fn contains(&self, n: u32, ngram: &str) -> bool {
+        // Few (they are the outliers): a lookup without building a key is not worth it.
+        !self.ngrams.is_empty() && self.ngrams.contains_key(&(n, ngram.to_string()))
+    }
+
+    /// `stats/hot_ngrams.jsonl`, in (length, text) order.
+    fn write(
+        &self,
+        handle: &tokio::runtime::Handle,
+        output: &StoreUrl,
+        triage: &Triage,
+    ) -> Result<OutputFile> {
+        let mut text = Vec::new();
+        for ((n, ngram), (train_docs, eval_rows, hot_by)) in &self.ngrams {
+            let record = HotRecord {
+                n: *n,
+                ngram,
+                train_docs: *train_docs,
+                eval_rows: *eval_rows,
+                hot_by,
+                excluded: triage.exclude,
+            };
+            serde_json::to_writer(&mut text, &record)
+                .map_err(|e| WorkerError::Job(e.to_string()))?;
+            text.push(b'\n');
+        }
+        let file = OutputFile {
+            path: HOT.into(),
+            bytes: text.len() as u64,
+            blake3: blake3::hash(&text).to_hex().to_string(),
+        };
+        handle.block_on(output.put(&output.child(HOT), text))?;
+        Ok(file)
+    }
 }
 
 #[cfg(test)]
@@ -375,6 +543,7 @@ mod tests {
             train_text_field: "text".into(),
             partitions: 1,
             whole_gzip_max: 0,
+            triage: None,
         };
         // Another text, same size: only the pin tells them apart.
         std::thread::sleep(std::time::Duration::from_millis(20));

@@ -1,11 +1,12 @@
 //! The overlap job file: `[eval]` and `[train]` (which files, which text field),
 //! `[ngrams]` (the n values and the tokenizer), `[index]` (how the test-side index is
-//! partitioned) and `[output]`. Unknown keys are errors. The fingerprint hashes
+//! partitioned), `[triage]` (which matched n-grams are hot), `[clean]` (the cleaned
+//! training corpus) and `[output]`. Unknown keys are errors. The fingerprint hashes
 //! everything that determines the output bytes.
 
 use serde::{Deserialize, Serialize};
 
-use super::protocol::Settings;
+use super::protocol::{Settings, Triage};
 use super::tokenize::TokenizerKind;
 
 /// An overlap job file's sections.
@@ -21,6 +22,9 @@ pub struct OverlapFile {
     #[serde(default)]
     pub index: IndexSpec,
     pub output: OutputSpec,
+    /// Hot n-grams: marked, reported, optionally excluded from the statistics.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub triage: Option<Triage>,
     /// The engine's keys (`kind`, `[run]`): read by the engine, ignored here.
     #[serde(default, skip_serializing)]
     pub kind: Option<String>,
@@ -149,6 +153,15 @@ impl OverlapFile {
                 }
             }
         }
+        if let Some(triage) = &self.triage {
+            if triage.max_train_docs.is_none() && triage.max_eval_rows.is_none() {
+                return Err(
+                    "[triage]: give max_train_docs, max_eval_rows or both (an n-gram found in \
+                     more training documents, or eval rows, than that is hot)"
+                        .into(),
+                );
+            }
+        }
         if self.output.url.is_empty() {
             return Err("[output] url is empty".into());
         }
@@ -166,6 +179,7 @@ impl OverlapFile {
             train_text_field: self.train.text_field.clone(),
             partitions: self.index.partitions,
             whole_gzip_max: 0,
+            triage: self.triage,
         }
     }
 }
@@ -244,5 +258,28 @@ workers = 2
         let fingerprint = |f: &OverlapFile| fingerprint_of(&f.identity());
         assert_eq!(fingerprint(&a), fingerprint(&b));
         assert_ne!(fingerprint(&a), fingerprint(&c));
+    }
+
+    #[test]
+    fn triage_changes_the_fingerprint_only_where_it_is_given() {
+        let plain: OverlapFile = toml::from_str(FULL).unwrap();
+        // A job without [triage] has the identity it had before [triage] existed.
+        assert!(plain.identity().get("triage").is_none());
+        let with = |section: &str| -> OverlapFile {
+            toml::from_str(&format!("{FULL}[triage]\n{section}")).unwrap()
+        };
+        let marked = with("max_train_docs = 5\n");
+        marked.validate().unwrap();
+        assert_eq!(marked.settings().triage.unwrap().max_train_docs, Some(5));
+        let fingerprint = |f: &OverlapFile| fingerprint_of(&f.identity());
+        assert_ne!(fingerprint(&plain), fingerprint(&marked));
+        assert_ne!(
+            fingerprint(&marked),
+            fingerprint(&with("max_train_docs = 5\nexclude = true\n"))
+        );
+        let err = load(&format!("{FULL}[triage]\nexclude = true\n")).unwrap_err();
+        assert!(err.contains("max_train_docs"), "{err}");
+        let err = load(&format!("{FULL}[triage]\nmax_docs = 3\n")).unwrap_err();
+        assert!(err.contains("max_docs"), "{err}");
     }
 }
