@@ -1,6 +1,7 @@
-//! The overlap job on the coordinator: its stages (index, scan, report) planned from
-//! the results before them, each result checked against its task, the running totals
-//! and progress files, the end of the job; late attempts' files removed.
+//! The overlap job on the coordinator: its stages (index, scan, report, and clean
+//! with `[clean]`) planned from the results before them, each result checked against
+//! its task, the running totals and progress files, the end of the job; late
+//! attempts' files removed.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -13,10 +14,10 @@ use crate::engine::protocol::{JobContext, TaskId};
 use crate::engine::store::StoreUrl;
 use crate::error::{Result, WorkerError};
 use protocol::{
-    events_path, index_shuffle_path, instances_path, rejects_path, EvalFile, IndexOutput,
-    IndexTask, OverlapDone, OverlapOutput, OverlapTask, ReportOutput, ReportTask, ScanOutput,
-    ScanTask, Settings, DETAILS, HOT, INDEX, PROGRESS_SUMMARY, REPORT, SCAN, STATS, SUCCESS,
-    WORK_DIR,
+    edits_path, events_path, index_shuffle_path, instances_path, rejects_path, CleanOutput,
+    CleanTask, EvalFile, IndexOutput, IndexTask, OverlapDone, OverlapOutput, OverlapTask,
+    ReportOutput, ReportTask, ScanOutput, ScanTask, Settings, CLEAN, CLEANED_DIR, CLEAN_MANIFEST,
+    DETAILS, HOT, INDEX, PROGRESS_SUMMARY, REPORT, SCAN, STATS, SUCCESS, WORK_DIR,
 };
 
 use super::*;
@@ -55,21 +56,55 @@ pub struct OverlapDriver {
     groups: u32,
     scans: BTreeMap<u32, ScanOutput>,
     report: Option<ReportOutput>,
+    /// With `[clean]`: where each training file's cleaned copy goes, and the results.
+    cleaned_paths: Vec<String>,
+    cleans: BTreeMap<u32, CleanOutput>,
     progress: ProgressLog,
 }
 
 impl OverlapDriver {
     /// The driver of a job of `plan`, whose tasks get `settings`.
-    pub(super) fn new(settings: Settings, plan: Plan) -> OverlapDriver {
-        OverlapDriver {
+    pub(super) fn new(settings: Settings, plan: Plan) -> Result<OverlapDriver> {
+        let cleaned_paths = match settings.clean {
+            None => Vec::new(),
+            Some(_) => {
+                let urls: Vec<&str> = plan.train.iter().map(|f| f.url.as_str()).collect();
+                clean::cleaned_paths(&urls).map_err(|what| WorkerError::Spec {
+                    file: "the job file".into(),
+                    what,
+                })?
+            }
+        };
+        Ok(OverlapDriver {
             settings,
             plan,
             index: BTreeMap::new(),
             groups: 1,
             scans: BTreeMap::new(),
             report: None,
+            cleaned_paths,
+            cleans: BTreeMap::new(),
             progress: ProgressLog::default(),
-        }
+        })
+    }
+
+    /// With `[clean]`: one clean task per training file.
+    pub(super) fn clean_tasks(&self) -> Vec<(u32, OverlapTask)> {
+        self.plan
+            .train
+            .iter()
+            .zip(&self.cleaned_paths)
+            .enumerate()
+            .map(|(t, (file, dest))| {
+                let task = CleanTask {
+                    train_file: t as u32,
+                    file: file.clone(),
+                    edits: edits_path(t as u32),
+                    dest: dest.clone(),
+                };
+                (t as u32, OverlapTask::Clean(task))
+            })
+            .collect()
     }
 
     pub(super) fn index_groups(&self) -> u32 {
@@ -170,9 +205,16 @@ impl OverlapDriver {
             ),
             _ => String::new(),
         };
+        let cleaned = match (&self.settings.clean, &self.report) {
+            (Some(_), Some(r)) => format!(
+                "; cleaned corpus in {CLEANED_DIR}/: {} documents dropped, {} cut ({CLEAN_MANIFEST})",
+                r.dropped, r.cut
+            ),
+            _ => String::new(),
+        };
         format!(
             "{} eval instances in {} files, {} training documents ({:.1} MB of text) in {} files; \
-             {} rows rejected; {} overlap records, {} (dataset, n, instance) overlaps{hot}",
+             {} rows rejected; {} overlap records, {} (dataset, n, instance) overlaps{hot}{cleaned}",
             t.eval_records,
             self.plan.eval.len(),
             t.train_records,
@@ -191,6 +233,7 @@ impl OverlapDriver {
         if let Some(r) = &self.report {
             outputs.extend(r.files.iter().map(|f| f.path.clone()));
         }
+        outputs.extend(self.cleans.values().map(|o| o.file.path.clone()));
         serde_json::json!({
             "stage_completed": stage,
             "num_eval_files": self.plan.eval.len(),
@@ -244,12 +287,16 @@ impl Driver<NgramOverlap> for OverlapDriver {
     fn progress_plan(&self) -> ProgressPlan {
         let bytes = self.plan.eval.iter().map(|e| e.file.size).sum::<u64>()
             + self.plan.train.iter().map(|f| f.size).sum::<u64>();
+        let mut stages = vec![
+            (INDEX, self.plan.eval.len() as u64),
+            (SCAN, self.plan.train.len() as u64),
+            (REPORT, 1),
+        ];
+        if self.settings.clean.is_some() {
+            stages.push((CLEAN, self.plan.train.len() as u64));
+        }
         ProgressPlan {
-            stages: vec![
-                (INDEX, self.plan.eval.len() as u64),
-                (SCAN, self.plan.train.len() as u64),
-                (REPORT, 1),
-            ],
+            stages,
             unit: "input bytes",
             total_units: bytes,
         }
@@ -272,6 +319,7 @@ impl Driver<NgramOverlap> for OverlapDriver {
                 .collect(),
             1 => self.scan_tasks(),
             2 => vec![self.report_task()?],
+            3 if self.settings.clean.is_some() => self.clean_tasks(),
             _ => return Ok(None),
         }))
     }
@@ -304,6 +352,16 @@ impl Driver<NgramOverlap> for OverlapDriver {
                 }
                 check_rejects("train", t.train_file, &o.counts.rejects_file)
             }
+            OverlapDone::Clean(t, o) => {
+                let planned = self.cleaned_paths.get(t.train_file as usize);
+                if planned != Some(&t.dest) || o.file.path != t.dest {
+                    return Err(format!("a cleaned file {:?} not planned", o.file.path));
+                }
+                if o.dropped + o.cut > o.rows {
+                    return Err(format!("{} rows edited of {}", o.dropped + o.cut, o.rows));
+                }
+                Ok(())
+            }
             OverlapDone::Report(_, o) => {
                 let train = self.plan.train.len() as u32;
                 let mut allowed: BTreeSet<String> =
@@ -312,6 +370,10 @@ impl Driver<NgramOverlap> for OverlapDriver {
                 allowed.insert(STATS.into());
                 if self.settings.triage.is_some() {
                     allowed.insert(HOT.into());
+                }
+                if self.settings.clean.is_some() {
+                    allowed.insert(CLEAN_MANIFEST.into());
+                    allowed.extend((0..train).map(edits_path));
                 }
                 let got: BTreeSet<String> = o.files.iter().map(|f| f.path.clone()).collect();
                 if got != allowed {
@@ -365,6 +427,11 @@ impl Driver<NgramOverlap> for OverlapDriver {
                 self.report = Some(o);
                 Progressed { units: 0, bytes }
             }
+            OverlapOutput::Clean(o) => {
+                let bytes = o.file.bytes;
+                self.cleans.insert(task.index, o);
+                Progressed { units: 0, bytes }
+            }
         };
         self.progress.accepted += 1;
         let line = serde_json::json!({
@@ -394,7 +461,10 @@ impl Driver<NgramOverlap> for OverlapDriver {
             }
             Some(stage) => {
                 files.extend(self.snapshot());
-                let name = [INDEX, SCAN, REPORT].get(stage).copied().unwrap_or("?");
+                let name = [INDEX, SCAN, REPORT, CLEAN]
+                    .get(stage)
+                    .copied()
+                    .unwrap_or("?");
                 match serde_json::to_vec_pretty(&self.progress_summary(name)) {
                     Ok(bytes) => files.push(ProgressFile {
                         path: PROGRESS_SUMMARY.into(),
@@ -411,6 +481,13 @@ impl Driver<NgramOverlap> for OverlapDriver {
         Box::pin(async move {
             if self.report.is_none() {
                 return Err(WorkerError::Job("finished without a report".into()));
+            }
+            if self.settings.clean.is_some() && self.cleans.len() != self.plan.train.len() {
+                return Err(WorkerError::Job(format!(
+                    "finished with {} of {} training files cleaned",
+                    self.cleans.len(),
+                    self.plan.train.len()
+                )));
             }
             Ok(self.summary())
         })

@@ -444,6 +444,105 @@ fn string_stop_bytewise(b: &[u8], at: usize) -> Option<usize> {
         .map(|k| at + k)
 }
 
+/// The byte range of the value of top-level key `field` in `line`, a JSON object
+/// Python's `json.loads` reads (the last of repeated keys, as it keeps): where the
+/// cleaning pass puts a document's new text, leaving every other byte of the line as
+/// it was. `None` if `line` is not such an object or has no such key.
+pub fn field_value_span(line: &str, field: &str) -> Option<std::ops::Range<usize>> {
+    let b = line.as_bytes();
+    let skip_space = |mut at: usize| {
+        while matches!(b.get(at), Some(b' ' | b'\t' | b'\n' | b'\r')) {
+            at += 1;
+        }
+        at
+    };
+    let mut at = skip_space(0);
+    if b.get(at) != Some(&b'{') {
+        return None;
+    }
+    at = skip_space(at + 1);
+    let mut found = None;
+    if b.get(at) == Some(&b'}') {
+        return None;
+    }
+    loop {
+        let key_end = json_string_end(b, at)?;
+        let key = &line[at..key_end];
+        let is_field = if key[1..key.len() - 1].contains('\\') {
+            serde_json::from_str::<String>(key).is_ok_and(|k| k == field)
+        } else {
+            &key[1..key.len() - 1] == field
+        };
+        at = skip_space(key_end);
+        if b.get(at) != Some(&b':') {
+            return None;
+        }
+        let start = skip_space(at + 1);
+        let end = json_value_end(b, start)?;
+        if is_field {
+            found = Some(start..end);
+        }
+        at = skip_space(end);
+        match b.get(at) {
+            Some(b',') => at = skip_space(at + 1),
+            Some(b'}') => return found,
+            _ => return None,
+        }
+    }
+}
+
+/// The end (one past the closing quote) of the JSON string at `at`.
+fn json_string_end(b: &[u8], at: usize) -> Option<usize> {
+    if b.get(at) != Some(&b'"') {
+        return None;
+    }
+    let mut i = at + 1;
+    while let Some(&c) = b.get(i) {
+        match c {
+            b'\\' => i += 2,
+            b'"' => return Some(i + 1),
+            _ => i += 1,
+        }
+    }
+    None
+}
+
+/// The end of the JSON value at `at` (Python's: `NaN` and `Infinity` included).
+fn json_value_end(b: &[u8], at: usize) -> Option<usize> {
+    match b.get(at)? {
+        b'"' => json_string_end(b, at),
+        b'{' | b'[' => {
+            let mut depth = 0usize;
+            let mut i = at;
+            while let Some(&c) = b.get(i) {
+                match c {
+                    b'"' => {
+                        i = json_string_end(b, i)?;
+                        continue;
+                    }
+                    b'{' | b'[' => depth += 1,
+                    b'}' | b']' => {
+                        depth -= 1;
+                        if depth == 0 {
+                            return Some(i + 1);
+                        }
+                    }
+                    _ => {}
+                }
+                i += 1;
+            }
+            None
+        }
+        _ => {
+            let len = b[at..]
+                .iter()
+                .position(|c| matches!(c, b',' | b'}' | b']' | b' ' | b'\t' | b'\n' | b'\r'))
+                .unwrap_or(b.len() - at);
+            (len > 0).then_some(at + len)
+        }
+    }
+}
+
 #[cfg(all(target_arch = "x86_64", target_feature = "sse2"))]
 mod sse2 {
     use std::arch::x86_64::{
@@ -829,6 +928,53 @@ mod tests {
                     "{bytes:?} {at}"
                 );
             }
+        }
+    }
+
+    #[test]
+    fn a_fields_value_is_found_where_python_reads_it() {
+        fn span<'l>(line: &'l str, field: &str) -> Option<&'l str> {
+            field_value_span(line, field).map(|r| &line[r])
+        }
+        assert_eq!(
+            span(r#"{"text": "a b", "id": 3}"#, "text"),
+            Some(r#""a b""#)
+        );
+        assert_eq!(span(r#"{"id":3,"text":"x"}"#, "text"), Some(r#""x""#));
+        // The last of repeated keys; keys inside nested values are not the field.
+        assert_eq!(
+            span(
+                r#"{"text": 1, "m": {"text": "no"}, "l": ["text", {"text": 2}], "text": "yes"}"#,
+                "text"
+            ),
+            Some(r#""yes""#)
+        );
+        // Escapes in the value and in the key; Python's literals; odd whitespace.
+        assert_eq!(
+            span("{\"t\\u0065xt\" :\t\"q \\\" \\\\\" ,\"n\": NaN}", "text"),
+            Some("\"q \\\" \\\\\"")
+        );
+        assert_eq!(
+            span(r#"{"a": -Infinity, "text": "z"}  "#, "text"),
+            Some(r#""z""#)
+        );
+        assert_eq!(span(r#"{"text": null}"#, "text"), Some("null"));
+        assert_eq!(span(r#"{"other": "x"}"#, "text"), None);
+        assert_eq!(span(r#"["text", "x"]"#, "text"), None);
+        assert_eq!(span(r#"{}"#, "text"), None);
+        // Every line the tests' corpus writes, against the decoder: the span holds
+        // the text the record has.
+        let mut scratch = String::new();
+        for line in [
+            r#"{"id": "d1", "text": "caf\u00e9 \"q\"", "x": [1, {"text": "n"}]}"#,
+            r#"{"text": "ΟΔΟΣ", "meta": {"n": 1, "f": 0.14285714285714285}, "ünï": "ké"}"#,
+        ] {
+            let light = super::light_record(line, "text", &mut scratch).unwrap();
+            let Some(JsonValue::Str(text)) = light.text else {
+                panic!("{line}")
+            };
+            let raw = span(line, "text").unwrap();
+            assert_eq!(serde_json::from_str::<String>(raw).unwrap(), text);
         }
     }
 }

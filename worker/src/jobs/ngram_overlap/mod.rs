@@ -12,6 +12,9 @@
 //!           file) has that n-gram (re-tokenized)
 //!           ─► stats/overlap_details.jsonl.gz, stats/overlap_stats.jsonl,
 //!           tmp/overlap_instances-*.jsonl.gz
+//!         (with [triage]: hot n-grams; with [clean]: each training file's edits
+//!         and stats/clean_manifest.jsonl.gz)
+//! clean:  with [clean], training file + its edits ─► cleaned/<its path>, in its format
 //! finish: progress_summary.json, the engine's .SUCCESS, then the intermediate files removed
 //! ```
 //!
@@ -31,9 +34,11 @@
 //!   `plan`: the plan and the index groups; `driver`: the job on the coordinator
 //!   (stages, result checks, totals and progress files, finish); `runner`: the tasks
 //!   on a worker.
-//! * [`index`], [`scan`], [`report`]: the three tasks; [`gzip_jsonl`]: their
-//!   streamed gzip outputs.
+//! * [`index`], [`scan`], [`report`], [`clean`]: the tasks; [`cleaning`]: what
+//!   cleaning does to one document; [`gzip_jsonl`]: their streamed gzip outputs.
 
+pub mod clean;
+pub mod cleaning;
 pub mod gzip_jsonl;
 pub mod index;
 pub mod json_record;
@@ -61,8 +66,8 @@ use crate::engine::protocol::TaskId;
 use crate::engine::store::StoreUrl;
 use crate::error::Result;
 use protocol::{
-    IndexOutput, OverlapOutput, OverlapTask, Settings, DETAILS, INDEX, INTERMEDIATE_FORMAT_VERSION,
-    REPORT, SCAN, STATS, SUCCESS,
+    IndexOutput, OverlapOutput, OverlapTask, Settings, CLEAN, DETAILS, INDEX,
+    INTERMEDIATE_FORMAT_VERSION, REPORT, SCAN, STATS, SUCCESS,
 };
 use spec::OverlapFile;
 
@@ -127,7 +132,7 @@ impl Kind for NgramOverlap {
             whole_gzip_max: plan.whole_gzip_max,
             ..file.settings()
         };
-        Ok(OverlapDriver::new(settings, plan))
+        OverlapDriver::new(settings, plan)
     }
 
     fn runner(&self) -> OverlapRunner {
@@ -165,11 +170,15 @@ impl Kind for NgramOverlap {
                     file.index.partitions,
                 ))
         });
-        vec![
+        let mut stages = vec![
             (INDEX, Some(plan.eval.len() as u64)),
             (SCAN, scans),
             (REPORT, Some(1)),
-        ]
+        ];
+        if file.clean.is_some() {
+            stages.push((CLEAN, Some(plan.train.len() as u64)));
+        }
+        stages
     }
 }
 
@@ -200,6 +209,9 @@ impl KindFile for OverlapFile {
         // Only where present: a job without them has the fingerprint it always had.
         if let Some(triage) = &self.triage {
             identity["triage"] = serde_json::json!(triage);
+        }
+        if let Some(clean) = &self.clean {
+            identity["clean"] = serde_json::json!(clean);
         }
         identity
     }

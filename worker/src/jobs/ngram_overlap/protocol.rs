@@ -6,7 +6,10 @@
 //! scan   (training file × index group) → the candidate events of that file against
 //!                                         that group of index partitions
 //! report (one task)                    → each candidate decided against its eval row
-//!                                         → stats/, tmp/overlap_instances-*, details
+//!                                         → stats/, tmp/overlap_instances-*, details;
+//!                                         with [clean], each training file's edits
+//! clean  (one per training file, with      → the file written again under cleaned/,
+//!         [clean])                           its edited documents dropped or cut
 //! ```
 //!
 //! Tasks carry names and byte ranges, never bulk data; results carry counts and the
@@ -24,6 +27,8 @@ pub const INDEX: &str = "index";
 pub const SCAN: &str = "scan";
 /// Gather the events into the outputs.
 pub const REPORT: &str = "report";
+/// Write the training files again without their contamination (with `[clean]`).
+pub const CLEAN: &str = "clean";
 
 /// Changes when the same input and settings would give other output bytes.
 pub const OUTPUT_FORMAT_VERSION: u32 = 1;
@@ -42,6 +47,11 @@ pub const STATS: &str = "stats/overlap_stats.jsonl";
 pub const DETAILS: &str = "stats/overlap_details.jsonl.gz";
 /// The hot n-grams, when the job has a `[triage]` section.
 pub const HOT: &str = "stats/hot_ngrams.jsonl";
+/// What the cleaning pass removed from which training document, and why (`[clean]`).
+pub const CLEAN_MANIFEST: &str = "stats/clean_manifest.jsonl.gz";
+/// Where the cleaned training files are written (`[clean]`), each at its path relative
+/// to the training files' common directory.
+pub const CLEANED_DIR: &str = "cleaned";
 pub const PROGRESS_SUMMARY: &str = "progress_summary.json";
 /// Intermediate files of the running job (removed when it completes).
 pub const WORK_DIR: &str = "_job/overlap";
@@ -53,6 +63,7 @@ crate::stages! {
         Index(INDEX): IndexTask => IndexOutput,
         Scan(SCAN): ScanTask => ScanOutput,
         Report(REPORT): ReportTask => ReportOutput,
+        Clean(CLEAN): CleanTask => CleanOutput,
     }
 }
 
@@ -68,6 +79,11 @@ pub fn events_path(index: u32, attempt: u32) -> String {
 /// whichever attempt writes them.
 pub fn rejects_path(side: &str, file: u32) -> String {
     format!("rejects/{side}-{file:05}.jsonl")
+}
+/// The edits of training file `file` (`[clean]`): the report decides them, the clean
+/// task applies them.
+pub fn edits_path(file: u32) -> String {
+    format!("{WORK_DIR}/edits-{file:05}.jsonl.gz")
 }
 /// The intermediate of training file `file` of `files`: which instances its documents
 /// overlap, with training provenance.
@@ -91,6 +107,48 @@ pub struct Settings {
     /// Which matched n-grams are hot (`[triage]`); `None`: none is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub triage: Option<Triage>,
+    /// The cleaning pass (`[clean]`); `None`: no cleaned corpus.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clean: Option<Clean>,
+}
+
+/// How the cleaning pass treats a contaminated training document.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CleanMode {
+    /// The document is left out.
+    Drop,
+    /// Every matched n-gram is cut out with `context_chars` on each side (GPT-3's
+    /// decontamination); the pieces left are joined by a line feed.
+    Cut,
+}
+
+/// The cleaning pass: the training files written again without their contamination.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Clean {
+    pub mode: CleanMode,
+    /// `cut`: characters (code points) cut on each side of a matched n-gram.
+    #[serde(default = "Clean::default_context_chars")]
+    pub context_chars: u64,
+    /// `cut`: a piece left shorter than this (code points) is cut too.
+    #[serde(default = "Clean::default_min_piece_chars")]
+    pub min_piece_chars: u64,
+    /// `cut`: a document left in more pieces than this is dropped.
+    #[serde(default = "Clean::default_max_pieces")]
+    pub max_pieces: u64,
+}
+
+impl Clean {
+    fn default_context_chars() -> u64 {
+        200
+    }
+    fn default_min_piece_chars() -> u64 {
+        200
+    }
+    fn default_max_pieces() -> u64 {
+        10
+    }
 }
 
 /// When a matched n-gram is *hot* (boilerplate, a template, a number list: text that
@@ -252,6 +310,43 @@ pub struct ReportOutput {
     /// Hot n-grams (with `[triage]`).
     #[serde(default)]
     pub hot: u64,
+    /// Training documents the cleaning pass drops and cuts (with `[clean]`).
+    #[serde(default)]
+    pub dropped: u64,
+    #[serde(default)]
+    pub cut: u64,
+}
+
+/// Write training file `train_file` again under [`CLEANED_DIR`] with the edits the
+/// report decided (none: the file is copied byte for byte).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CleanTask {
+    pub train_file: u32,
+    pub file: InputFile,
+    /// Its edits file ([`edits_path`]).
+    pub edits: String,
+    /// Where the cleaned file goes, relative to the output root.
+    pub dest: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CleanOutput {
+    pub file: OutputFile,
+    /// Rows read (0 for a file copied whole), and of them dropped and cut.
+    pub rows: u64,
+    pub dropped: u64,
+    pub cut: u64,
+}
+
+/// One line of an edits file: what becomes of a training row.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Edit {
+    pub train_row: u64,
+    /// `None`: the row is dropped; else its new text.
+    pub text: Option<String>,
+    /// [`super::clean::text_hash`] of the text the edit was decided on: the clean task
+    /// refuses a row that does not hold it.
+    pub text_hash: String,
 }
 
 /// One training document that shares indexed n-grams with eval rows, as a scan writes

@@ -24,14 +24,16 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde::{Deserialize, Serialize};
 
+use super::clean as clean_task;
+use super::cleaning::{self, Outcome};
 use super::gzip_jsonl::{GzipJsonl, Packing};
 use super::ngrams::{eval_ngram, EvalNgram};
 use super::protocol::{
-    instances_path, EvalFile, OutputFile, ReportOutput, ReportTask, ScanDoc, ScanEvent, Settings,
-    Triage, DETAILS, HOT, STATS,
+    edits_path, instances_path, Clean, Edit, EvalFile, OutputFile, ReportOutput, ReportTask,
+    ScanDoc, ScanEvent, Settings, Triage, CLEAN_MANIFEST, DETAILS, HOT, STATS,
 };
 use super::source::{read_gz_lines, read_records, WholeFiles};
-use super::tokenize::Token;
+use super::tokenize::{Token, TokenizerKind};
 use crate::engine::store::StoreUrl;
 use crate::error::{Result, WorkerError};
 
@@ -205,9 +207,18 @@ pub fn run_report(
     let mut detail_count = 0u64;
     let mut not_overlaps = 0u64;
     let mut files = Vec::new();
+    let mut cleaning = settings.clean.map(|clean| {
+        (
+            clean,
+            GzipJsonl::new(output, CLEAN_MANIFEST, Packing::Result),
+        )
+    });
+    let (mut dropped, mut cut) = (0u64, 0u64);
     let train_files = task.train.len() as u32;
     for (t, (train_path, events_files)) in task.train.iter().zip(&task.events).enumerate() {
         let docs = read_docs(handle, output, events_files)?;
+        // With [clean]: each contaminated document's counted matches.
+        let mut contaminated: BTreeMap<u64, DocMatches<'_>> = BTreeMap::new();
         let mut events: Vec<(&ScanDoc, &ScanEvent)> = docs
             .iter()
             .flat_map(|doc| doc.events.iter().map(move |e| (doc, e)))
@@ -257,6 +268,16 @@ pub fn run_report(
             if excluded(e.n, &e.ngram) {
                 continue;
             }
+            if cleaning.is_some() {
+                let doc_matches = contaminated
+                    .entry(doc.train_row)
+                    .or_insert_with(|| DocMatches::of(doc));
+                doc_matches.spans.extend_from_slice(&e.train_offsets);
+                doc_matches.ngrams.insert((e.n, e.ngram.as_str()));
+                doc_matches
+                    .instances
+                    .insert((eval.dataset.as_str(), row.id.as_str()));
+            }
             for n in settings.lengths_in(configured) {
                 stats
                     .entry((eval.dataset.as_str(), n))
@@ -288,8 +309,25 @@ pub fn run_report(
             )?;
         }
         files.push(out.finish(handle)?);
+        if let Some((clean, manifest)) = &mut cleaning {
+            let mut edits = GzipJsonl::new(output, &edits_path(t as u32), Packing::Intermediate);
+            for (train_row, doc_matches) in &contaminated {
+                let (edit, record) =
+                    doc_matches.decide(train_path, *train_row, clean, settings.tokenizer);
+                match edit.text {
+                    None => dropped += 1,
+                    Some(_) => cut += 1,
+                }
+                edits.line(handle, &edit)?;
+                manifest.line(handle, &record)?;
+            }
+            files.push(edits.finish(handle)?);
+        }
     }
     files.push(details.finish(handle)?);
+    if let Some((_, manifest)) = cleaning {
+        files.push(manifest.finish(handle)?);
+    }
     if let Some(triage) = &settings.triage {
         files.push(hot.write(handle, output, triage)?);
     }
@@ -327,7 +365,99 @@ pub fn run_report(
         details: detail_count,
         overlapping,
         hot: hot.ngrams.len() as u64,
+        dropped,
+        cut,
     })
+}
+
+/// A contaminated training document's counted matches (with `[clean]`).
+struct DocMatches<'a> {
+    doc: &'a ScanDoc,
+    /// Every matched n-gram's occurrences in the document, `[start, end)`.
+    spans: Vec<[u64; 2]>,
+    ngrams: BTreeSet<(u32, &'a str)>,
+    instances: BTreeSet<(&'a str, &'a str)>,
+}
+
+/// One line of `stats/clean_manifest.jsonl.gz`.
+#[derive(Debug, Serialize)]
+struct ManifestRecord<'a> {
+    train_path: &'a str,
+    train_row: u64,
+    train_doc_id: &'a str,
+    /// `dropped` or `cut`.
+    action: &'static str,
+    /// Why: `overlaps` (a match), `nothing_left` or `too_many_pieces` (a cut that
+    /// would leave no piece, or too many).
+    reason: &'static str,
+    /// The eval instances it overlaps, as (dataset, id).
+    eval_instances: &'a BTreeSet<(&'a str, &'a str)>,
+    /// Distinct matched n-grams.
+    ngrams: u64,
+    /// Where they are (code points, merged).
+    matched: Vec<[u64; 2]>,
+    /// `cut`: what was (or, dropped, would have been) cut out.
+    removed: Vec<[u64; 2]>,
+    /// Code points of the text, and of what is left of it.
+    chars: u64,
+    chars_left: u64,
+}
+
+impl<'a> DocMatches<'a> {
+    fn of(doc: &'a ScanDoc) -> DocMatches<'a> {
+        DocMatches {
+            doc,
+            spans: Vec::new(),
+            ngrams: BTreeSet::new(),
+            instances: BTreeSet::new(),
+        }
+    }
+
+    /// The document's edit, and its manifest line.
+    fn decide(
+        &self,
+        train_path: &'a str,
+        train_row: u64,
+        clean: &Clean,
+        tokenizer: TokenizerKind,
+    ) -> (Edit, ManifestRecord<'_>) {
+        let text = &self.doc.train_text;
+        let outcome =
+            cleaning::clean_document(text, &self.spans, clean, |c| tokenizer.separates(c));
+        let (action, reason, removed, new_text) = match outcome {
+            Outcome::Dropped { reason, removed } => ("dropped", reason.as_str(), removed, None),
+            Outcome::Cut { text, removed, .. } => ("cut", "overlaps", removed, Some(text)),
+        };
+        let mut matched = self.spans.clone();
+        matched.sort_unstable();
+        matched.dedup();
+        let mut merged: Vec<[u64; 2]> = Vec::with_capacity(matched.len());
+        for [start, end] in matched {
+            match merged.last_mut() {
+                Some(last) if start <= last[1] => last[1] = last[1].max(end),
+                _ => merged.push([start, end]),
+            }
+        }
+        let record = ManifestRecord {
+            train_path,
+            train_row,
+            train_doc_id: &self.doc.train_doc_id,
+            action,
+            reason,
+            eval_instances: &self.instances,
+            ngrams: self.ngrams.len() as u64,
+            matched: merged,
+            removed,
+            chars: text.chars().count() as u64,
+            chars_left: new_text.as_ref().map_or(0, |t| t.chars().count() as u64),
+        };
+        let edit = Edit {
+            train_row,
+            text: new_text,
+            text_hash: clean_task::text_hash(text),
+        };
+        (edit, record)
+    }
 }
 
 /// A training file's scan documents, from its events files (a document matched in
@@ -544,6 +674,7 @@ mod tests {
             partitions: 1,
             whole_gzip_max: 0,
             triage: None,
+            clean: None,
         };
         // Another text, same size: only the pin tells them apart.
         std::thread::sleep(std::time::Duration::from_millis(20));

@@ -95,6 +95,10 @@ impl Runner<NgramOverlap> for OverlapRunner {
                         )?;
                         Ok(done((OverlapOutput::Index(out), None, whole)))
                     }
+                    OverlapTask::Clean(task) => {
+                        let out = clean::run_clean(&handle, &task, &output, &settings)?;
+                        Ok(done((OverlapOutput::Clean(out), None, whole)))
+                    }
                     OverlapTask::Report(task) => {
                         let out =
                             report::run_report(&handle, &task, &output, &settings, &mut whole)?;

@@ -229,7 +229,7 @@ impl Rejects {
 }
 
 /// Refuses a file that is not the one planned (size and ETag).
-async fn check_unchanged(file: &InputFile) -> Result<()> {
+pub(super) async fn check_unchanged(file: &InputFile) -> Result<()> {
     crate::engine::store::check_pinned(&file.url, file.size, &file.etag).await
 }
 
@@ -257,7 +257,7 @@ impl Read for ObjectRead<'_> {
 
 /// An object's bytes as a blocking reader: a local file is read directly, an object
 /// in a store is fetched as it is read.
-fn open_object<'h>(
+pub(super) fn open_object<'h>(
     handle: &'h Handle,
     store: &StoreUrl,
     location: &object_store::path::Path,

@@ -6,7 +6,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use super::protocol::{Settings, Triage};
+use super::protocol::{Clean, CleanMode, Settings, Triage};
 use super::tokenize::TokenizerKind;
 
 /// An overlap job file's sections.
@@ -25,6 +25,9 @@ pub struct OverlapFile {
     /// Hot n-grams: marked, reported, optionally excluded from the statistics.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub triage: Option<Triage>,
+    /// The cleaned training corpus: contaminated documents dropped or cut.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub clean: Option<Clean>,
     /// The engine's keys (`kind`, `[run]`): read by the engine, ignored here.
     #[serde(default, skip_serializing)]
     pub kind: Option<String>,
@@ -162,6 +165,11 @@ impl OverlapFile {
                 );
             }
         }
+        if let Some(clean) = &self.clean {
+            if clean.mode == CleanMode::Cut && clean.max_pieces == 0 {
+                return Err("[clean] max_pieces must be at least 1".into());
+            }
+        }
         if self.output.url.is_empty() {
             return Err("[output] url is empty".into());
         }
@@ -180,6 +188,7 @@ impl OverlapFile {
             partitions: self.index.partitions,
             whole_gzip_max: 0,
             triage: self.triage,
+            clean: self.clean,
         }
     }
 }

@@ -1,0 +1,236 @@
+"""The cleaning pass (``[clean]``): the training files written again under
+``cleaned/`` in their own formats (JSONL, two-member gzip, zstd, Parquet) without
+their contamination, checked against the plain-Python reference's detail records and
+an independent reading of the cut rule; then the overlap job run again on the cleaned
+corpus finds nothing. A file without contamination, and every untouched row, keep
+their bytes. Killed mid-clean and resumed: the same bytes.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import random
+import re
+import signal
+import string
+import time
+from collections import defaultdict
+from pathlib import Path
+
+import pyarrow as pa
+import pyarrow.parquet as pq
+import pytest
+
+from support.overlap import (check_against_reference, make_corpus, output_files, overlap_job, read_jsonl_gz,
+                             sentence, words)
+from support.run import free_port, run
+
+EDGE_SEPARATORS = re.compile(rf"^[\s{re.escape(string.punctuation)}]+|[\s{re.escape(string.punctuation)}]+$")
+CUT = "[clean]\nmode = \"cut\"\ncontext_chars = 12\nmin_piece_chars = 15\nmax_pieces = 3\n"
+DROP = "[clean]\nmode = \"drop\"\n"
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+    root = tmp_path_factory.mktemp("clean")
+    eval_files, train_files = make_corpus(root / "in")
+    # A training file that overlaps nothing (its own words): copied byte for byte.
+    rng = random.Random(5)
+    vocab = [w + "q" for w in words(rng, 500)]
+    untouched = root / "in" / "train" / "sub" / "train-untouched.jsonl.gz"
+    untouched.parent.mkdir()
+    body = "".join(json.dumps({"id": f"u{i}", "text": sentence(rng, vocab, 40)}) + "\n" for i in range(30))
+    untouched.write_bytes(gzip.compress(body.encode(), compresslevel=1, mtime=0))
+    train_files = sorted([*train_files, untouched])
+    files = [(str(p), p) for p in eval_files], [(str(p), p) for p in train_files]
+    return root, eval_files, train_files, files
+
+
+def clean_job(root: Path, name: str, eval_files, section: str, **kw) -> Path:
+    out = root / f"out-{name}"
+    spec = overlap_job(root / f"{name}.toml", eval_files, [root / "in" / "train"], out, extra=section, **kw)
+    run(["run", str(spec)])
+    return out
+
+
+def lines_of(path: Path) -> list[bytes]:
+    """A JSONL file's lines (decompressed), each with its line feed."""
+    if path.name.endswith(".gz"):
+        data = gzip.decompress(path.read_bytes())
+    elif path.name.endswith(".zst"):
+        with pa.input_stream(str(path), compression="zstd") as f:
+            data = f.read()
+    else:
+        data = path.read_bytes()
+    return data.splitlines(keepends=True)
+
+
+def rows_of(path: Path) -> list:
+    """Rows as the job numbers them: (row, record or raw line); blank lines skipped."""
+    if path.suffix == ".parquet":
+        return list(enumerate(pq.read_table(path).to_pylist()))
+    rows = [line for line in lines_of(path) if line.strip(b" \t\r\n")]
+    return list(enumerate(rows))
+
+
+def matches_by_doc(details):
+    spans = defaultdict(list)
+    instances = defaultdict(set)
+    for d in details:
+        key = (d["train_path"], d["train_row"])
+        spans[key] += [tuple(o) for o in d["train_offsets"]]
+        instances[key].add((d["eval_dataset"], d["instance_id"]))
+    return spans, instances
+
+
+def expected_cut(text: str, spans, context=12, min_piece=15, max_pieces=3):
+    """The cut rule read from docs/overlap.md, code point by code point."""
+    gone = [False] * len(text)
+    for a, b in spans:
+        for i in range(max(0, a - context), min(len(text), b + context)):
+            gone[i] = True
+    pieces, at = [], 0
+    while at < len(text):
+        if gone[at]:
+            at += 1
+            continue
+        end = at
+        while end < len(text) and not gone[end]:
+            end += 1
+        pieces.append(text[at:end])
+        at = end
+    # Without the separators (of the default tokenizer) at their ends.
+    pieces = [EDGE_SEPARATORS.sub("", p) for p in pieces]
+    kept = [p for p in pieces if p and len(p) >= min_piece]
+    if not kept:
+        return "dropped", "nothing_left", None
+    if len(kept) > max_pieces:
+        return "dropped", "too_many_pieces", None
+    return "cut", "overlaps", "\n".join(kept)
+
+
+def text_of(row, path: Path):
+    return row["text"] if path.suffix == ".parquet" else json.loads(row)["text"]
+
+
+def rerun_finds_nothing(root: Path, name: str, eval_files, cleaned: Path):
+    out = root / f"out-{name}-again"
+    spec = overlap_job(root / f"{name}-again.toml", eval_files, [cleaned], out)
+    run(["run", str(spec)])
+    again = read_jsonl_gz(out / "stats" / "overlap_details.jsonl.gz")
+    assert again == [], f"{len(again)} overlaps left, e.g. {again[:1]}"
+    assert all(not s["instance_ids"] for s in
+               map(json.loads, (out / "stats" / "overlap_stats.jsonl").read_text().splitlines()))
+
+
+def test_drop_leaves_out_every_contaminated_document_and_nothing_else(corpus):
+    root, eval_files, train_files, files = corpus
+    out = clean_job(root, "drop", eval_files, DROP)
+    details, _ = check_against_reference(out, *files)
+    spans, instances = matches_by_doc(details)
+    manifest = read_jsonl_gz(out / "stats" / "clean_manifest.jsonl.gz")
+    assert [(m["train_path"], m["train_row"]) for m in manifest] == sorted(spans)
+    for m in manifest:
+        key = (m["train_path"], m["train_row"])
+        assert (m["action"], m["reason"], m["removed"], m["chars_left"]) == ("dropped", "overlaps", [], 0)
+        assert {tuple(i) for i in m["eval_instances"]} == instances[key]
+    train_dir = root / "in" / "train"
+    for path in train_files:
+        cleaned = out / "cleaned" / path.relative_to(train_dir)
+        assert cleaned.exists(), cleaned
+        dropped = {row for (p, row) in spans if p == str(path)}
+        if not dropped:
+            assert cleaned.read_bytes() == path.read_bytes(), f"{path.name} is not the same bytes"
+            continue
+        if path.suffix == ".parquet":
+            assert pq.read_schema(cleaned) == pq.read_schema(path)
+            assert pq.ParquetFile(cleaned).metadata.num_row_groups == pq.ParquetFile(path).metadata.num_row_groups
+            want = [r for i, r in rows_of(path) if i not in dropped]
+            assert pq.read_table(cleaned).to_pylist() == want
+        else:
+            # Every line but the dropped rows', the same bytes (blank and rejected
+            # lines included).
+            rows = iter(range(10**9))
+            want = [line for line in lines_of(path)
+                    if not (line.strip(b" \t\r\n") and next(rows) in dropped)]
+            assert lines_of(cleaned) == want, path.name
+    assert sum(len({r for (p, r) in spans if p == str(f)}) for f in train_files) == len(manifest)
+    summary = json.loads((out / ".SUCCESS").read_text())["summary"]
+    assert f"{len(manifest)} documents dropped, 0 cut" in summary
+    rerun_finds_nothing(root, "drop", eval_files, out / "cleaned")
+
+
+def test_cut_removes_each_match_with_its_context_and_keeps_the_rest_of_the_record(corpus):
+    root, eval_files, train_files, files = corpus
+    out = clean_job(root, "cut", eval_files, CUT)
+    details, _ = check_against_reference(out, *files)
+    spans, _ = matches_by_doc(details)
+    manifest = {(m["train_path"], m["train_row"]): m
+                for m in read_jsonl_gz(out / "stats" / "clean_manifest.jsonl.gz")}
+    assert set(manifest) == set(spans)
+    actions = defaultdict(int)
+    train_dir = root / "in" / "train"
+    for path in train_files:
+        original = dict(rows_of(path))
+        cleaned_path = out / "cleaned" / path.relative_to(train_dir)
+        got = [row for _, row in rows_of(cleaned_path)]
+        want = []
+        for i, row in original.items():
+            key = (str(path), i)
+            if key not in spans:
+                want.append(row)
+                continue
+            text = text_of(row, path)
+            action, reason, new = expected_cut(text, spans[key])
+            m = manifest[key]
+            assert (m["action"], m["reason"], m["chars"]) == (action, reason, len(text)), key
+            actions[action] += 1
+            if action == "dropped":
+                continue
+            assert m["chars_left"] == len(new)
+            # The rest of the record as it was: only the text changes.
+            if path.suffix == ".parquet":
+                want.append({**row, "text": new})
+            else:
+                record = json.loads(row)
+                record["text"] = new
+                want.append(record)
+        assert len(got) == len(want), path.name
+        if path.suffix != ".parquet":
+            got = [json.loads(line) if isinstance(w, dict) else line for line, w in zip(got, want)]
+        assert got == want, path.name
+    # The corpus exercises all three outcomes.
+    assert actions["cut"] > 10 and actions["dropped"] > 0, dict(actions)
+    assert {m["reason"] for m in manifest.values() if m["action"] == "dropped"} >= {"nothing_left"}
+    rerun_finds_nothing(root, "cut", eval_files, out / "cleaned")
+
+
+def test_killed_while_cleaning_then_resumed_the_same_bytes(corpus, tmp_path):
+    from support.cluster import Cluster
+    root, eval_files, train_files, files = corpus
+    local = clean_job(root, "cut-local", eval_files, CUT)
+    port = free_port()
+    out = tmp_path / "out"
+    spec = overlap_job(tmp_path / "cluster.toml", eval_files, [root / "in" / "train"], out,
+                       mode="cluster", port=port, extra=CUT)
+    c = Cluster(tmp_path, spec, port)
+    journal = out / "_job" / "journal"
+    try:
+        c.start_worker("w1")
+        deadline = time.time() + 180
+        while not list(journal.glob("clean-*.json")):
+            assert time.time() < deadline, c.log("coordinator")[-2000:]
+            time.sleep(0.01)
+        c.coordinator.send_signal(signal.SIGKILL)
+        c.coordinator.wait()
+        assert not (out / ".SUCCESS").exists()
+        time.sleep(1)
+        c.coordinator = c.start_coordinator()
+        log = c.finish()
+    finally:
+        c.kill_all()
+    assert c.coordinator.returncode == 0, log[-3000:]
+    assert "resumed from the journal" in log
+    assert output_files(out) == output_files(local)
+    assert not [p for p in (out / "_job").rglob("edits-*")], "the edits files are intermediate"

@@ -1,0 +1,295 @@
+//! What the cleaning pass does to one contaminated training document: drop it, or cut
+//! its matched n-grams out (GPT-3's decontamination).
+//!
+//! ```text
+//! matches [start, end) (code points)
+//!   ─► each widened by context_chars on both sides, clamped to the text, merged
+//!   ─► the pieces between them, each without the separator characters (of the
+//!      job's tokenizer) at its ends; a piece shorter than min_piece_chars is cut too
+//!   ─► none left: dropped (nothing_left); more than max_pieces: dropped
+//!      (too_many_pieces); else the pieces joined by "\n"
+//! ```
+//!
+//! A piece starts and ends with a token's character: a cut through a run of
+//! separators would otherwise leave an empty token at a piece's end (the default
+//! tokenizers keep one there, as `re.split` does), which is itself an n-gram (an empty
+//! eval text's, a punctuation-only one's).
+//!
+//! Pure: a text and its matches in, the outcome out. The report decides every
+//! document's outcome (it holds the text), the clean task applies it.
+
+use super::protocol::{Clean, CleanMode};
+#[cfg(test)]
+use super::tokenize::TokenizerKind;
+
+/// Between the pieces of a cut document.
+pub const PIECE_SEPARATOR: &str = "\n";
+
+/// Why a document is dropped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DropReason {
+    /// `drop` mode: it overlaps.
+    Overlaps,
+    /// `cut` mode: no piece as long as `min_piece_chars` is left.
+    NothingLeft,
+    /// `cut` mode: more than `max_pieces` pieces are left.
+    TooManyPieces,
+}
+
+impl DropReason {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DropReason::Overlaps => "overlaps",
+            DropReason::NothingLeft => "nothing_left",
+            DropReason::TooManyPieces => "too_many_pieces",
+        }
+    }
+}
+
+/// What becomes of a contaminated document.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Outcome {
+    Dropped {
+        reason: DropReason,
+        /// `cut` mode: the ranges it would have lost (as for [`Outcome::Cut`]).
+        removed: Vec<[u64; 2]>,
+    },
+    Cut {
+        text: String,
+        /// The ranges `[start, end)` (code points of the original text) cut out,
+        /// ascending, apart.
+        removed: Vec<[u64; 2]>,
+        pieces: u64,
+    },
+}
+
+/// The outcome for `text` whose matched n-grams are at `matches` (`[start, end)` in
+/// code points, any order; at least one).
+pub fn clean_document(
+    text: &str,
+    matches: &[[u64; 2]],
+    clean: &Clean,
+    separates: impl Fn(char) -> bool,
+) -> Outcome {
+    if clean.mode == CleanMode::Drop {
+        return Outcome::Dropped {
+            reason: DropReason::Overlaps,
+            removed: Vec::new(),
+        };
+    }
+    // Byte offset of every code point, and of the end; whether it separates tokens.
+    let bytes: Vec<usize> = text
+        .char_indices()
+        .map(|(at, _)| at)
+        .chain(std::iter::once(text.len()))
+        .collect();
+    let separator: Vec<bool> = text.chars().map(separates).collect();
+    let chars = (bytes.len() - 1) as u64;
+    let mut cuts: Vec<[u64; 2]> = matches
+        .iter()
+        .map(|&[start, end]| {
+            [
+                start.saturating_sub(clean.context_chars),
+                end.saturating_add(clean.context_chars).min(chars),
+            ]
+        })
+        .collect();
+    cuts.sort_unstable();
+    let cuts = merged(cuts);
+    // The pieces between the cuts, long enough to keep.
+    let mut kept: Vec<[u64; 2]> = Vec::new();
+    let mut at = 0;
+    for &[start, end] in cuts.iter().chain(std::iter::once(&[chars, chars])) {
+        let (mut first, mut last) = (at, start.max(at));
+        while first < last && separator[first as usize] {
+            first += 1;
+        }
+        while last > first && separator[last as usize - 1] {
+            last -= 1;
+        }
+        if last > first && last - first >= clean.min_piece_chars {
+            kept.push([first, last]);
+        }
+        at = at.max(end);
+    }
+    let mut removed = Vec::new();
+    let mut at = 0;
+    for &[start, end] in kept.iter().chain(std::iter::once(&[chars, chars])) {
+        if start > at {
+            removed.push([at, start]);
+        }
+        at = end;
+    }
+    let pieces = kept.len() as u64;
+    let reason = match pieces {
+        0 => Some(DropReason::NothingLeft),
+        p if p > clean.max_pieces => Some(DropReason::TooManyPieces),
+        _ => None,
+    };
+    if let Some(reason) = reason {
+        return Outcome::Dropped { reason, removed };
+    }
+    let text = kept
+        .iter()
+        .map(|&[start, end]| &text[bytes[start as usize]..bytes[end as usize]])
+        .collect::<Vec<_>>()
+        .join(PIECE_SEPARATOR);
+    Outcome::Cut {
+        text,
+        removed,
+        pieces,
+    }
+}
+
+/// Sorted ranges with the overlapping and touching ones merged.
+fn merged(sorted: Vec<[u64; 2]>) -> Vec<[u64; 2]> {
+    let mut out: Vec<[u64; 2]> = Vec::with_capacity(sorted.len());
+    for [start, end] in sorted {
+        match out.last_mut() {
+            Some(last) if start <= last[1] => last[1] = last[1].max(end),
+            _ => out.push([start, end]),
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// No character separates tokens.
+    fn none(_: char) -> bool {
+        false
+    }
+
+    fn cut(context: u64, min_piece: u64, max_pieces: u64) -> Clean {
+        Clean {
+            mode: CleanMode::Cut,
+            context_chars: context,
+            min_piece_chars: min_piece,
+            max_pieces,
+        }
+    }
+
+    #[test]
+    fn drop_mode_drops_whatever_the_matches() {
+        let clean = Clean {
+            mode: CleanMode::Drop,
+            ..cut(0, 0, 1)
+        };
+        assert_eq!(
+            clean_document("abc", &[[0, 1]], &clean, none),
+            Outcome::Dropped {
+                reason: DropReason::Overlaps,
+                removed: vec![]
+            }
+        );
+    }
+
+    #[test]
+    fn a_match_is_cut_with_its_context_and_the_pieces_joined() {
+        //          0123456789012345678901234
+        let text = "aaaaa bbbbb MATCH ccccc ddddd";
+        let m = [12, 17];
+        let got = clean_document(text, &[m], &cut(3, 1, 10), none);
+        assert_eq!(
+            got,
+            Outcome::Cut {
+                text: "aaaaa bbb\nccc ddddd".into(),
+                removed: vec![[9, 20]],
+                pieces: 2
+            }
+        );
+    }
+
+    #[test]
+    fn cuts_clamp_to_the_text_and_merge_when_they_touch() {
+        let text = "0123456789";
+        // At the start, at the end: one piece between.
+        assert_eq!(
+            clean_document(text, &[[0, 1], [9, 10]], &cut(2, 1, 10), none),
+            Outcome::Cut {
+                text: "3456".into(),
+                removed: vec![[0, 3], [7, 10]],
+                pieces: 1
+            }
+        );
+        // Two cuts that touch ([1, 4) and [4, 7)) are one; the order of matches
+        // does not matter.
+        assert_eq!(
+            clean_document(text, &[[5, 6], [2, 3]], &cut(1, 1, 10), none),
+            Outcome::Cut {
+                text: "0\n789".into(),
+                removed: vec![[1, 7]],
+                pieces: 2
+            }
+        );
+    }
+
+    #[test]
+    fn short_pieces_are_cut_and_too_many_or_none_drop_the_document() {
+        let text = "0123456789abcdefghij";
+        // Pieces [0,4), [5,9), [10,20): the two of 4 are shorter than 5.
+        let matches = [[4, 5], [9, 10]];
+        assert_eq!(
+            clean_document(text, &matches, &cut(0, 5, 10), none),
+            Outcome::Cut {
+                text: "abcdefghij".into(),
+                removed: vec![[0, 10]],
+                pieces: 1
+            }
+        );
+        assert_eq!(
+            clean_document(text, &matches, &cut(0, 1, 2), none),
+            Outcome::Dropped {
+                reason: DropReason::TooManyPieces,
+                removed: vec![[4, 5], [9, 10]]
+            }
+        );
+        assert_eq!(
+            clean_document(text, &matches, &cut(0, 11, 10), none),
+            Outcome::Dropped {
+                reason: DropReason::NothingLeft,
+                removed: vec![[0, 20]]
+            }
+        );
+    }
+
+    #[test]
+    fn ranges_are_code_points_not_bytes() {
+        let text = "ΣΣΣ İİİ 😀😀😀";
+        // Cut "İİİ" (code points 4..7) with one on each side.
+        assert_eq!(
+            clean_document(text, &[[4, 7]], &cut(1, 1, 10), none),
+            Outcome::Cut {
+                text: "ΣΣΣ\n😀😀😀".into(),
+                removed: vec![[3, 8]],
+                pieces: 2
+            }
+        );
+    }
+
+    #[test]
+    fn pieces_lose_the_separators_at_their_ends() {
+        let separates = |c: char| TokenizerKind::Default.separates(c);
+        // "one, two - three ." with "two" matched: the pieces "one, " and " - three ."
+        // become "one" and "three".
+        let text = "one, two - three .";
+        assert_eq!(
+            clean_document(text, &[[5, 8]], &cut(0, 1, 10), separates),
+            Outcome::Cut {
+                text: "one\nthree".into(),
+                removed: vec![[3, 11], [16, 18]],
+                pieces: 2
+            }
+        );
+        // A piece of separators only is no piece.
+        assert_eq!(
+            clean_document(" ;; x ;; ", &[[4, 5]], &cut(0, 1, 10), separates),
+            Outcome::Dropped {
+                reason: DropReason::NothingLeft,
+                removed: vec![[0, 9]]
+            }
+        );
+    }
+}
