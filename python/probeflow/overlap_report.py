@@ -14,6 +14,9 @@ Data flow::
         ──► most-leaked eval instances (training documents that contain them)
         ──► hot n-grams (training documents and eval instances that share them)
         ──► a seeded sample of matches, both texts with the matched spans
+    stats/hot_ngrams.jsonl ([triage]) ──► which n-grams are hot; with exclude, their
+        matches count in no figure but the hot n-grams table (as in the statistics)
+    stats/clean_manifest.jsonl.gz ([clean]) ──► documents dropped and cut, and why
     Figures (JSON-able) ──► text summary | HTML page (figures embedded as JSON too)
 
 Memory: the details are read in their order (training file, training row, eval file,
@@ -44,6 +47,8 @@ from .errors import OutputError, RemoteError
 
 STATS = "stats/overlap_stats.jsonl"
 DETAILS = "stats/overlap_details.jsonl.gz"
+HOT = "stats/hot_ngrams.jsonl"
+CLEAN_MANIFEST = "stats/clean_manifest.jsonl.gz"
 SUCCESS = ".SUCCESS"
 
 #: Characters of context shown around a highlighted span in the sample.
@@ -73,10 +78,19 @@ class Figures:
     #: ``TEXT_SHOWN`` characters).
     most_leaked: list[dict[str, Any]]
     #: The n-grams matched in the most training documents: ``ngram``, ``n``,
-    #: ``training_documents``, ``eval_instances``.
+    #: ``training_documents``, ``eval_instances``, ``hot`` (the job's triage called it
+    #: hot).
     hot_ngrams: list[dict[str, Any]]
     #: A seeded sample of detail records, with both texts and offsets.
     sample: list[dict[str, Any]]
+    #: With the job's ``[triage]``: ``hot`` (how many n-grams it called hot),
+    #: ``excluded`` (whether their matches count: the figures above follow the
+    #: statistics), ``by`` (hot n-grams per limit); else ``None``.
+    triage: dict[str, Any] | None = None
+    #: With the job's ``[clean]``: ``dropped``, ``cut`` (documents), ``reasons``
+    #: (documents per action and reason), ``chars`` and ``chars_removed`` (code points
+    #: of the contaminated documents, and of them removed); else ``None``.
+    cleaning: dict[str, Any] | None = None
 
 
 #: Bytes asked of an object store at once.
@@ -187,6 +201,21 @@ def figures(output: str, *, top: int = 20, sample: int = 12, seed: int = 0) -> F
             "fraction": contaminated / instances if instances else 0.0,
         })
 
+    hot_path = _join(output, HOT)
+    hot_set: set[tuple[int, str]] = set()
+    triage = None
+    if _exists(hot_path):
+        by: dict[str, int] = defaultdict(int)
+        excluded = False
+        for r in _records(hot_path):
+            hot_set.add((int(_field(r, "n", hot_path)), _field(r, "ngram", hot_path)))
+            excluded = bool(_field(r, "excluded", hot_path))
+            for limit in _field(r, "hot_by", hot_path):
+                by[limit] += 1
+        triage = {"hot": len(hot_set), "excluded": excluded, "by": dict(sorted(by.items()))}
+    # A hot n-gram's match counts in no figure but the hot n-grams' when excluded.
+    skip_hot = bool(triage and triage["excluded"])
+
     details_path = _join(output, DETAILS)
     # Instances and n-grams are numbered as first met; what is kept per pair is one int.
     instance_ids: dict[tuple[str, str], int] = {}
@@ -211,6 +240,8 @@ def figures(output: str, *, top: int = 20, sample: int = 12, seed: int = 0) -> F
     doc_grams: set[int] = set()
 
     def close_document() -> None:
+        nonlocal documents
+        documents += bool(doc_cells)
         for c in doc_cells:
             cell_docs[c] += 1
         for i in doc_instances:
@@ -231,7 +262,6 @@ def figures(output: str, *, top: int = 20, sample: int = 12, seed: int = 0) -> F
                 )
             close_document()
             doc = key
-            documents += 1
         dataset = _field(r, "eval_dataset", details_path)
         instance = (dataset, str(_field(r, "instance_id", details_path)))
         i = instance_ids.setdefault(instance, len(instance_ids))
@@ -243,16 +273,7 @@ def figures(output: str, *, top: int = 20, sample: int = 12, seed: int = 0) -> F
         if g == len(gram_docs):
             gram_docs.append(0)
             gram_instances.append(0)
-        c = cell_ids.setdefault((key[0], dataset), len(cell_ids))
-        if c == len(cell_docs):
-            cell_docs.append(0)
-            cell_instances.append(0)
-        doc_cells.add(c)
-        doc_instances.add(i)
         doc_grams.add(g)
-        if (pair := (c << 40) | i) not in cell_pairs:
-            cell_pairs.add(pair)
-            cell_instances[c] += 1
         if (pair := (g << 40) | i) not in gram_pairs:
             gram_pairs.add(pair)
             gram_instances[g] += 1
@@ -264,6 +285,17 @@ def figures(output: str, *, top: int = 20, sample: int = 12, seed: int = 0) -> F
             j = rng.randrange(count)
             if j < sample:
                 reservoir[j] = r
+        if skip_hot and gram in hot_set:
+            continue
+        c = cell_ids.setdefault((key[0], dataset), len(cell_ids))
+        if c == len(cell_docs):
+            cell_docs.append(0)
+            cell_instances.append(0)
+        doc_cells.add(c)
+        doc_instances.add(i)
+        if (pair := (c << 40) | i) not in cell_pairs:
+            cell_pairs.add(pair)
+            cell_instances[c] += 1
     close_document()
     cells = {cell: (cell_docs[c], cell_instances[c]) for cell, c in cell_ids.items()}
 
@@ -275,7 +307,8 @@ def figures(output: str, *, top: int = 20, sample: int = 12, seed: int = 0) -> F
         "documents": [[cells.get((f, d), (0, 0))[0] for d in datasets] for f in files],
         "instances": [[cells.get((f, d), (0, 0))[1] for d in datasets] for f in files],
     }
-    most = heapq.nsmallest(top, instance_ids.items(), key=lambda kv: (-leaked[kv[1]], kv[0]))
+    counted = [kv for kv in instance_ids.items() if leaked[kv[1]]]
+    most = heapq.nsmallest(top, counted, key=lambda kv: (-leaked[kv[1]], kv[0]))
     hot = heapq.nsmallest(
         top, gram_ids.items(), key=lambda kv: (-gram_docs[kv[1]], -gram_instances[kv[1]], kv[0]))
     return Figures(
@@ -290,7 +323,8 @@ def figures(output: str, *, top: int = 20, sample: int = 12, seed: int = 0) -> F
             for (d, i), k in most
         ],
         hot_ngrams=[
-            {"ngram": g, "n": n, "training_documents": gram_docs[k], "eval_instances": gram_instances[k]}
+            {"ngram": g, "n": n, "training_documents": gram_docs[k], "eval_instances": gram_instances[k],
+             "hot": (n, g) in hot_set}
             for (n, g), k in hot
         ],
         sample=[
@@ -299,7 +333,27 @@ def figures(output: str, *, top: int = 20, sample: int = 12, seed: int = 0) -> F
                 "ngram", "n", "train_path", "train_row", "train_doc_id", "train_text", "train_offsets")}
             for r in sorted(reservoir, key=lambda r: (r["train_path"], r["train_row"], r["eval_path"], r["eval_row"]))
         ],
+        triage=triage,
+        cleaning=_cleaning(output),
     )
+
+
+def _cleaning(output: str) -> dict[str, Any] | None:
+    """The cleaning pass's figures, from its manifest (streamed), if the job cleaned."""
+    path = _join(output, CLEAN_MANIFEST)
+    if not _exists(path):
+        return None
+    actions: dict[str, int] = defaultdict(int)
+    reasons: dict[str, int] = defaultdict(int)
+    chars = removed = 0
+    for r in _records(path):
+        action = _field(r, "action", path)
+        actions[action] += 1
+        reasons[f"{action}: {_field(r, 'reason', path)}"] += 1
+        chars += int(_field(r, "chars", path))
+        removed += int(_field(r, "chars", path)) - int(_field(r, "chars_left", path))
+    return {"dropped": actions["dropped"], "cut": actions["cut"], "reasons": dict(sorted(reasons.items())),
+            "chars": chars, "chars_removed": removed}
 
 
 def summary(f: Figures) -> str:
@@ -317,10 +371,21 @@ def summary(f: Figures) -> str:
         for m in f.most_leaked:
             lines.append(f"  {m['training_documents']:>6}  {m['eval_dataset']} {m['instance_id']}")
         lines.append("")
+    if f.triage:
+        lines.append(
+            f"triage: {f.triage['hot']} hot n-grams, "
+            + ("not counted above (excluded)" if f.triage["excluded"] else "counted above"))
     if f.hot_ngrams:
         lines.append("hot n-grams (training documents, eval instances):")
         for h in f.hot_ngrams:
-            lines.append(f"  {h['training_documents']:>6} {h['eval_instances']:>6}  {h['ngram']!r}")
+            mark = "  hot" if h["hot"] else ""
+            lines.append(f"  {h['training_documents']:>6} {h['eval_instances']:>6}  {h['ngram']!r}{mark}")
+    if f.cleaning:
+        c = f.cleaning
+        lines += ["", f"cleaned: {c['dropped']} documents dropped, {c['cut']} cut; "
+                  f"{c['chars_removed']} of their {c['chars']} characters removed"]
+        for reason, k in c["reasons"].items():
+            lines.append(f"  {k:>6}  {reason}")
     return "\n".join(lines)
 
 
@@ -382,9 +447,24 @@ def page(f: Figures) -> str:
         f"<td class=text>{e(x['eval_text'])}</td></tr>"
         for x in f.most_leaked)
     hot = "".join(
-        f"<tr><td>{h['training_documents']}</td><td>{h['eval_instances']}</td><td>{h['n']}</td>"
-        f"<td class=text>{e(h['ngram'])}</td></tr>"
+        f"<tr{' class=hot' if h['hot'] else ''}><td>{h['training_documents']}</td><td>{h['eval_instances']}</td>"
+        f"<td>{h['n']}</td><td>{'hot' if h['hot'] else ''}</td><td class=text>{e(h['ngram'])}</td></tr>"
         for h in f.hot_ngrams)
+    triage = ""
+    if f.triage:
+        t = f.triage
+        by = ", ".join(f"{k} over its limit: {v}" for k, v in t["by"].items())
+        triage = (f"<p>The job's triage called {t['hot']} n-grams hot ({e(by) or 'none'}); their matches "
+                  + ("count in none of the figures above this table (as in the statistics)."
+                     if t["excluded"] else "count in every figure (not excluded).") + "</p>")
+    cleaning = ""
+    if f.cleaning:
+        c = f.cleaning
+        reasons = "".join(f"<tr><td class=text>{e(r)}</td><td>{k}</td></tr>" for r, k in c["reasons"].items())
+        cleaning = (f"<h2>Cleaned corpus</h2><p>{c['dropped']} documents dropped, {c['cut']} cut: "
+                    f"{c['chars_removed']} of their {c['chars']} characters removed "
+                    f"(<code>cleaned/</code>, <code>{CLEAN_MANIFEST}</code>).</p>"
+                    f"<table><tr><th>action: reason</th><th>documents</th></tr>{reasons}</table>")
     sample = "".join(
         f"<div class=match><h3>{e(s['eval_dataset'])} {e(str(s['instance_id']))} "
         f"(row {s['eval_row']}) ↔ {e(os.path.basename(str(s['train_path'])))} row {s['train_row']}"
@@ -409,6 +489,7 @@ mark {{ background: #fd5; }}
 .match p {{ white-space: pre-wrap; word-break: break-word; }}
 .ngram {{ font-family: monospace; color: #555; }}
 small {{ opacity: .75; }}
+tr.hot td {{ background: #fde2d2; }}
 </style></head><body>
 <h1>Overlap report</h1>
 <p>{e(f.output)} · {f.details} matches in {f.training_documents} training documents</p>
@@ -421,7 +502,9 @@ small {{ opacity: .75; }}
 <table><tr><th>training documents</th><th>dataset</th><th>instance</th><th>text</th></tr>{leaked}</table>
 <h2>Hot n-grams</h2>
 <p>Matched in the most training documents: boilerplate and templates show here first.</p>
-<table><tr><th>training documents</th><th>eval instances</th><th>n</th><th>n-gram</th></tr>{hot}</table>
+{triage}
+<table><tr><th>training documents</th><th>eval instances</th><th>n</th><th>triage</th><th>n-gram</th></tr>{hot}</table>
+{cleaning}
 <h2>Sample of matches</h2>
 {sample}
 <script type=application/json id=figures>{data}</script>

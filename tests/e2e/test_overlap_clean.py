@@ -158,6 +158,10 @@ def test_drop_leaves_out_every_contaminated_document_and_nothing_else(corpus):
     assert sum(len({r for (p, r) in spans if p == str(f)}) for f in train_files) == len(manifest)
     summary = json.loads((out / ".SUCCESS").read_text())["summary"]
     assert f"{len(manifest)} documents dropped, 0 cut" in summary
+    from probeflow.overlap_report import figures
+    assert figures(str(out)).cleaning == {
+        "dropped": len(manifest), "cut": 0, "reasons": {"dropped: overlaps": len(manifest)},
+        "chars": sum(m["chars"] for m in manifest), "chars_removed": sum(m["chars"] for m in manifest)}
     rerun_finds_nothing(root, "drop", eval_files, out / "cleaned")
 
 

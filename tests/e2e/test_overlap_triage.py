@@ -136,6 +136,27 @@ def test_hot_ngrams_are_the_references_and_exclusion_leaves_the_real_copies(plan
     lines = [json.loads(line) for line in (excluded / "stats" / "hot_ngrams.jsonl").read_text().splitlines()]
     assert len(lines) == len(hot) and all(r["excluded"] for r in lines)
 
+    # The report follows the statistics: hot matches count in none of its figures but
+    # the hot n-grams table, where the triage's are marked.
+    from probeflow.overlap_report import figures
+    f = figures(str(excluded), top=1000)
+    by = defaultdict(int)
+    for _, _, why in hot.values():
+        for limit in why:
+            by[limit] += 1
+    assert f.triage == {"hot": len(hot), "excluded": True, "by": dict(sorted(by.items()))}
+    assert f.details == len(details)
+    assert f.training_documents == len({(d["train_path"], d["train_row"]) for d in kept})
+    leaked = {(m["eval_dataset"], m["instance_id"]) for m in f.most_leaked}
+    assert leaked == {(d["eval_dataset"], d["instance_id"]) for d in kept}
+    assert ("template", "t-1") not in leaked and ("template", "t-0") in leaked
+    assert {(h["n"], h["ngram"]) for h in f.hot_ngrams if h["hot"]} == set(hot) & {
+        (h["n"], h["ngram"]) for h in f.hot_ngrams}
+    assert any(h["hot"] for h in f.hot_ngrams)
+    marked_figures = figures(str(marked), top=1000)
+    assert marked_figures.triage["excluded"] is False
+    assert marked_figures.training_documents == len({(d["train_path"], d["train_row"]) for d in details})
+
 
 def test_a_triage_section_without_a_limit_is_refused(planted, tmp_path):
     root, eval_files, _ = planted
@@ -144,3 +165,20 @@ def test_a_triage_section_without_a_limit_is_refused(planted, tmp_path):
     proc = run(["run", str(spec)], check=False)
     assert proc.returncode == 2 and "max_train_docs" in proc.stderr, proc.stderr
     assert not (tmp_path / "out").exists()
+
+
+def test_cleaning_leaves_alone_what_only_hot_ngrams_match(planted):
+    """With ``exclude = true`` a document matched only by hot n-grams (the template) is
+    not contaminated: the cleaning pass keeps it; the two real copies are dropped."""
+    root, eval_files, train_files = planted
+    out, _ = job(root, "hot-clean", eval_files, triage_section(exclude=True) + "[clean]\nmode = \"drop\"\n")
+    details = read_jsonl_gz(out / "stats" / "overlap_details.jsonl.gz")
+    hot = expected_hot(details)
+    contaminated = {(d["train_path"], d["train_row"]) for d in details if (d["n"], d["ngram"]) not in hot}
+    manifest = read_jsonl_gz(out / "stats" / "clean_manifest.jsonl.gz")
+    assert [(m["train_path"], m["train_row"]) for m in manifest] == sorted(contaminated)
+    template_file = str(root / "in" / "train" / "train-template.jsonl")
+    assert sorted(row for path, row in contaminated if path == template_file) == [40, 41]
+    cleaned = (out / "cleaned" / "train-template.jsonl").read_text().splitlines()
+    original = (root / "in" / "train" / "train-template.jsonl").read_text().splitlines()
+    assert cleaned == original[:40], "the 40 template documents kept, the 2 copies dropped"
