@@ -14,8 +14,8 @@ Data flow::
         ──► most-leaked eval instances (training documents that contain them)
         ──► hot n-grams (training documents and eval instances that share them)
         ──► a seeded sample of matches, both texts with the matched spans
-    stats/hot_ngrams.jsonl ([triage]) ──► which n-grams are hot; with exclude, their
-        matches count in no figure but the hot n-grams table (as in the statistics)
+    stats/hot_ngrams.jsonl ([triage]) ──► which n-grams are hot (and, excluded, in no
+        detail record), the top ones
     stats/clean_manifest.jsonl.gz ([clean]) ──► documents dropped and cut, and why
     Figures (JSON-able) ──► text summary | HTML page (figures embedded as JSON too)
 
@@ -84,8 +84,10 @@ class Figures:
     #: A seeded sample of detail records, with both texts and offsets.
     sample: list[dict[str, Any]]
     #: With the job's ``[triage]``: ``hot`` (how many n-grams it called hot),
-    #: ``excluded`` (whether their matches count: the figures above follow the
-    #: statistics), ``by`` (hot n-grams per limit); else ``None``.
+    #: ``excluded`` (whether their matches count; excluded, they are in no detail
+    #: record either), ``by`` (hot n-grams per limit), ``top`` (the ``top`` hot n-grams
+    #: in the most training documents: ``n``, ``ngram``, ``train_docs``,
+    #: ``eval_rows``); else ``None``.
     triage: dict[str, Any] | None = None
     #: With the job's ``[clean]``: ``dropped``, ``cut`` (documents), ``reasons``
     #: (documents per action and reason), ``chars`` and ``chars_removed`` (code points
@@ -207,14 +209,17 @@ def figures(output: str, *, top: int = 20, sample: int = 12, seed: int = 0) -> F
     if _exists(hot_path):
         by: dict[str, int] = defaultdict(int)
         excluded = False
+        heap: list[tuple[int, int, int, str]] = []
         for r in _records(hot_path):
-            hot_set.add((int(_field(r, "n", hot_path)), _field(r, "ngram", hot_path)))
+            gram = (int(_field(r, "n", hot_path)), _field(r, "ngram", hot_path))
+            hot_set.add(gram)
             excluded = bool(_field(r, "excluded", hot_path))
             for limit in _field(r, "hot_by", hot_path):
                 by[limit] += 1
-        triage = {"hot": len(hot_set), "excluded": excluded, "by": dict(sorted(by.items()))}
-    # A hot n-gram's match counts in no figure but the hot n-grams' when excluded.
-    skip_hot = bool(triage and triage["excluded"])
+            heap.append((-int(_field(r, "train_docs", hot_path)), -int(_field(r, "eval_rows", hot_path)), *gram))
+        triage = {"hot": len(hot_set), "excluded": excluded, "by": dict(sorted(by.items())),
+                  "top": [{"n": n, "ngram": g, "train_docs": -d, "eval_rows": -e}
+                          for d, e, n, g in heapq.nsmallest(top, heap)]}
 
     details_path = _join(output, DETAILS)
     # Instances and n-grams are numbered as first met; what is kept per pair is one int.
@@ -285,8 +290,6 @@ def figures(output: str, *, top: int = 20, sample: int = 12, seed: int = 0) -> F
             j = rng.randrange(count)
             if j < sample:
                 reservoir[j] = r
-        if skip_hot and gram in hot_set:
-            continue
         c = cell_ids.setdefault((key[0], dataset), len(cell_ids))
         if c == len(cell_docs):
             cell_docs.append(0)
@@ -374,7 +377,9 @@ def summary(f: Figures) -> str:
     if f.triage:
         lines.append(
             f"triage: {f.triage['hot']} hot n-grams, "
-            + ("not counted above (excluded)" if f.triage["excluded"] else "counted above"))
+            + ("excluded (in no figure above)" if f.triage["excluded"] else "counted above"))
+        for h in f.triage["top"]:
+            lines.append(f"  {h['train_docs']:>6} {h['eval_rows']:>6}  {h['ngram']!r}  hot")
     if f.hot_ngrams:
         lines.append("hot n-grams (training documents, eval instances):")
         for h in f.hot_ngrams:
@@ -454,9 +459,14 @@ def page(f: Figures) -> str:
     if f.triage:
         t = f.triage
         by = ", ".join(f"{k} over its limit: {v}" for k, v in t["by"].items())
+        tops = "".join(
+            f"<tr class=hot><td>{h['train_docs']}</td><td>{h['eval_rows']}</td><td>{h['n']}</td>"
+            f"<td class=text>{e(h['ngram'])}</td></tr>" for h in t["top"])
         triage = (f"<p>The job's triage called {t['hot']} n-grams hot ({e(by) or 'none'}); their matches "
-                  + ("count in none of the figures above this table (as in the statistics)."
-                     if t["excluded"] else "count in every figure (not excluded).") + "</p>")
+                  + ("are excluded: in no statistic, detail record or figure here."
+                     if t["excluded"] else "count in every figure (not excluded).") + "</p>"
+                  + "<table><tr><th>training documents</th><th>eval rows</th><th>n</th><th>hot n-gram</th></tr>"
+                  + tops + "</table>")
     cleaning = ""
     if f.cleaning:
         c = f.cleaning

@@ -3,9 +3,9 @@ template sentence in 40 training documents and in three eval rows, beside two re
 copies of eval questions. The hot n-grams the job lists are those the plain-Python
 reference's detail records say are found in more training documents (or eval rows)
 than the limits; ``exclude = false`` changes no other output byte; ``exclude = true``
-gives the statistics the reference gives without the hot n-grams' matches, so the eval
-rows that share only the template are no longer contaminated and the real copies
-still are.
+gives the statistics and details the reference gives without the hot n-grams'
+matches, so the eval rows that share only the template are no longer contaminated and
+the real copies still are.
 """
 
 from __future__ import annotations
@@ -106,11 +106,12 @@ def test_hot_ngrams_are_the_references_and_exclusion_leaves_the_real_copies(plan
     assert set(marked_files) == set(plain_files)
     assert f"{len(hot)} hot n-grams (counted)" in json.loads((marked / ".SUCCESS").read_text())["summary"]
 
-    # exclude = true: the statistics without the hot n-grams' matches.
+    # exclude = true: the statistics and details without the hot n-grams' matches
+    # (the scan counts the template's windows instead of expanding them).
     excluded, _ = job(root, "excluded", eval_files, triage_section(exclude=True))
-    assert (excluded / "stats" / "overlap_details.jsonl.gz").read_bytes() == (
-        plain / "stats" / "overlap_details.jsonl.gz").read_bytes(), "detail records are kept"
     kept = [d for d in details if (d["n"], d["ngram"]) not in hot]
+    assert read_jsonl_gz(excluded / "stats" / "overlap_details.jsonl.gz") == [
+        d for d in read_jsonl_gz(plain / "stats" / "overlap_details.jsonl.gz") if (d["n"], d["ngram"]) not in hot]
     stats = defaultdict(set)
     per_row = defaultdict(set)
     for d in kept:
@@ -136,25 +137,26 @@ def test_hot_ngrams_are_the_references_and_exclusion_leaves_the_real_copies(plan
     lines = [json.loads(line) for line in (excluded / "stats" / "hot_ngrams.jsonl").read_text().splitlines()]
     assert len(lines) == len(hot) and all(r["excluded"] for r in lines)
 
-    # The report follows the statistics: hot matches count in none of its figures but
-    # the hot n-grams table, where the triage's are marked.
+    # The report follows the statistics and lists the triage's hot n-grams.
     from probeflow.overlap_report import figures
     f = figures(str(excluded), top=1000)
     by = defaultdict(int)
     for _, _, why in hot.values():
         for limit in why:
             by[limit] += 1
-    assert f.triage == {"hot": len(hot), "excluded": True, "by": dict(sorted(by.items()))}
-    assert f.details == len(details)
+    assert {k: v for k, v in f.triage.items() if k != "top"} == {
+        "hot": len(hot), "excluded": True, "by": dict(sorted(by.items()))}
+    assert f.details == len(kept)
     assert f.training_documents == len({(d["train_path"], d["train_row"]) for d in kept})
     leaked = {(m["eval_dataset"], m["instance_id"]) for m in f.most_leaked}
     assert leaked == {(d["eval_dataset"], d["instance_id"]) for d in kept}
     assert ("template", "t-1") not in leaked and ("template", "t-0") in leaked
-    assert {(h["n"], h["ngram"]) for h in f.hot_ngrams if h["hot"]} == set(hot) & {
-        (h["n"], h["ngram"]) for h in f.hot_ngrams}
-    assert any(h["hot"] for h in f.hot_ngrams)
+    assert not any(h["hot"] for h in f.hot_ngrams)
+    assert [(h["n"], h["ngram"], h["train_docs"], h["eval_rows"]) for h in f.triage["top"]] == sorted(
+        ((n, g, docs, rows) for (n, g), (docs, rows, _) in hot.items()), key=lambda h: (-h[2], -h[3], h[0], h[1]))
     marked_figures = figures(str(marked), top=1000)
     assert marked_figures.triage["excluded"] is False
+    assert {(h["n"], h["ngram"]) for h in marked_figures.hot_ngrams if h["hot"]} == set(hot)
     assert marked_figures.training_documents == len({(d["train_path"], d["train_row"]) for d in details})
 
 

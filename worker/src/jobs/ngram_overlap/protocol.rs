@@ -169,6 +169,12 @@ pub struct Triage {
 }
 
 impl Triage {
+    /// The eval rows beyond which a scan counts a window instead of expanding it into
+    /// an event per row: only where hot n-grams count nowhere (`exclude`).
+    pub fn scan_cutoff(&self) -> Option<u64> {
+        self.max_eval_rows.filter(|_| self.exclude)
+    }
+
     /// Why an n-gram found in `train_docs` training documents and `eval_rows` eval
     /// rows is hot (empty: it is not).
     pub fn hot_by(&self, train_docs: u64, eval_rows: u64) -> Vec<&'static str> {
@@ -359,6 +365,26 @@ pub struct ScanDoc<S = String> {
     pub train_text: S,
     /// In (eval file, eval row, length, n-gram) order.
     pub events: Vec<ScanEvent>,
+    /// With `[triage] exclude = true` and `max_eval_rows`: the windows whose key more
+    /// eval rows have than that (hot whatever else is true of them, so they count
+    /// nowhere), one per (length, text), not expanded into an event per eval row.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub hot: Vec<HotWindow>,
+}
+
+/// A window of a training document whose key is in more eval rows than `[triage]
+/// max_eval_rows`: the report checks its text against the first of those rows and
+/// counts it, but writes no record of it.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HotWindow {
+    /// The first eval row with the key.
+    pub eval_file: u32,
+    pub eval_row: u64,
+    /// Eval rows with the key.
+    pub eval_rows: u64,
+    /// The effective length.
+    pub n: u32,
+    pub ngram: String,
 }
 
 /// One candidate overlap event: a window of a training document whose key is the key

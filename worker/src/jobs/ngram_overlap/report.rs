@@ -81,6 +81,8 @@ struct InstancesRecord<'a> {
 #[derive(Deserialize)]
 struct DocEvalRows {
     events: Vec<EventKey>,
+    #[serde(default)]
+    hot: Vec<EventKey>,
 }
 
 #[derive(Deserialize)]
@@ -129,7 +131,12 @@ pub fn run_report(
     for files in &task.events {
         for file in files {
             for_each_line(handle, output, file, |doc: DocEvalRows| {
-                wanted.extend(doc.events.iter().map(|k| (k.eval_file, k.eval_row)));
+                wanted.extend(
+                    doc.events
+                        .iter()
+                        .chain(&doc.hot)
+                        .map(|k| (k.eval_file, k.eval_row)),
+                );
                 Ok(())
             })?;
         }
@@ -245,6 +252,11 @@ pub fn run_report(
                 configured,
                 offsets: eval_offsets,
             } = found;
+            // With exclude, a hot n-gram's match is in no output (hot_ngrams.jsonl
+            // counts it).
+            if excluded(e.n, &e.ngram) {
+                continue;
+            }
             details.line(
                 handle,
                 &DetailRecord {
@@ -265,9 +277,6 @@ pub fn run_report(
                 },
             )?;
             detail_count += 1;
-            if excluded(e.n, &e.ngram) {
-                continue;
-            }
             if cleaning.is_some() {
                 let doc_matches = contaminated
                     .entry(doc.train_row)
@@ -496,21 +505,34 @@ impl<'a> EvalRows<'a> {
         train_path: &str,
         e: &ScanEvent,
     ) -> Result<Option<(&'a EvalFile, &'a EvalText, EvalNgram)>> {
+        self.decide_window(tokens, train_path, (e.eval_file, e.eval_row), e.n, &e.ngram)
+    }
+
+    /// [`EvalRows::decide`] of a window of length `n` and text `ngram` against eval row
+    /// `(file, row)`.
+    fn decide_window(
+        &self,
+        tokens: &mut HashMap<(u32, u64), Vec<Token>>,
+        train_path: &str,
+        (file, row): (u32, u64),
+        n: u32,
+        ngram: &str,
+    ) -> Result<Option<(&'a EvalFile, &'a EvalText, EvalNgram)>> {
         let eval = self
             .task
             .eval
-            .get(e.eval_file as usize)
+            .get(file as usize)
             .ok_or_else(|| corrupt(train_path, "an event of an unknown eval file"))?;
-        let row = self.rows.get(&(e.eval_file, e.eval_row)).ok_or_else(|| {
+        let text = self.rows.get(&(file, row)).ok_or_else(|| {
             corrupt(
                 &eval.file.url,
-                format!("no valid row {} (an event names it)", e.eval_row),
+                format!("no valid row {row} (an event names it)"),
             )
         })?;
         let row_tokens = tokens
-            .entry((e.eval_file, e.eval_row))
-            .or_insert_with(|| self.settings.tokenizer.tokenize(&row.text));
-        Ok(eval_ngram(row_tokens, self.lengths, e.n, &e.ngram).map(|found| (eval, row, found)))
+            .entry((file, row))
+            .or_insert_with(|| self.settings.tokenizer.tokenize(&text.text));
+        Ok(eval_ngram(row_tokens, self.lengths, n, ngram).map(|found| (eval, text, found)))
     }
 }
 
@@ -522,7 +544,8 @@ type MatchCounts = HashMap<u32, HashMap<String, (u64, u64)>>;
 /// documents, and in how many eval rows. An n-gram's window key is in one index group,
 /// so a document's events for it are in one of its lines; and every document that
 /// has it is a candidate of every eval row that has it, so each document's events
-/// name all those rows.
+/// name all those rows. A scan's hot window (more eval rows than `max_eval_rows`, with
+/// `exclude`) is checked against its first eval row and counts the rows with its key.
 fn count_matches(
     handle: &tokio::runtime::Handle,
     task: &ReportTask,
@@ -539,6 +562,27 @@ fn count_matches(
             for e in &doc.events {
                 if eval_rows.decide(&mut tokens, train_path, e)?.is_some() {
                     *mine.entry((e.n, e.ngram.as_str())).or_default() += 1;
+                }
+            }
+            // A hot window: checked against the first eval row with its key; its eval
+            // rows are those with the key.
+            for w in &doc.hot {
+                let first = (w.eval_file, w.eval_row);
+                if eval_rows
+                    .decide_window(&mut tokens, train_path, first, w.n, &w.ngram)?
+                    .is_some()
+                {
+                    let rows = mine.entry((w.n, w.ngram.as_str())).or_default();
+                    *rows = (*rows).max(w.eval_rows);
+                } else {
+                    // Its key is the key of another n-gram of the first row: which rows
+                    // have the window's own n-gram is not known here.
+                    tracing::warn!(
+                        train_path = %train_path,
+                        train_row = doc.train_row,
+                        ngram = %w.ngram,
+                        "a hot window's 64-bit key is also another n-gram's: the window is not counted"
+                    );
                 }
             }
             for ((n, ngram), rows) in mine {

@@ -7,7 +7,10 @@
 //! window of every effective length the index holds is looked up by its key; only a
 //! document with a candidate is given its id and written out, as one [`ScanDoc`] line:
 //! its text once, and one [`ScanEvent`] per (eval row, length, window text) whose key
-//! matched, with every occurrence in the document. The report decides each candidate
+//! matched, with every occurrence in the document (with `[triage] exclude = true` and
+//! `max_eval_rows`, a window whose key more eval rows have is one [`HotWindow`]
+//! instead: a template in many eval rows and many documents would otherwise make
+//! rows × documents events). The report decides each candidate
 //! against its eval row's text. The training n-gram stream itself is never stored or
 //! shuffled.
 //!
@@ -19,7 +22,7 @@ use super::index::row_bases;
 use super::ngram_index::{MatchScratch, NgramIndex};
 use super::ngrams::ScanTokens;
 use super::protocol::{
-    events_path, rejects_path, ScanDoc, ScanEvent, ScanOutput, ScanTask, Settings,
+    events_path, rejects_path, HotWindow, ScanDoc, ScanEvent, ScanOutput, ScanTask, Settings,
 };
 use super::source::{read_records, WholeFiles};
 use crate::engine::store::StoreUrl;
@@ -43,6 +46,8 @@ pub fn run_scan(
     let mut scratch = MatchScratch::default();
     let bases = row_bases(&task.eval_rows)?;
     let mut hits: Vec<(u32, usize, usize)> = Vec::new();
+    let mut hot_hits: Vec<(u32, u64, usize, usize)> = Vec::new();
+    let cutoff = settings.triage.and_then(|t| t.scan_cutoff());
     let mut ngrams = 0u64;
     let mut events = 0u64;
     let mut text_bytes = 0u64;
@@ -66,10 +71,14 @@ pub fn run_scan(
                 ngrams += (doc.len() + 1).saturating_sub(n as usize) as u64;
             }
             hits.clear();
-            index.each_match(&doc, &mut scratch, |i, n, rows| {
-                hits.extend(rows.iter().map(|&row| (row, i, n)));
+            hot_hits.clear();
+            index.each_match(&doc, &mut scratch, |i, n, rows| match cutoff {
+                Some(max) if rows.len() as u64 > max => {
+                    hot_hits.push((rows[0], rows.len() as u64, i, n));
+                }
+                _ => hits.extend(rows.iter().map(|&row| (row, i, n))),
             });
-            if hits.is_empty() {
+            if hits.is_empty() && hot_hits.is_empty() {
                 return Ok(());
             }
             let id = record.id()?;
@@ -78,6 +87,7 @@ pub fn run_scan(
                 train_doc_id: id.as_str(),
                 train_text: record.text,
                 events: document_events(&doc, &bases, &hits),
+                hot: hot_windows(&doc, &bases, &hot_hits),
             };
             events += matched.events.len() as u64;
             events_out.line(handle, &matched)
@@ -95,6 +105,42 @@ pub fn run_scan(
     })
 }
 
+/// The eval file and its row of global eval row `global`.
+fn eval_row_of(bases: &[u32], global: u32) -> (u32, u64) {
+    // The last file whose first row is at most it.
+    let file = bases.partition_point(|&b| b <= global).saturating_sub(1);
+    let row = u64::from(global - bases.get(file).copied().unwrap_or(0));
+    (file as u32, row)
+}
+
+/// The hot windows of one training document from its `hot_hits` (first global eval
+/// row, eval rows, window start, length): one per (length, text), in that order.
+fn hot_windows(
+    doc: &ScanTokens,
+    bases: &[u32],
+    hot_hits: &[(u32, u64, usize, usize)],
+) -> Vec<HotWindow> {
+    let mut windows: BTreeMap<(u32, String), (u32, u64)> = BTreeMap::new();
+    for &(first, rows, i, n) in hot_hits {
+        windows
+            .entry((n as u32, doc.window_text(i, n)))
+            .or_insert((first, rows));
+    }
+    windows
+        .into_iter()
+        .map(|((n, ngram), (first, eval_rows))| {
+            let (eval_file, eval_row) = eval_row_of(bases, first);
+            HotWindow {
+                eval_file,
+                eval_row,
+                eval_rows,
+                n,
+                ngram,
+            }
+        })
+        .collect()
+}
+
 /// The candidate events of one training document from its `hits` (global eval row,
 /// window start, length; in window order): one per (eval row, length, window text),
 /// with the window's occurrences in order, sorted by (eval file, eval row, length,
@@ -106,11 +152,9 @@ fn document_events(
 ) -> Vec<ScanEvent> {
     let mut events: BTreeMap<(u32, u64, u32, String), Vec<[u64; 2]>> = BTreeMap::new();
     for &(global, i, n) in hits {
-        // The eval file of a global row: the last whose first row is at most it.
-        let file = bases.partition_point(|&b| b <= global).saturating_sub(1);
-        let row = u64::from(global - bases.get(file).copied().unwrap_or(0));
+        let (file, row) = eval_row_of(bases, global);
         events
-            .entry((file as u32, row, n as u32, doc.window_text(i, n)))
+            .entry((file, row, n as u32, doc.window_text(i, n)))
             .or_default()
             .push(doc.offsets(i, n));
     }
