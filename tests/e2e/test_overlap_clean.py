@@ -3,7 +3,8 @@
 their contamination, checked against the plain-Python reference's detail records and
 an independent reading of the cut rule; then the overlap job run again on the cleaned
 corpus finds nothing. A file without contamination, and every untouched row, keep
-their bytes. Killed mid-clean and resumed: the same bytes.
+their bytes. Killed mid-clean and resumed: the same bytes. Training files and output
+on an S3-compatible server: the same cleaned bytes.
 """
 
 from __future__ import annotations
@@ -238,3 +239,29 @@ def test_killed_while_cleaning_then_resumed_the_same_bytes(corpus, tmp_path):
     assert "resumed from the journal" in log
     assert output_files(out) == output_files(local)
     assert not [p for p in (out / "_job").rglob("edits-*")], "the edits files are intermediate"
+
+
+def test_cleaning_training_files_on_the_s3_server_into_an_output_there(corpus, s3):
+    """Training files on S3, the output on S3: the cleaned objects are under
+    ``cleaned/`` at their paths below the shared prefix, with the same bytes as the
+    same job's on local files."""
+    import subprocess
+    from support.run import COORDINATOR
+    from support.s3 import BUCKET
+    client, env = s3
+    root, eval_files, train_files, files = corpus
+    local = clean_job(root, "drop-for-s3", eval_files, DROP)
+    train_dir = root / "in" / "train"
+    for p in train_files:
+        client.upload_file(str(p), BUCKET, f"clean/train/{p.relative_to(train_dir)}")
+    out = f"s3://{BUCKET}/clean-out"
+    spec = overlap_job(root / "s3-clean.toml", eval_files, [f"s3://{BUCKET}/clean/train/"], out, extra=DROP)
+    proc = subprocess.run([str(COORDINATOR), "run", str(spec)], env=env, capture_output=True, text=True)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    for p in train_files:
+        rel = str(p.relative_to(train_dir))
+        got = client.get_object(Bucket=BUCKET, Key=f"clean-out/cleaned/{rel}")["Body"].read()
+        assert got == (local / "cleaned" / rel).read_bytes(), rel
+    manifest = gzip.decompress(
+        client.get_object(Bucket=BUCKET, Key="clean-out/stats/clean_manifest.jsonl.gz")["Body"].read())
+    assert len(manifest.splitlines()) == len(read_jsonl_gz(local / "stats" / "clean_manifest.jsonl.gz"))
