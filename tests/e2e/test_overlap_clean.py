@@ -265,3 +265,19 @@ def test_cleaning_training_files_on_the_s3_server_into_an_output_there(corpus, s
     manifest = gzip.decompress(
         client.get_object(Bucket=BUCKET, Key="clean-out/stats/clean_manifest.jsonl.gz")["Body"].read())
     assert len(manifest.splitlines()) == len(read_jsonl_gz(local / "stats" / "clean_manifest.jsonl.gz"))
+
+
+def test_the_same_cleaned_bytes_with_index_groups_and_one_worker(corpus):
+    """Scanned in several index groups (a document's matches then come from several
+    scans) by one worker: the cleaned files and the manifest are the same bytes."""
+    root, eval_files, train_files, files = corpus
+    one = clean_job(root, "cut-one-group", eval_files, CUT)
+    many = clean_job(root, "cut-groups", eval_files, CUT, index_memory="16KiB", workers=1)
+    summary = json.loads((many / "progress_summary.json").read_text())
+    assert summary["index_groups"] > 1
+    names = [p.relative_to(one) for p in sorted((one / "cleaned").rglob("*")) if p.is_file()]
+    assert len(names) == len(train_files)
+    for name in names:
+        assert (many / name).read_bytes() == (one / name).read_bytes(), name
+    manifest = "stats/clean_manifest.jsonl.gz"
+    assert (many / manifest).read_bytes() == (one / manifest).read_bytes()
