@@ -161,7 +161,6 @@ def test_sigkill_a_worker_and_the_coordinator_then_the_same_bytes(corpus, local_
     spec = overlap_job(tmp_path / "cluster.toml", eval_files, [root / "in" / "train"], out,
                        mode="cluster", port=port)
     c = Cluster(tmp_path, spec, port)
-    journal = out / "_job" / "journal"
     try:
         # A worker killed while it holds a task it has finished but not reported.
         victim = c.start_worker("victim", fault="park-before-report")
@@ -173,15 +172,7 @@ def test_sigkill_a_worker_and_the_coordinator_then_the_same_bytes(corpus, local_
         victim.wait()
         c.start_worker("w1")
         # The coordinator killed once a scan is journaled.
-        while not list(journal.glob("scan-*.json")):
-            assert time.time() < deadline + 120
-            time.sleep(0.02)
-        c.coordinator.send_signal(signal.SIGKILL)
-        c.coordinator.wait()
-        assert not (out / ".SUCCESS").exists()
-        time.sleep(1)
-        c.coordinator = c.start_coordinator()
-        log = c.finish()
+        log = c.restart_coordinator_once_journaled(out, "scan-*.json")
     finally:
         c.kill_all()
     assert c.coordinator.returncode == 0, log[-3000:]

@@ -122,6 +122,22 @@ class Cluster:
         n = len(list(self.logs.glob("coordinator-*.log"))) - 1
         return (self.logs / f"coordinator-{n}.log").read_text()
 
+    def restart_coordinator_once_journaled(self, out: Path, pattern: str, timeout: float = 240) -> str:
+        """Kills the coordinator (SIGKILL) once a task result matching `pattern` is in the
+        journal of output `out` and the job is not finished, starts it again and lets the
+        job finish: the new coordinator's log."""
+        journal = out / "_job" / "journal"
+        deadline = time.time() + timeout
+        while not any(journal.glob(pattern)):
+            assert time.time() < deadline, f"no {pattern} in {journal}"
+            time.sleep(0.005)
+        self.coordinator.send_signal(signal.SIGKILL)
+        self.coordinator.wait()
+        assert not (out / ".SUCCESS").exists(), "the job finished before the coordinator was killed"
+        time.sleep(1)
+        self.coordinator = self.start_coordinator()
+        return self.finish()
+
     def kill_all(self) -> None:
         for p in [self.coordinator, *self.workers.values()]:
             if p.poll() is None:

@@ -565,27 +565,15 @@ mod tests {
     /// a wrong row dropped or cut.
     #[test]
     fn an_edit_that_does_not_meet_its_text_is_refused() {
-        use super::super::tokenize::TokenizerKind;
-        use object_store::ObjectStoreExt;
+        use super::super::test_support::{pinned, settings};
         let dir = tempfile::tempdir().unwrap();
         let train = dir.path().join("t.jsonl");
         std::fs::write(&train, "{\"text\": \"one two\"}\n\n{\"text\": \"three\"}\n").unwrap();
         let runtime = tokio::runtime::Runtime::new().unwrap();
         let handle = runtime.handle();
-        let url = train.display().to_string();
-        let loc = StoreUrl::parse(&url).unwrap();
-        let meta = handle.block_on(loc.store.head(&loc.root)).unwrap();
+        let file = pinned(handle, &train);
         let output = StoreUrl::parse(&dir.path().join("out").display().to_string()).unwrap();
-        let settings = Settings {
-            n: vec![2],
-            tokenizer: TokenizerKind::Default,
-            eval_text_field: "text".into(),
-            train_text_field: "text".into(),
-            partitions: 1,
-            whole_gzip_max: 0,
-            triage: None,
-            clean: None,
-        };
+        let settings = settings(vec![2]);
         let run = |edits: &[Edit]| {
             let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
             for e in edits {
@@ -597,11 +585,7 @@ mod tests {
                 .unwrap();
             let task = CleanTask {
                 train_file: 0,
-                file: super::super::protocol::InputFile {
-                    url: url.clone(),
-                    size: meta.size,
-                    etag: meta.e_tag.clone(),
-                },
+                file: file.clone(),
                 edits: "edits.jsonl.gz".into(),
                 dest: "cleaned/t.jsonl".into(),
             };

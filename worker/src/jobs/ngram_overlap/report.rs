@@ -668,10 +668,9 @@ impl HotNgrams {
 
 #[cfg(test)]
 mod tests {
-    use super::super::protocol::{EvalFile, InputFile};
-    use super::super::tokenize::TokenizerKind;
+    use super::super::protocol::EvalFile;
+    use super::super::test_support::{pinned, settings};
     use super::*;
-    use object_store::ObjectStoreExt;
     use std::io::Write;
 
     /// The report reads the eval rows it needs from the eval files: one that changed
@@ -684,14 +683,7 @@ mod tests {
         std::fs::write(&eval, "{\"id\": \"a\", \"text\": \"one two three\"}\n").unwrap();
         let runtime = tokio::runtime::Runtime::new().unwrap();
         let handle = runtime.handle();
-        let url = eval.display().to_string();
-        let loc = StoreUrl::parse(&url).unwrap();
-        let meta = handle.block_on(loc.store.head(&loc.root)).unwrap();
-        let file = InputFile {
-            url: url.clone(),
-            size: meta.size,
-            etag: meta.e_tag,
-        };
+        let file = pinned(handle, &eval);
         let output = StoreUrl::parse(&dir.path().join("out").display().to_string()).unwrap();
         let mut events = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
         events
@@ -710,16 +702,7 @@ mod tests {
             train: vec!["t.jsonl".into()],
             events: vec![vec!["tmp/scan.jsonl.gz".into()]],
         };
-        let settings = Settings {
-            n: vec![2],
-            tokenizer: TokenizerKind::Default,
-            eval_text_field: "text".into(),
-            train_text_field: "text".into(),
-            partitions: 1,
-            whole_gzip_max: 0,
-            triage: None,
-            clean: None,
-        };
+        let settings = settings(vec![2]);
         // Another text, same size: only the pin tells them apart.
         std::thread::sleep(std::time::Duration::from_millis(20));
         std::fs::write(&eval, "{\"id\": \"a\", \"text\": \"one two THREE\"}\n").unwrap();
