@@ -60,43 +60,6 @@ mod driver;
 mod plan;
 mod runner;
 
-/// What the job's unit tests share: an input file pinned, a job's settings.
-#[cfg(test)]
-pub(crate) mod test_support {
-    use object_store::ObjectStoreExt;
-
-    use super::protocol::{InputFile, Settings};
-    use super::tokenize::TokenizerKind;
-    use crate::engine::store::StoreUrl;
-
-    /// Local file `path` pinned as a job pins its inputs (its size and ETag now).
-    pub fn pinned(handle: &tokio::runtime::Handle, path: &std::path::Path) -> InputFile {
-        let url = path.display().to_string();
-        let loc = StoreUrl::parse(&url).unwrap();
-        let meta = handle.block_on(loc.store.head(&loc.root)).unwrap();
-        InputFile {
-            url,
-            size: meta.size,
-            etag: meta.e_tag,
-        }
-    }
-
-    /// The settings of a job with lengths `n`, the default tokenizer, both sides'
-    /// text in `text`, no triage and no cleaning.
-    pub fn settings(n: Vec<u32>) -> Settings {
-        Settings {
-            n,
-            tokenizer: TokenizerKind::Default,
-            eval_text_field: "text".into(),
-            train_text_field: "text".into(),
-            partitions: 1,
-            whole_gzip_max: 0,
-            triage: None,
-            clean: None,
-        }
-    }
-}
-
 use crate::engine::inputs::InputSource;
 use crate::engine::kind::{BoxFuture, Kind, KindFile, PlanContext};
 use crate::engine::protocol::TaskId;
@@ -271,5 +234,42 @@ impl KindFile for OverlapFile {
                 accepts,
             },
         ]
+    }
+}
+
+/// What the job's unit tests share: an input file pinned, a job's settings.
+#[cfg(test)]
+pub(crate) mod test_support {
+    use object_store::ObjectStoreExt;
+
+    use super::protocol::{InputFile, Settings};
+    use super::tokenize::TokenizerKind;
+    use crate::engine::store::StoreUrl;
+
+    /// Local file `path` pinned as a job pins its inputs (its size and ETag now).
+    pub fn pinned(handle: &tokio::runtime::Handle, path: &std::path::Path) -> InputFile {
+        let url = path.display().to_string();
+        let loc = StoreUrl::parse(&url).unwrap();
+        let meta = handle.block_on(loc.store.head(&loc.root)).unwrap();
+        InputFile {
+            url,
+            size: meta.size,
+            etag: meta.e_tag,
+        }
+    }
+
+    /// The settings of a job with lengths `n`, the default tokenizer, both sides'
+    /// text in `text`, no triage and no cleaning.
+    pub fn settings(n: Vec<u32>) -> Settings {
+        Settings {
+            n,
+            tokenizer: TokenizerKind::Default,
+            eval_text_field: "text".into(),
+            train_text_field: "text".into(),
+            partitions: 1,
+            whole_gzip_max: 0,
+            triage: None,
+            clean: None,
+        }
     }
 }
