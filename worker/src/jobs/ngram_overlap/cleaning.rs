@@ -15,11 +15,17 @@
 //! tokenizers keep one there, as `re.split` does), which is itself an n-gram (an empty
 //! eval text's, a punctuation-only one's).
 //!
-//! Pure: a text and its matches in, the outcome out. The report decides every
-//! document's outcome (it holds the text), the clean task applies it.
+//! Pure: a text and its matches in, the outcome out. The report gathers each
+//! contaminated document's matches ([`DocMatches`]) and decides its outcome (it holds
+//! the text): the edit the clean task applies, and its line of
+//! `stats/clean_manifest.jsonl.gz` ([`ManifestRecord`]).
 
-use super::protocol::{Clean, CleanMode};
-#[cfg(test)]
+use std::collections::BTreeSet;
+
+use serde::Serialize;
+
+use super::clean::text_hash;
+use super::protocol::{Clean, CleanMode, Edit, ScanDoc};
 use super::tokenize::TokenizerKind;
 
 /// Between the pieces of a cut document.
@@ -151,6 +157,87 @@ fn merged(sorted: Vec<[u64; 2]>) -> Vec<[u64; 2]> {
         }
     }
     out
+}
+
+/// A contaminated training document's counted matches (with `[clean]`).
+pub(super) struct DocMatches<'a> {
+    doc: &'a ScanDoc,
+    /// Every matched n-gram's occurrences in the document, `[start, end)`.
+    pub spans: Vec<[u64; 2]>,
+    pub ngrams: BTreeSet<(u32, &'a str)>,
+    pub instances: BTreeSet<(&'a str, &'a str)>,
+}
+
+/// One line of `stats/clean_manifest.jsonl.gz`.
+#[derive(Debug, Serialize)]
+pub(super) struct ManifestRecord<'a> {
+    train_path: &'a str,
+    train_row: u64,
+    train_doc_id: &'a str,
+    /// `dropped` or `cut`.
+    action: &'static str,
+    /// Why: `overlaps` (a match), `nothing_left` or `too_many_pieces` (a cut that
+    /// would leave no piece, or too many).
+    reason: &'static str,
+    /// The eval instances it overlaps, as (dataset, id).
+    eval_instances: &'a BTreeSet<(&'a str, &'a str)>,
+    /// Distinct matched n-grams.
+    ngrams: u64,
+    /// Where they are (code points, merged).
+    matched: Vec<[u64; 2]>,
+    /// `cut`: what was (or, dropped, would have been) cut out.
+    removed: Vec<[u64; 2]>,
+    /// Code points of the text, and of what is left of it.
+    chars: u64,
+    chars_left: u64,
+}
+
+impl<'a> DocMatches<'a> {
+    pub fn of(doc: &'a ScanDoc) -> DocMatches<'a> {
+        DocMatches {
+            doc,
+            spans: Vec::new(),
+            ngrams: BTreeSet::new(),
+            instances: BTreeSet::new(),
+        }
+    }
+
+    /// The document's edit, and its manifest line.
+    pub fn decide(
+        &self,
+        train_path: &'a str,
+        train_row: u64,
+        clean: &Clean,
+        tokenizer: TokenizerKind,
+    ) -> (Edit, ManifestRecord<'_>) {
+        let text = &self.doc.train_text;
+        let outcome = clean_document(text, &self.spans, clean, |c| tokenizer.separates(c));
+        let (action, reason, removed, new_text) = match outcome {
+            Outcome::Dropped { reason, removed } => ("dropped", reason.as_str(), removed, None),
+            Outcome::Cut { text, removed, .. } => ("cut", "overlaps", removed, Some(text)),
+        };
+        let mut matched = self.spans.clone();
+        matched.sort_unstable();
+        let record = ManifestRecord {
+            train_path,
+            train_row,
+            train_doc_id: &self.doc.train_doc_id,
+            action,
+            reason,
+            eval_instances: &self.instances,
+            ngrams: self.ngrams.len() as u64,
+            matched: merged(matched),
+            removed,
+            chars: text.chars().count() as u64,
+            chars_left: new_text.as_ref().map_or(0, |t| t.chars().count() as u64),
+        };
+        let edit = Edit {
+            train_row,
+            text: new_text,
+            text_hash: text_hash(text),
+        };
+        (edit, record)
+    }
 }
 
 #[cfg(test)]

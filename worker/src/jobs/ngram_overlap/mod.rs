@@ -34,8 +34,9 @@
 //!   `plan`: the plan and the index groups; `driver`: the job on the coordinator
 //!   (stages, result checks, totals and progress files, finish); `runner`: the tasks
 //!   on a worker.
-//! * [`index`], [`scan`], [`report`], [`clean`]: the tasks; [`cleaning`]: what
-//!   cleaning does to one document; [`gzip_jsonl`]: their streamed gzip outputs.
+//! * [`index`], [`scan`], [`report`], [`clean`]: the tasks; [`triage`]: hot n-grams
+//!   (in the report); [`cleaning`]: what cleaning does to one document;
+//!   [`gzip_jsonl`]: their streamed gzip outputs.
 
 pub mod clean;
 pub mod cleaning;
@@ -54,6 +55,7 @@ pub mod scan;
 pub mod source;
 pub mod spec;
 pub mod tokenize;
+pub mod triage;
 pub mod whole_gzip;
 
 mod driver;

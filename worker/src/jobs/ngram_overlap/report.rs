@@ -24,16 +24,16 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde::{Deserialize, Serialize};
 
-use super::clean as clean_task;
-use super::cleaning::{self, Outcome};
+use super::cleaning::DocMatches;
 use super::gzip_jsonl::{GzipJsonl, Packing};
 use super::ngrams::{eval_ngram, EvalNgram};
 use super::protocol::{
-    edits_path, instances_path, Clean, Edit, EvalFile, OutputFile, ReportOutput, ReportTask,
-    ScanDoc, ScanEvent, Settings, Triage, CLEAN_MANIFEST, DETAILS, HOT, STATS,
+    edits_path, instances_path, EvalFile, OutputFile, ReportOutput, ReportTask, ScanDoc, ScanEvent,
+    Settings, CLEAN_MANIFEST, DETAILS, STATS,
 };
 use super::source::{read_gz_lines, read_records, WholeFiles};
-use super::tokenize::{Token, TokenizerKind};
+use super::tokenize::Token;
+use super::triage::{self, HotNgrams};
 use crate::engine::store::StoreUrl;
 use crate::error::{Result, WorkerError};
 
@@ -113,9 +113,9 @@ fn for_each_line<T: serde::de::DeserializeOwned>(
 }
 
 /// An eval row a candidate names: its id and text.
-struct EvalText {
-    id: String,
-    text: String,
+pub(super) struct EvalText {
+    pub id: String,
+    pub text: String,
 }
 
 /// Runs the report (on a blocking thread: call through `spawn_blocking`).
@@ -204,7 +204,10 @@ pub fn run_report(
     // known before anything is counted in the statistics.
     let hot = match &settings.triage {
         None => HotNgrams::default(),
-        Some(triage) => HotNgrams::of(&count_matches(handle, task, output, &eval_rows)?, triage),
+        Some(triage) => HotNgrams::of(
+            &triage::count_matches(handle, task, output, &eval_rows)?,
+            triage,
+        ),
     };
     let excluded =
         |n: u32, ngram: &str| settings.triage.is_some_and(|t| t.exclude) && hot.contains(n, ngram);
@@ -379,99 +382,9 @@ pub fn run_report(
     })
 }
 
-/// A contaminated training document's counted matches (with `[clean]`).
-struct DocMatches<'a> {
-    doc: &'a ScanDoc,
-    /// Every matched n-gram's occurrences in the document, `[start, end)`.
-    spans: Vec<[u64; 2]>,
-    ngrams: BTreeSet<(u32, &'a str)>,
-    instances: BTreeSet<(&'a str, &'a str)>,
-}
-
-/// One line of `stats/clean_manifest.jsonl.gz`.
-#[derive(Debug, Serialize)]
-struct ManifestRecord<'a> {
-    train_path: &'a str,
-    train_row: u64,
-    train_doc_id: &'a str,
-    /// `dropped` or `cut`.
-    action: &'static str,
-    /// Why: `overlaps` (a match), `nothing_left` or `too_many_pieces` (a cut that
-    /// would leave no piece, or too many).
-    reason: &'static str,
-    /// The eval instances it overlaps, as (dataset, id).
-    eval_instances: &'a BTreeSet<(&'a str, &'a str)>,
-    /// Distinct matched n-grams.
-    ngrams: u64,
-    /// Where they are (code points, merged).
-    matched: Vec<[u64; 2]>,
-    /// `cut`: what was (or, dropped, would have been) cut out.
-    removed: Vec<[u64; 2]>,
-    /// Code points of the text, and of what is left of it.
-    chars: u64,
-    chars_left: u64,
-}
-
-impl<'a> DocMatches<'a> {
-    fn of(doc: &'a ScanDoc) -> DocMatches<'a> {
-        DocMatches {
-            doc,
-            spans: Vec::new(),
-            ngrams: BTreeSet::new(),
-            instances: BTreeSet::new(),
-        }
-    }
-
-    /// The document's edit, and its manifest line.
-    fn decide(
-        &self,
-        train_path: &'a str,
-        train_row: u64,
-        clean: &Clean,
-        tokenizer: TokenizerKind,
-    ) -> (Edit, ManifestRecord<'_>) {
-        let text = &self.doc.train_text;
-        let outcome =
-            cleaning::clean_document(text, &self.spans, clean, |c| tokenizer.separates(c));
-        let (action, reason, removed, new_text) = match outcome {
-            Outcome::Dropped { reason, removed } => ("dropped", reason.as_str(), removed, None),
-            Outcome::Cut { text, removed, .. } => ("cut", "overlaps", removed, Some(text)),
-        };
-        let mut matched = self.spans.clone();
-        matched.sort_unstable();
-        matched.dedup();
-        let mut merged: Vec<[u64; 2]> = Vec::with_capacity(matched.len());
-        for [start, end] in matched {
-            match merged.last_mut() {
-                Some(last) if start <= last[1] => last[1] = last[1].max(end),
-                _ => merged.push([start, end]),
-            }
-        }
-        let record = ManifestRecord {
-            train_path,
-            train_row,
-            train_doc_id: &self.doc.train_doc_id,
-            action,
-            reason,
-            eval_instances: &self.instances,
-            ngrams: self.ngrams.len() as u64,
-            matched: merged,
-            removed,
-            chars: text.chars().count() as u64,
-            chars_left: new_text.as_ref().map_or(0, |t| t.chars().count() as u64),
-        };
-        let edit = Edit {
-            train_row,
-            text: new_text,
-            text_hash: clean_task::text_hash(text),
-        };
-        (edit, record)
-    }
-}
-
 /// A training file's scan documents, from its events files (a document matched in
 /// several index groups is in several, with the events of each group).
-fn read_docs(
+pub(super) fn read_docs(
     handle: &tokio::runtime::Handle,
     output: &StoreUrl,
     events_files: &[String],
@@ -487,7 +400,7 @@ fn read_docs(
 }
 
 /// The eval rows candidates name, and how a candidate is decided against its row.
-struct EvalRows<'a> {
+pub(super) struct EvalRows<'a> {
     task: &'a ReportTask,
     rows: &'a HashMap<(u32, u64), EvalText>,
     /// The configured lengths, each with its bit.
@@ -499,7 +412,7 @@ impl<'a> EvalRows<'a> {
     /// Candidate `e` of training file `train_path` decided: its eval file and row and
     /// the row's n-gram, or `None` when the row has no n-gram of that length and text
     /// (two n-grams with one window key). `tokens` keeps the rows' tokens.
-    fn decide(
+    pub(super) fn decide(
         &self,
         tokens: &mut HashMap<(u32, u64), Vec<Token>>,
         train_path: &str,
@@ -510,7 +423,7 @@ impl<'a> EvalRows<'a> {
 
     /// [`EvalRows::decide`] of a window of length `n` and text `ngram` against eval row
     /// `(file, row)`.
-    fn decide_window(
+    pub(super) fn decide_window(
         &self,
         tokens: &mut HashMap<(u32, u64), Vec<Token>>,
         train_path: &str,
@@ -533,136 +446,6 @@ impl<'a> EvalRows<'a> {
             .entry((file, row))
             .or_insert_with(|| self.settings.tokenizer.tokenize(&text.text));
         Ok(eval_ngram(row_tokens, self.lengths, n, ngram).map(|found| (eval, text, found)))
-    }
-}
-
-/// Per effective length, per matched n-gram: the training documents and the eval rows
-/// it is found in.
-type MatchCounts = HashMap<u32, HashMap<String, (u64, u64)>>;
-
-/// Every candidate decided, and each matched n-gram counted: in how many training
-/// documents, and in how many eval rows. An n-gram's window key is in one index group,
-/// so a document's events for it are in one of its lines; and every document that
-/// has it is a candidate of every eval row that has it, so each document's events
-/// name all those rows. A scan's hot window (more eval rows than `max_eval_rows`, with
-/// `exclude`) is checked against its first eval row and counts the rows with its key.
-fn count_matches(
-    handle: &tokio::runtime::Handle,
-    task: &ReportTask,
-    output: &StoreUrl,
-    eval_rows: &EvalRows<'_>,
-) -> Result<MatchCounts> {
-    let mut counts = MatchCounts::new();
-    for (train_path, events_files) in task.train.iter().zip(&task.events) {
-        let docs = read_docs(handle, output, events_files)?;
-        let mut tokens: HashMap<(u32, u64), Vec<Token>> = HashMap::new();
-        for doc in &docs {
-            // This document's n-grams, each with its eval rows.
-            let mut mine: BTreeMap<(u32, &str), u64> = BTreeMap::new();
-            for e in &doc.events {
-                if eval_rows.decide(&mut tokens, train_path, e)?.is_some() {
-                    *mine.entry((e.n, e.ngram.as_str())).or_default() += 1;
-                }
-            }
-            // A hot window: checked against the first eval row with its key; its eval
-            // rows are those with the key.
-            for w in &doc.hot {
-                let first = (w.eval_file, w.eval_row);
-                if eval_rows
-                    .decide_window(&mut tokens, train_path, first, w.n, &w.ngram)?
-                    .is_some()
-                {
-                    let rows = mine.entry((w.n, w.ngram.as_str())).or_default();
-                    *rows = (*rows).max(w.eval_rows);
-                } else {
-                    // Its key is the key of another n-gram of the first row: which rows
-                    // have the window's own n-gram is not known here.
-                    tracing::warn!(
-                        train_path = %train_path,
-                        train_row = doc.train_row,
-                        ngram = %w.ngram,
-                        "a hot window's 64-bit key is also another n-gram's: the window is not counted"
-                    );
-                }
-            }
-            for ((n, ngram), rows) in mine {
-                let of_n = counts.entry(n).or_default();
-                let count = match of_n.get_mut(ngram) {
-                    Some(count) => count,
-                    None => of_n.entry(ngram.to_string()).or_default(),
-                };
-                count.0 += 1;
-                count.1 = count.1.max(rows);
-            }
-        }
-    }
-    Ok(counts)
-}
-
-/// One line of `stats/hot_ngrams.jsonl`.
-#[derive(Debug, Serialize)]
-struct HotRecord<'a> {
-    n: u32,
-    ngram: &'a str,
-    train_docs: u64,
-    eval_rows: u64,
-    hot_by: &'a [&'static str],
-    excluded: bool,
-}
-
-/// The hot n-grams: (effective length, text) → (training documents, eval rows, why).
-#[derive(Default)]
-struct HotNgrams {
-    ngrams: BTreeMap<(u32, String), (u64, u64, Vec<&'static str>)>,
-}
-
-impl HotNgrams {
-    fn of(counts: &MatchCounts, triage: &Triage) -> HotNgrams {
-        let mut ngrams = BTreeMap::new();
-        for (&n, of_n) in counts {
-            for (ngram, &(docs, rows)) in of_n {
-                let by = triage.hot_by(docs, rows);
-                if !by.is_empty() {
-                    ngrams.insert((n, ngram.clone()), (docs, rows, by));
-                }
-            }
-        }
-        HotNgrams { ngrams }
-    }
-
-    fn contains(&self, n: u32, ngram: &str) -> bool {
-        // Few (they are the outliers): a lookup without building a key is not worth it.
-        !self.ngrams.is_empty() && self.ngrams.contains_key(&(n, ngram.to_string()))
-    }
-
-    /// `stats/hot_ngrams.jsonl`, in (length, text) order.
-    fn write(
-        &self,
-        handle: &tokio::runtime::Handle,
-        output: &StoreUrl,
-        triage: &Triage,
-    ) -> Result<OutputFile> {
-        let mut text = Vec::new();
-        for ((n, ngram), (train_docs, eval_rows, hot_by)) in &self.ngrams {
-            let record = HotRecord {
-                n: *n,
-                ngram,
-                train_docs: *train_docs,
-                eval_rows: *eval_rows,
-                hot_by,
-                excluded: triage.exclude,
-            };
-            serde_json::to_writer(&mut text, &record)
-                .map_err(|e| WorkerError::Job(e.to_string()))?;
-            text.push(b'\n');
-        }
-        let file = OutputFile {
-            path: HOT.into(),
-            bytes: text.len() as u64,
-            blake3: blake3::hash(&text).to_hex().to_string(),
-        };
-        handle.block_on(output.put(&output.child(HOT), text))?;
-        Ok(file)
     }
 }
 
