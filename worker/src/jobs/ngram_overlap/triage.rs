@@ -11,7 +11,7 @@
 //! The report runs it between its two passes, so that with `exclude` a hot n-gram's
 //! matches are left out of every output it writes.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 
 use serde::Serialize;
 
@@ -95,10 +95,12 @@ struct HotRecord<'a> {
     excluded: bool,
 }
 
-/// The hot n-grams: (effective length, text) → (training documents, eval rows, why).
+/// The hot n-grams: (effective length, text) → (training documents, eval rows, why),
+/// and their texts by length (looked up without building a key).
 #[derive(Default)]
 pub(super) struct HotNgrams {
     pub(super) ngrams: BTreeMap<(u32, String), (u64, u64, Vec<&'static str>)>,
+    by_length: HashMap<u32, HashSet<String>>,
 }
 
 impl HotNgrams {
@@ -112,12 +114,17 @@ impl HotNgrams {
                 }
             }
         }
-        HotNgrams { ngrams }
+        let mut by_length: HashMap<u32, HashSet<String>> = HashMap::new();
+        for (n, ngram) in ngrams.keys() {
+            by_length.entry(*n).or_default().insert(ngram.clone());
+        }
+        HotNgrams { ngrams, by_length }
     }
 
     pub(super) fn contains(&self, n: u32, ngram: &str) -> bool {
-        // Few (they are the outliers): a lookup without building a key is not worth it.
-        !self.ngrams.is_empty() && self.ngrams.contains_key(&(n, ngram.to_string()))
+        self.by_length
+            .get(&n)
+            .is_some_and(|texts| texts.contains(ngram))
     }
 
     /// `stats/hot_ngrams.jsonl`, in (length, text) order.
