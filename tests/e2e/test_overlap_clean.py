@@ -271,3 +271,36 @@ def test_the_same_cleaned_bytes_with_index_groups_and_one_worker(corpus):
         assert (many / name).read_bytes() == (one / name).read_bytes(), name
     manifest = "stats/clean_manifest.jsonl.gz"
     assert (many / manifest).read_bytes() == (one / manifest).read_bytes()
+
+
+def test_a_cut_that_would_join_an_eval_ngram_drops_the_document(tmp_path):
+    """Cutting "zeta eta theta iota" with its context out of a document joins "alpha
+    beta" and "gamma delta", another eval row's 4-gram: the job finds that in the index
+    and drops the document instead (``cut_leaves_a_match``); a document whose pieces
+    join into nothing is cut. The cleaned corpus has no overlap either way."""
+    eval_dir, train_dir = tmp_path / "eval", tmp_path / "train"
+    eval_dir.mkdir()
+    train_dir.mkdir()
+    (eval_dir / "seam.jsonl").write_text(
+        json.dumps({"id": "joined", "text": "alpha beta gamma delta"}) + "\n"
+        + json.dumps({"id": "copied", "text": "zeta eta theta iota"}) + "\n")
+    left, middle = "lorem ipsum dolor alpha beta", " kkkkk wwww zeta eta theta iota vvvvv xxxx "
+    docs = [left + middle + "gamma delta sit amet consectetur",
+            left + middle + "omega psi sit amet consectetur"]
+    (train_dir / "t.jsonl").write_text("".join(json.dumps({"id": f"d{i}", "text": d}) + "\n"
+                                               for i, d in enumerate(docs)))
+    section = "[clean]\nmode = \"cut\"\ncontext_chars = 12\nmin_piece_chars = 15\nmax_pieces = 3\n"
+    out = tmp_path / "out"
+    run(["run", str(overlap_job(tmp_path / "seam.toml", [eval_dir], [train_dir], out, n=[4], extra=section))])
+    # The rule alone would leave the other row's n-gram across the line feed.
+    start = docs[0].index("zeta")
+    _, _, would = expected_cut(docs[0], [(start, start + len("zeta eta theta iota"))])
+    assert would == "lorem ipsum dolor alpha beta\ngamma delta sit amet consectetur"
+    manifest = read_jsonl_gz(out / "stats" / "clean_manifest.jsonl.gz")
+    assert [(m["train_row"], m["action"], m["reason"]) for m in manifest] == [
+        (0, "dropped", "cut_leaves_a_match"), (1, "cut", "overlaps")]
+    assert [json.loads(line)["text"] for line in (out / "cleaned" / "t.jsonl").read_text().splitlines()] == [
+        "lorem ipsum dolor alpha beta\nomega psi sit amet consectetur"]
+    again = tmp_path / "again"
+    run(["run", str(overlap_job(tmp_path / "again.toml", [eval_dir], [out / "cleaned"], again, n=[4]))])
+    assert read_jsonl_gz(again / "stats" / "overlap_details.jsonl.gz") == []

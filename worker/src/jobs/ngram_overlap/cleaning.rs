@@ -8,6 +8,8 @@
 //!      job's tokenizer) at its ends; a piece shorter than min_piece_chars is cut too
 //!   ─► none left: dropped (nothing_left); more than max_pieces: dropped
 //!      (too_many_pieces); else the pieces joined by "\n"
+//!   ─► (the report) the cut text has a window the index holds: dropped
+//!      (cut_leaves_a_match)
 //! ```
 //!
 //! A piece starts and ends with a token's character: a cut through a run of
@@ -40,6 +42,22 @@ pub enum DropReason {
     NothingLeft,
     /// `cut` mode: more than `max_pieces` pieces are left.
     TooManyPieces,
+    /// `cut` mode: what a cut leaves has an eval n-gram (across the line feed that
+    /// joins two pieces, or at a piece's cut edge).
+    CutLeavesAMatch,
+}
+
+impl Outcome {
+    /// A cut that leaves an eval n-gram: the document is dropped instead (what it
+    /// would have cut kept for the manifest). Any other outcome stays.
+    pub fn drop_for_leaving_a_match(&mut self) {
+        if let Outcome::Cut { removed, .. } = self {
+            *self = Outcome::Dropped {
+                reason: DropReason::CutLeavesAMatch,
+                removed: std::mem::take(removed),
+            };
+        }
+    }
 }
 
 impl DropReason {
@@ -48,6 +66,7 @@ impl DropReason {
             DropReason::Overlaps => "overlaps",
             DropReason::NothingLeft => "nothing_left",
             DropReason::TooManyPieces => "too_many_pieces",
+            DropReason::CutLeavesAMatch => "cut_leaves_a_match",
         }
     }
 }
@@ -202,16 +221,20 @@ impl<'a> DocMatches<'a> {
         }
     }
 
-    /// The document's edit, and its manifest line.
+    /// What the cut rule makes of the document.
+    pub fn outcome(&self, clean: &Clean, tokenizer: TokenizerKind) -> Outcome {
+        let text = &self.doc.train_text;
+        clean_document(text, &self.spans, clean, |c| tokenizer.separates(c))
+    }
+
+    /// The document's edit for `outcome`, and its manifest line.
     pub fn decide(
         &self,
         train_path: &'a str,
         train_row: u64,
-        clean: &Clean,
-        tokenizer: TokenizerKind,
+        outcome: Outcome,
     ) -> (Edit, ManifestRecord<'_>) {
         let text = &self.doc.train_text;
-        let outcome = clean_document(text, &self.spans, clean, |c| tokenizer.separates(c));
         let (action, reason, removed, new_text) = match outcome {
             Outcome::Dropped { reason, removed } => ("dropped", reason.as_str(), removed, None),
             Outcome::Cut { text, removed, .. } => ("cut", "overlaps", removed, Some(text)),

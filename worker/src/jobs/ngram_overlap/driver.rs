@@ -15,9 +15,9 @@ use crate::engine::store::StoreUrl;
 use crate::error::{Result, WorkerError};
 use protocol::{
     edits_path, events_path, index_shuffle_path, instances_path, rejects_path, CleanOutput,
-    CleanTask, EvalFile, IndexOutput, IndexTask, OverlapDone, OverlapOutput, OverlapTask,
-    ReportOutput, ReportTask, ScanOutput, ScanTask, Settings, CLEAN, CLEANED_DIR, CLEAN_MANIFEST,
-    DETAILS, HOT, INDEX, PROGRESS_SUMMARY, REPORT, SCAN, STATS, SUCCESS, WORK_DIR,
+    CleanTask, EvalFile, IndexGroups, IndexOutput, IndexTask, OverlapDone, OverlapOutput,
+    OverlapTask, ReportOutput, ReportTask, ScanOutput, ScanTask, Settings, CLEAN, CLEANED_DIR,
+    CLEAN_MANIFEST, DETAILS, HOT, INDEX, PROGRESS_SUMMARY, REPORT, SCAN, STATS, SUCCESS, WORK_DIR,
 };
 
 use super::*;
@@ -112,13 +112,19 @@ impl OverlapDriver {
         index_groups(postings, self.plan.index_budget, self.settings.partitions)
     }
 
-    pub(super) fn scan_tasks(&mut self) -> Vec<(u32, OverlapTask)> {
-        self.groups = self.index_groups();
+    /// The effective lengths the index holds, ascending.
+    fn index_lengths(&self) -> Vec<u32> {
         let lengths: BTreeSet<u32> = self
             .index
             .values()
             .flat_map(|o| o.lengths.iter().copied())
             .collect();
+        lengths.into_iter().collect()
+    }
+
+    pub(super) fn scan_tasks(&mut self) -> Vec<(u32, OverlapTask)> {
+        self.groups = self.index_groups();
+        let lengths = self.index_lengths();
         let mut tasks = Vec::new();
         // Group by group: a worker keeps the last group it loaded, so its scans of the
         // same group follow one another and load it once, not once per training file.
@@ -139,7 +145,7 @@ impl OverlapDriver {
                     groups: self.groups,
                     index_files,
                     eval_rows: self.index.values().map(|o| o.counts.rows).collect(),
-                    lengths: lengths.iter().copied().collect(),
+                    lengths: lengths.clone(),
                 };
                 tasks.push((index, OverlapTask::Scan(task)));
             }
@@ -178,10 +184,25 @@ impl OverlapDriver {
                     .collect::<Result<Vec<_>>>()
             })
             .collect::<Result<Vec<_>>>()?;
+        let cuts = self
+            .settings
+            .clean
+            .is_some_and(|c| c.mode == protocol::CleanMode::Cut);
+        let index = cuts.then(|| IndexGroups {
+            files: self
+                .index
+                .values()
+                .map(|o| o.shuffle_file.clone())
+                .collect(),
+            eval_rows: self.index.values().map(|o| o.counts.rows).collect(),
+            lengths: self.index_lengths(),
+            groups: self.groups,
+        });
         let task = ReportTask {
             eval,
             train: self.plan.train.iter().map(|f| f.url.clone()).collect(),
             events,
+            index,
         };
         Ok((0, OverlapTask::Report(task)))
     }

@@ -296,6 +296,22 @@ pub struct ReportTask {
     pub train: Vec<String>,
     /// Per training file (in order), its scans' events files.
     pub events: Vec<Vec<String>>,
+    /// The index, as the scans loaded it: what a cut leaves is looked up in it
+    /// (`[clean] mode = "cut"`).
+    #[serde(default)]
+    pub index: Option<IndexGroups>,
+}
+
+/// The index shuffle files and how the scans cut them into groups.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct IndexGroups {
+    /// Every eval file's index shuffle file, in eval order.
+    pub files: Vec<String>,
+    /// Each eval file's row count (rejected rows included), in eval order.
+    pub eval_rows: Vec<u64>,
+    /// The effective lengths the index holds.
+    pub lengths: Vec<u32>,
+    pub groups: u32,
 }
 
 /// A written output file.

@@ -24,12 +24,15 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 
 use serde::{Deserialize, Serialize};
 
-use super::cleaning::DocMatches;
+use super::cleaning::{DocMatches, Outcome};
 use super::gzip_jsonl::{GzipJsonl, Packing};
+use super::index::load_index;
+use super::ngram_index::{MatchScratch, NgramIndex};
+use super::ngrams::ScanTokens;
 use super::ngrams::{eval_ngram, EvalNgram};
 use super::protocol::{
-    edits_path, instances_path, EvalFile, OutputFile, ReportOutput, ReportTask, ScanDoc, ScanEvent,
-    Settings, CLEAN_MANIFEST, DETAILS, STATS,
+    edits_path, instances_path, EvalFile, IndexGroups, OutputFile, ReportOutput, ReportTask,
+    ScanDoc, ScanEvent, Settings, CLEAN_MANIFEST, DETAILS, STATS,
 };
 use super::source::{read_gz_lines, read_records, WholeFiles};
 use super::tokenize::Token;
@@ -224,6 +227,7 @@ pub fn run_report(
         )
     });
     let (mut dropped, mut cut) = (0u64, 0u64);
+    let mut cut_check = CutCheck::new(settings);
     let train_files = task.train.len() as u32;
     for (t, (train_path, events_files)) in task.train.iter().zip(&task.events).enumerate() {
         let docs = read_docs(handle, output, events_files)?;
@@ -322,10 +326,20 @@ pub fn run_report(
         }
         files.push(out.finish(handle)?);
         if let Some((clean, manifest)) = &mut cleaning {
+            let mut outcomes: Vec<Outcome> = contaminated
+                .values()
+                .map(|m| m.outcome(clean, settings.tokenizer))
+                .collect();
+            if let Some(index) = &task.index {
+                cut_check.drop_cuts_that_leave_a_match(
+                    (handle, output, index),
+                    &mut outcomes,
+                    &|n, ngram| excluded(n, ngram),
+                )?;
+            }
             let mut edits = GzipJsonl::new(output, &edits_path(t as u32), Packing::Intermediate);
-            for (train_row, doc_matches) in &contaminated {
-                let (edit, record) =
-                    doc_matches.decide(train_path, *train_row, clean, settings.tokenizer);
+            for ((train_row, doc_matches), outcome) in contaminated.iter().zip(outcomes) {
+                let (edit, record) = doc_matches.decide(train_path, *train_row, outcome);
                 match edit.text {
                     None => dropped += 1,
                     Some(_) => cut += 1,
@@ -380,6 +394,82 @@ pub fn run_report(
         dropped,
         cut,
     })
+}
+
+/// What a cut leaves, looked up in the index (`[clean] mode = "cut"`): joining two
+/// pieces, or cutting through a token, makes windows the document did not have, and
+/// one of them may be an eval n-gram. A cut text with a window whose key the index
+/// holds (unless it is an excluded hot n-gram) is dropped instead. (A key only finds
+/// candidates: a window whose key is another n-gram's, about one in 10^12, drops a
+/// document that did not need it; the manifest says so.)
+struct CutCheck<'s> {
+    settings: &'s Settings,
+    /// The index when it is one group, loaded once for every training file.
+    whole: Option<NgramIndex>,
+    tokens: ScanTokens,
+    scratch: MatchScratch,
+}
+
+impl<'s> CutCheck<'s> {
+    fn new(settings: &'s Settings) -> CutCheck<'s> {
+        CutCheck {
+            settings,
+            whole: None,
+            tokens: ScanTokens::default(),
+            scratch: MatchScratch::default(),
+        }
+    }
+
+    fn drop_cuts_that_leave_a_match(
+        &mut self,
+        (handle, output, index): (&tokio::runtime::Handle, &StoreUrl, &IndexGroups),
+        outcomes: &mut [Outcome],
+        excluded: &dyn Fn(u32, &str) -> bool,
+    ) -> Result<()> {
+        if !outcomes.iter().any(|o| matches!(o, Outcome::Cut { .. })) {
+            return Ok(());
+        }
+        let longest = self.settings.n.last().copied().unwrap_or(0);
+        for group in 0..index.groups.max(1) {
+            let load = || {
+                handle.block_on(load_index(
+                    output,
+                    &index.files,
+                    &index.eval_rows,
+                    (&index.lengths, longest),
+                    (group, index.groups, self.settings.partitions),
+                ))
+            };
+            let loaded;
+            let group_index = if index.groups <= 1 {
+                if self.whole.is_none() {
+                    self.whole = Some(load()?);
+                }
+                self.whole.as_ref()
+            } else {
+                loaded = load()?;
+                Some(&loaded)
+            };
+            let Some(group_index) = group_index else {
+                continue;
+            };
+            for outcome in outcomes.iter_mut() {
+                let Outcome::Cut { text, .. } = outcome else {
+                    continue;
+                };
+                self.tokens.fill(self.settings.tokenizer, text);
+                let mut leaves = false;
+                let tokens = &self.tokens;
+                group_index.each_match(tokens, &mut self.scratch, |i, n, _| {
+                    leaves = leaves || !excluded(n as u32, &tokens.window_text(i, n));
+                });
+                if leaves {
+                    outcome.drop_for_leaving_a_match();
+                }
+            }
+        }
+        Ok(())
+    }
 }
 
 /// A training file's scan documents, from its events files (a document matched in
