@@ -574,6 +574,7 @@ mod tests {
             }],
             train: vec!["t.jsonl".into()],
             events: vec![vec!["tmp/scan.jsonl.gz".into()]],
+            index: None,
         };
         let settings = settings(vec![2]);
         // Another text, same size: only the pin tells them apart.
