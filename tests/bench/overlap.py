@@ -3,6 +3,7 @@
 
     .venv/bin/python tests/bench/overlap.py [--train-mb 200] [--bin target/release]
     .venv/bin/python tests/bench/overlap.py --shape production [--eval-rows 200000]
+    .venv/bin/python tests/bench/overlap.py --shape cleaning [--job-runs 2]
 
 `--shape production` is the decontamination runs' shape (see [production] below);
 without it, a small eval side:
@@ -40,6 +41,16 @@ CPU seconds (user + system) and peak RSS side by side, their ratio, the job's st
 CPU seconds, the index's bytes per distinct n-gram and the number of index groups
 (each training file is read once per group), and the overlap records each found (they
 must be equal).
+
+[cleaning] On the production corpus: the job without and with `[clean]` (drop, cut),
+alternating, `--job-runs` times each, and the plain-Python drop cleaner (the peer: each
+training file read and written again with gzip at level 6, the manifest's rows left
+out; its lines must equal the job's); then the job run again on each cleaned corpus
+(overlap records left: 0). On a copy with a planted 30-word template (1% of eval rows,
+5% of training documents): the job with `[triage]` (limits 100, `exclude = true`) and
+`[clean] mode = "cut"`: its time, hot n-grams, contaminated instances, and what a run
+on its cleaned corpus finds (only n-grams the first run called hot). Without triage
+that corpus makes rows × documents × 18 = 242M detail records: not run.
 """
 
 from __future__ import annotations
@@ -276,12 +287,125 @@ def production(args) -> None:
         raise SystemExit("the job and the reference disagree")
 
 
+TEMPLATE = " ".join(f"bp{i}" for i in range(30))
+
+
+def plant_template(src: Path, dst: Path) -> None:
+    """A copy of corpus `src` with TEMPLATE before 1% of its eval texts and inside 5% of
+    its training documents (seeded)."""
+    rng = random.Random(11)
+    (dst / "eval").mkdir(parents=True)
+    (dst / "train").mkdir()
+    for p in sorted((src / "eval").iterdir()):
+        with open(p) as f, open(dst / "eval" / p.name, "w") as out:
+            for line in f:
+                r = json.loads(line)
+                if rng.random() < 0.01:
+                    r["text"] = TEMPLATE + " " + r["text"]
+                out.write(json.dumps(r) + "\n")
+    for p in sorted((src / "train").iterdir()):
+        lines = []
+        for line in gzip.decompress(p.read_bytes()).decode().splitlines():
+            r = json.loads(line)
+            if rng.random() < 0.05:
+                words = r["text"].split(" ")
+                at = rng.randrange(len(words) + 1)
+                r["text"] = " ".join(words[:at] + [TEMPLATE] + words[at:])
+            lines.append(json.dumps(r) + "\n")
+        (dst / "train" / p.name).write_bytes(gzip.compress("".join(lines).encode(), mtime=0))
+
+
+def python_drop_cleaner(out: Path, train_dir: Path, dst: Path) -> None:
+    """The peer: every training file written again, the manifest's rows left out."""
+    drop: dict[str, set[int]] = {}
+    with gzip.open(out / "stats" / "clean_manifest.jsonl.gz", "rt") as f:
+        for line in f:
+            r = json.loads(line)
+            drop.setdefault(r["train_path"], set()).add(r["train_row"])
+    dst.mkdir(parents=True)
+    for p in sorted(train_dir.iterdir()):
+        rows, row = drop.get(str(p), set()), 0
+        with gzip.open(p, "rb") as src, gzip.open(dst / p.name, "wb", compresslevel=6) as w:
+            for line in src:
+                if not line.strip(b" \t\r\n"):
+                    w.write(line)
+                    continue
+                if row not in rows:
+                    w.write(line)
+                row += 1
+
+
+def cleaning(args) -> None:
+    corpus = args.work / f"production-{args.eval_rows}-{args.train_mb}"
+    if not (corpus / "train").exists():
+        shutil.rmtree(corpus, ignore_errors=True)
+        make_production_corpus(corpus, args.eval_rows, args.train_mb)
+    planted = args.work / f"planted-{args.eval_rows}-{args.train_mb}"
+    if not (planted / "train").exists():
+        shutil.rmtree(planted, ignore_errors=True)
+        plant_template(corpus, planted)
+    coordinator = str(args.bin / "coordinator")
+
+    def job(name: str, source: Path, train: Path, extra: str) -> tuple[Path, float, float, float]:
+        out, spec = args.work / f"clean-{name}", args.work / f"clean-{name}.toml"
+        shutil.rmtree(out, ignore_errors=True)
+        shutil.rmtree(args.work / "scratch", ignore_errors=True)
+        write_job(spec, source / "eval", train, [13], out, args.memory, args.work / "scratch")
+        spec.write_text(spec.read_text() + extra)
+        started = time.time()
+        _, cpu, rss = timed([coordinator, "run", str(spec)])
+        return out, time.time() - started, cpu, rss
+
+    def details(out: Path) -> int:
+        return gzip.decompress((out / "stats" / "overlap_details.jsonl.gz").read_bytes()).count(b"\n")
+
+    train = corpus / "train"
+    runs: dict[str, list[tuple[float, float, float]]] = {}
+    outs: dict[str, Path] = {}
+    for _ in range(args.job_runs):
+        for name, extra in [("none", ""), ("drop", '[clean]\nmode = "drop"\n'), ("cut", '[clean]\nmode = "cut"\n')]:
+            outs[name], wall, cpu, rss = job(name, corpus, train, extra)
+            runs.setdefault(name, []).append((wall, cpu, rss))
+        peer = args.work / "clean-python"
+        shutil.rmtree(peer, ignore_errors=True)
+        started, before = time.time(), resource.getrusage(resource.RUSAGE_SELF)
+        python_drop_cleaner(outs["drop"], train, peer)
+        after = resource.getrusage(resource.RUSAGE_SELF)
+        runs.setdefault("python drop cleaner", []).append(
+            (time.time() - started, after.ru_utime + after.ru_stime - before.ru_utime - before.ru_stime, 0))
+    for p in sorted(train.iterdir()):
+        if gzip.decompress((peer / p.name).read_bytes()) != gzip.decompress(
+                (outs["drop"] / "cleaned" / p.name).read_bytes()):
+            raise SystemExit(f"{p.name}: the job's cleaned lines are not the peer's")
+    print(f"production corpus, {len(list(train.iterdir()))} training files; median of {args.job_runs} runs:")
+    for name, r in runs.items():
+        r.sort()
+        wall, cpu, rss = r[len(r) // 2]
+        print(f"  {name:<22} {wall:6.2f} s wall {cpu:6.2f} CPU s" + (f"  peak RSS {rss:5.0f} MiB" if rss else ""))
+    for name in ("drop", "cut"):
+        again, *_ = job(f"{name}-again", corpus, outs[name] / "cleaned", "")
+        print(f"  run again on the {name} corpus: {details(again)} overlap records")
+    triage = "[triage]\nmax_train_docs = 100\nmax_eval_rows = 100\nexclude = true\n"
+    out, wall, cpu, rss = job("planted", planted, planted / "train", triage + '[clean]\nmode = "cut"\n')
+    hot = [json.loads(line) for line in (out / "stats" / "hot_ngrams.jsonl").read_text().splitlines()]
+    stats = [json.loads(line) for line in (out / "stats" / "overlap_stats.jsonl").read_text().splitlines()]
+    print(f"planted template, [triage] limits 100 exclude, [clean] cut: {wall:.2f} s wall {cpu:.2f} CPU s "
+          f"peak RSS {rss:.0f} MiB; {len(hot)} hot n-grams; contaminated "
+          + ", ".join(f"{s['eval_dataset']} n={s['n']}: {len(s['instance_ids'])}" for s in stats))
+    again, *_ = job("planted-again", planted, out / "cleaned", triage)
+    hot_before = {(h["n"], h["ngram"]) for h in hot}
+    left = {(d["n"], d["ngram"]) for d in map(json.loads, gzip.decompress(
+        (again / "stats" / "overlap_details.jsonl.gz").read_bytes()).splitlines())}
+    print(f"  run again on its cleaned corpus: {details(again)} records of {len(left)} n-grams, "
+          f"{len(left - hot_before)} of them not hot in the first run")
+
+
 def main() -> None:
     if len(sys.argv) == 4 and sys.argv[1] == "--python-reference":
         python_reference(Path(sys.argv[2]), Path(sys.argv[3]), 13)
         return
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--shape", choices=["small", "production"], default="small")
+    ap.add_argument("--shape", choices=["small", "production", "cleaning"], default="small")
     ap.add_argument("--eval-rows", type=int, default=200_000, help="production: eval records")
     ap.add_argument("--memory", default="2GiB", help="production: memory_per_worker")
     ap.add_argument("--job-runs", type=int, default=3,
@@ -298,6 +422,10 @@ def main() -> None:
     if args.shape == "production":
         args.train_mb = args.train_mb or 210
         production(args)
+        return
+    if args.shape == "cleaning":
+        args.train_mb = args.train_mb or 210
+        cleaning(args)
         return
     args.train_mb = args.train_mb or 200
     corpus = args.work / f"corpus-{args.train_mb}"
