@@ -245,8 +245,6 @@ def figures(output: str, *, top: int = 20, sample: int = 12, seed: int = 0) -> F
     doc_grams: set[int] = set()
 
     def close_document() -> None:
-        nonlocal documents
-        documents += bool(doc_cells)
         for c in doc_cells:
             cell_docs[c] += 1
         for i in doc_instances:
@@ -267,6 +265,7 @@ def figures(output: str, *, top: int = 20, sample: int = 12, seed: int = 0) -> F
                 )
             close_document()
             doc = key
+            documents += 1
         dataset = _field(r, "eval_dataset", details_path)
         instance = (dataset, str(_field(r, "instance_id", details_path)))
         i = instance_ids.setdefault(instance, len(instance_ids))
@@ -278,7 +277,16 @@ def figures(output: str, *, top: int = 20, sample: int = 12, seed: int = 0) -> F
         if g == len(gram_docs):
             gram_docs.append(0)
             gram_instances.append(0)
+        c = cell_ids.setdefault((key[0], dataset), len(cell_ids))
+        if c == len(cell_docs):
+            cell_docs.append(0)
+            cell_instances.append(0)
+        doc_cells.add(c)
+        doc_instances.add(i)
         doc_grams.add(g)
+        if (pair := (c << 40) | i) not in cell_pairs:
+            cell_pairs.add(pair)
+            cell_instances[c] += 1
         if (pair := (g << 40) | i) not in gram_pairs:
             gram_pairs.add(pair)
             gram_instances[g] += 1
@@ -290,15 +298,6 @@ def figures(output: str, *, top: int = 20, sample: int = 12, seed: int = 0) -> F
             j = rng.randrange(count)
             if j < sample:
                 reservoir[j] = r
-        c = cell_ids.setdefault((key[0], dataset), len(cell_ids))
-        if c == len(cell_docs):
-            cell_docs.append(0)
-            cell_instances.append(0)
-        doc_cells.add(c)
-        doc_instances.add(i)
-        if (pair := (c << 40) | i) not in cell_pairs:
-            cell_pairs.add(pair)
-            cell_instances[c] += 1
     close_document()
     cells = {cell: (cell_docs[c], cell_instances[c]) for cell, c in cell_ids.items()}
 
@@ -310,8 +309,7 @@ def figures(output: str, *, top: int = 20, sample: int = 12, seed: int = 0) -> F
         "documents": [[cells.get((f, d), (0, 0))[0] for d in datasets] for f in files],
         "instances": [[cells.get((f, d), (0, 0))[1] for d in datasets] for f in files],
     }
-    counted = [kv for kv in instance_ids.items() if leaked[kv[1]]]
-    most = heapq.nsmallest(top, counted, key=lambda kv: (-leaked[kv[1]], kv[0]))
+    most = heapq.nsmallest(top, instance_ids.items(), key=lambda kv: (-leaked[kv[1]], kv[0]))
     hot = heapq.nsmallest(
         top, gram_ids.items(), key=lambda kv: (-gram_docs[kv[1]], -gram_instances[kv[1]], kv[0]))
     return Figures(

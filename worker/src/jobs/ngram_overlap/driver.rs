@@ -503,12 +503,26 @@ impl Driver<NgramOverlap> for OverlapDriver {
             if self.report.is_none() {
                 return Err(WorkerError::Job("finished without a report".into()));
             }
-            if self.settings.clean.is_some() && self.cleans.len() != self.plan.train.len() {
-                return Err(WorkerError::Job(format!(
-                    "finished with {} of {} training files cleaned",
-                    self.cleans.len(),
-                    self.plan.train.len()
-                )));
+            if let (Some(_), Some(report)) = (&self.settings.clean, &self.report) {
+                // Every file cleaned, with the edits the report decided: no more, no fewer.
+                let applied = self
+                    .cleans
+                    .values()
+                    .fold((0, 0), |(d, c), o| (d + o.dropped, c + o.cut));
+                if self.cleans.len() != self.plan.train.len()
+                    || applied != (report.dropped, report.cut)
+                {
+                    return Err(WorkerError::Job(format!(
+                        "{} of {} training files cleaned, {} documents dropped and {} cut \
+                         of the report's {} and {}",
+                        self.cleans.len(),
+                        self.plan.train.len(),
+                        applied.0,
+                        applied.1,
+                        report.dropped,
+                        report.cut
+                    )));
+                }
             }
             Ok(self.summary())
         })

@@ -162,8 +162,8 @@ pub struct Triage {
     /// An n-gram found in more eval rows than this is hot.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_eval_rows: Option<u64>,
-    /// `true`: hot n-grams count in no statistic (`stats/overlap_stats.jsonl`,
-    /// `tmp/overlap_instances-*`); their detail records are kept either way.
+    /// `true`: a hot n-gram's matches are in no output but `stats/hot_ngrams.jsonl`
+    /// (not in the statistics, the details or the cleaning pass).
     #[serde(default)]
     pub exclude: bool,
 }

@@ -390,7 +390,7 @@ pub fn run_report(
         files,
         details: detail_count,
         overlapping,
-        hot: hot.ngrams.len() as u64,
+        hot: hot.len() as u64,
         dropped,
         cut,
     })

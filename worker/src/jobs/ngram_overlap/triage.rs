@@ -11,7 +11,7 @@
 //! The report runs it between its two passes, so that with `exclude` a hot n-gram's
 //! matches are left out of every output it writes.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashMap};
 
 use serde::Serialize;
 
@@ -95,36 +95,41 @@ struct HotRecord<'a> {
     excluded: bool,
 }
 
-/// The hot n-grams: (effective length, text) → (training documents, eval rows, why),
-/// and their texts by length (looked up without building a key).
+/// A hot n-gram's training documents, eval rows, and the limits it is over.
+type HotCounts = (u64, u64, Vec<&'static str>);
+
+/// The hot n-grams by effective length and text.
 #[derive(Default)]
 pub(super) struct HotNgrams {
-    pub(super) ngrams: BTreeMap<(u32, String), (u64, u64, Vec<&'static str>)>,
-    by_length: HashMap<u32, HashSet<String>>,
+    by_length: HashMap<u32, HashMap<String, HotCounts>>,
 }
 
 impl HotNgrams {
     pub(super) fn of(counts: &MatchCounts, triage: &Triage) -> HotNgrams {
-        let mut ngrams = BTreeMap::new();
+        let mut by_length: HashMap<u32, HashMap<String, _>> = HashMap::new();
         for (&n, of_n) in counts {
             for (ngram, &(docs, rows)) in of_n {
                 let by = triage.hot_by(docs, rows);
                 if !by.is_empty() {
-                    ngrams.insert((n, ngram.clone()), (docs, rows, by));
+                    by_length
+                        .entry(n)
+                        .or_default()
+                        .insert(ngram.clone(), (docs, rows, by));
                 }
             }
         }
-        let mut by_length: HashMap<u32, HashSet<String>> = HashMap::new();
-        for (n, ngram) in ngrams.keys() {
-            by_length.entry(*n).or_default().insert(ngram.clone());
-        }
-        HotNgrams { ngrams, by_length }
+        HotNgrams { by_length }
     }
 
     pub(super) fn contains(&self, n: u32, ngram: &str) -> bool {
         self.by_length
             .get(&n)
-            .is_some_and(|texts| texts.contains(ngram))
+            .is_some_and(|texts| texts.contains_key(ngram))
+    }
+
+    /// How many n-grams are hot.
+    pub(super) fn len(&self) -> usize {
+        self.by_length.values().map(HashMap::len).sum()
     }
 
     /// `stats/hot_ngrams.jsonl`, in (length, text) order.
@@ -134,10 +139,16 @@ impl HotNgrams {
         output: &StoreUrl,
         triage: &Triage,
     ) -> Result<OutputFile> {
+        let mut sorted: Vec<(u32, &String, &HotCounts)> = self
+            .by_length
+            .iter()
+            .flat_map(|(&n, texts)| texts.iter().map(move |(ngram, c)| (n, ngram, c)))
+            .collect();
+        sorted.sort_unstable_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
         let mut text = Vec::new();
-        for ((n, ngram), (train_docs, eval_rows, hot_by)) in &self.ngrams {
+        for (n, ngram, (train_docs, eval_rows, hot_by)) in sorted {
             let record = HotRecord {
-                n: *n,
+                n,
                 ngram,
                 train_docs: *train_docs,
                 eval_rows: *eval_rows,
