@@ -483,3 +483,59 @@ def test_lock_requests_that_fail_or_lose_their_answers_do_not_stop_the_coordinat
     print(f"lock faults: {len(faults)} ({', '.join(sorted(kinds))})")
     assert {"reset", "lose-answer"} <= kinds, faults
     assert output_shards(bed) == want
+
+
+def test_cleaning_on_separate_hosts_through_a_faulty_store_gives_the_local_bytes(bed, tmp_path):
+    """The overlap job with `[clean] cut` in cluster mode on the bed, every store request
+    through the fault proxy (50 ms, SlowDown, 500s, resets, and answers lost after the
+    store applied a write), and w1 cut off past its lease while it cleans a file. The
+    cleaned files and the manifest, read back from the store, are the same job's on
+    local files in local mode, byte for byte (the manifest's training paths aside)."""
+    from support.overlap import make_corpus, overlap_job, read_jsonl_gz
+
+    clean = '[clean]\nmode = "cut"\ncontext_chars = 12\nmin_piece_chars = 15\nmax_pieces = 3\n'
+    eval_files, train_files = make_corpus(tmp_path / "in")
+    local = tmp_path / "local-out"
+    run(["run", str(overlap_job(tmp_path / "local.toml", eval_files, [tmp_path / "in" / "train"], local,
+                                extra=clean))])
+    bed.store("mkbucket", BUCKET)
+    bed.store("upload", str(tmp_path / "in"), f"s3://{BUCKET}/ov")
+    coord = bed.hosts["coord"]
+    spec = overlap_job(coord.home / "overlap.toml", [f"s3://{BUCKET}/ov/eval/{p.name}" for p in eval_files],
+                       [f"s3://{BUCKET}/ov/train/*"], f"s3://{BUCKET}/ov-out", mode="cluster", lease=4,
+                       extra=clean)
+    spec.write_text(spec.read_text().replace(
+        'listen = "127.0.0.1:0"',
+        f'listen = "{coord.address}:{COORDINATOR_PORT}"\nallow_plaintext = true'))
+    through = bed.start_proxy(delay_ms=50, slowdown=0.1, error=0.02, reset=0.02, lose_answer=0.02, seed=29)
+    env = {"PROBEFLOW_COOKIE": COOKIE, "NO_COLOR": "1",
+           "RUST_LOG": "info,probeflow_coordinator=debug,ractor_cluster=warn", **through}
+    coordinator = bed.spawn("coord", [str(COORDINATOR), "run", str(spec)], log="coordinator", env=env)
+    start_worker(bed, "w1", env=through)
+    wait_for(lambda: re.search(r"running.*clean-", bed.log("w1", "worker")) is not None, timeout=300)
+    bed.cut("w1")
+    start_worker(bed, "w2", env=through)
+    wait_for(lambda: "lease expired" in bed.log("coord", "coordinator"), timeout=120)
+    bed.heal("w1")
+    assert coordinator.wait(timeout=300) == 0, bed.log("coord", "coordinator")[-3000:]
+    assert re.search(r"lease expired.*w1|w1.*lease expired", bed.log("coord", "coordinator"))
+    faults = {line.split()[1] for line in bed.log("store", "proxy").splitlines() if line.startswith("fault ")}
+    assert {"slowdown", "lose-answer"} <= faults, faults
+    got = bed.hosts["store"].home / "ov-out"
+    bed.store("download", f"s3://{BUCKET}/ov-out", str(got))
+    names = sorted(str(p.relative_to(local)) for p in (local / "cleaned").rglob("*") if p.is_file())
+    assert names == sorted(str(p.relative_to(got)) for p in (got / "cleaned").rglob("*") if p.is_file())
+    assert len(names) == len(train_files)
+    for name in names:
+        assert (got / name).read_bytes() == (local / name).read_bytes(), name
+
+    def manifest(out: Path, prefix: str) -> list[dict]:
+        records = read_jsonl_gz(out / "stats" / "clean_manifest.jsonl.gz")
+        for r in records:
+            assert r["train_path"].startswith(prefix), r["train_path"]
+            r["train_path"] = r["train_path"][len(prefix):]
+        return records
+
+    want = manifest(local, str(tmp_path / "in" / "train") + "/")
+    assert want and {r["action"] for r in want} >= {"cut", "dropped"}
+    assert manifest(got, f"s3://{BUCKET}/ov/train/") == want
