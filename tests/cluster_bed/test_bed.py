@@ -420,28 +420,39 @@ def test_a_chaos_run_ends_with_the_local_bytes(tmp_path, reference):
         bed.close()
 
 
+def start_overlap_job(bed: Bed, inputs: Path, eval_files: list[Path], through: dict,
+                      extra: str = "") -> tuple[subprocess.Popen, list[str]]:
+    """Uploads the overlap corpus under `inputs` (``eval/``, ``train/``) to the store and
+    starts the n-gram overlap job (cluster mode, lease 4 s, `extra` sections appended) on
+    the coordinator's host, its store requests `through` the proxy; returns the
+    coordinator and the eval files' URLs. Its output is ``s3://BUCKET/ov-out``."""
+    from support.overlap import overlap_job
+
+    bed.store("mkbucket", BUCKET)
+    bed.store("upload", str(inputs), f"s3://{BUCKET}/ov")
+    eval_urls = [f"s3://{BUCKET}/ov/eval/{p.name}" for p in eval_files]
+    coord = bed.hosts["coord"]
+    spec = overlap_job(coord.home / "overlap.toml", eval_urls, [f"s3://{BUCKET}/ov/train/*"],
+                       f"s3://{BUCKET}/ov-out", mode="cluster", lease=4, extra=extra)
+    spec.write_text(spec.read_text().replace(
+        'listen = "127.0.0.1:0"',
+        f'listen = "{coord.address}:{COORDINATOR_PORT}"\nallow_plaintext = true'))
+    env = {"PROBEFLOW_COOKIE": COOKIE, "NO_COLOR": "1",
+           "RUST_LOG": "info,probeflow_coordinator=debug,ractor_cluster=warn", **through}
+    return bed.spawn("coord", [str(COORDINATOR), "run", str(spec)], log="coordinator", env=env), eval_urls
+
+
 def test_the_overlap_job_on_separate_hosts_through_a_faulty_store_with_a_worker_cut_off(bed, tmp_path):
     """The n-gram overlap job in cluster mode on the bed: eval and training files and
     the output only on the store, every store request through the fault proxy (50 ms,
     SlowDown, 500s, resets), and w1 cut off while it holds a task, past its lease. Its
     task is done by w2, w1's late result fenced, and the outputs (read back from the
     store) are the plain-Python reference's."""
-    from support.overlap import check_against_reference, make_corpus, overlap_job
+    from support.overlap import check_against_reference, make_corpus
 
     eval_files, train_files = make_corpus(tmp_path / "in")
-    bed.store("mkbucket", BUCKET)
-    bed.store("upload", str(tmp_path / "in"), f"s3://{BUCKET}/ov")
-    eval_urls = [f"s3://{BUCKET}/ov/eval/{p.name}" for p in eval_files]
-    coord = bed.hosts["coord"]
-    spec = overlap_job(coord.home / "overlap.toml", eval_urls, [f"s3://{BUCKET}/ov/train/*"],
-                       f"s3://{BUCKET}/ov-out", mode="cluster", lease=4)
-    spec.write_text(spec.read_text().replace(
-        'listen = "127.0.0.1:0"',
-        f'listen = "{coord.address}:{COORDINATOR_PORT}"\nallow_plaintext = true'))
     through = bed.start_proxy(delay_ms=50, slowdown=0.1, error=0.02, reset=0.02, seed=13)
-    env = {"PROBEFLOW_COOKIE": COOKIE, "NO_COLOR": "1",
-           "RUST_LOG": "info,probeflow_coordinator=debug,ractor_cluster=warn", **through}
-    coordinator = bed.spawn("coord", [str(COORDINATOR), "run", str(spec)], log="coordinator", env=env)
+    coordinator, eval_urls = start_overlap_job(bed, tmp_path / "in", eval_files, through)
     start_worker(bed, "w1", env=through)
     wait_for(lambda: re.search(r"running.*(index|scan)-", bed.log("w1", "worker")) is not None)
     bed.cut("w1")
@@ -499,19 +510,8 @@ def test_cleaning_on_separate_hosts_through_a_faulty_store_gives_the_local_bytes
     local = tmp_path / "local-out"
     run(["run", str(overlap_job(tmp_path / "local.toml", eval_files, [tmp_path / "in" / "train"], local,
                                 extra=clean))])
-    bed.store("mkbucket", BUCKET)
-    bed.store("upload", str(tmp_path / "in"), f"s3://{BUCKET}/ov")
-    coord = bed.hosts["coord"]
-    spec = overlap_job(coord.home / "overlap.toml", [f"s3://{BUCKET}/ov/eval/{p.name}" for p in eval_files],
-                       [f"s3://{BUCKET}/ov/train/*"], f"s3://{BUCKET}/ov-out", mode="cluster", lease=4,
-                       extra=clean)
-    spec.write_text(spec.read_text().replace(
-        'listen = "127.0.0.1:0"',
-        f'listen = "{coord.address}:{COORDINATOR_PORT}"\nallow_plaintext = true'))
     through = bed.start_proxy(delay_ms=50, slowdown=0.1, error=0.02, reset=0.02, lose_answer=0.02, seed=29)
-    env = {"PROBEFLOW_COOKIE": COOKIE, "NO_COLOR": "1",
-           "RUST_LOG": "info,probeflow_coordinator=debug,ractor_cluster=warn", **through}
-    coordinator = bed.spawn("coord", [str(COORDINATOR), "run", str(spec)], log="coordinator", env=env)
+    coordinator, _ = start_overlap_job(bed, tmp_path / "in", eval_files, through, extra=clean)
     start_worker(bed, "w1", env=through)
     wait_for(lambda: re.search(r"running.*clean-", bed.log("w1", "worker")) is not None, timeout=300)
     bed.cut("w1")
