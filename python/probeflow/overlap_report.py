@@ -176,11 +176,37 @@ def _records(path: str) -> Iterator[dict[str, Any]]:
         yield record
 
 
-def _field(record: dict[str, Any], name: str, path: str) -> Any:
+def _field(record: dict[str, Any], name: str, path: str, kind: type | None = None) -> Any:
+    """`record[name]`, an OutputError naming `path` when it is missing or (given `kind`)
+    not of that JSON type: a damaged output is an error, never a figure counted from the
+    wrong thing (a string's characters taken for a list's items)."""
     try:
-        return record[name]
+        value = record[name]
     except KeyError:
         raise OutputError(f"{path}: a record has no {name!r}") from None
+    if kind is not None and (not isinstance(value, kind) or (kind is int and isinstance(value, bool))):
+        raise OutputError(f"{path}: a record's {name!r} is {value!r}, not {_JSON_TYPE[kind]}")
+    return value
+
+
+_JSON_TYPE = {int: "an integer", str: "a string", list: "a list", bool: "true or false"}
+
+#: The fields of a sampled detail record the page shows, and their JSON types.
+_SAMPLE_FIELDS = {
+    "eval_dataset": str, "instance_id": None, "eval_path": str, "eval_row": int, "eval_text": str,
+    "eval_offsets": list, "ngram": str, "n": int, "train_path": str, "train_row": int,
+    "train_doc_id": None, "train_text": str, "train_offsets": list,
+}
+
+
+def _offsets(record: dict[str, Any], name: str, path: str) -> list[list[int]]:
+    """A detail record's offsets: a list of [start, end] pairs of integers."""
+    spans = _field(record, name, path, list)
+    for span in spans:
+        if not (isinstance(span, list) and len(span) == 2
+                and all(isinstance(x, int) and not isinstance(x, bool) for x in span)):
+            raise OutputError(f"{path}: a record's {name!r} holds {span!r}, not a [start, end] pair")
+    return spans
 
 
 def figures(output: str, *, top: int = 20, sample: int = 12, seed: int = 0) -> Figures:
@@ -193,11 +219,11 @@ def figures(output: str, *, top: int = 20, sample: int = 12, seed: int = 0) -> F
     stats_path = _join(output, STATS)
     contamination = []
     for r in _records(stats_path):
-        instances = int(_field(r, "num_instances", stats_path))
-        contaminated = len(_field(r, "instance_ids", stats_path))
+        instances = _field(r, "num_instances", stats_path, int)
+        contaminated = len(_field(r, "instance_ids", stats_path, list))
         contamination.append({
-            "eval_dataset": _field(r, "eval_dataset", stats_path),
-            "n": _field(r, "n", stats_path),
+            "eval_dataset": _field(r, "eval_dataset", stats_path, str),
+            "n": _field(r, "n", stats_path, int),
             "num_instances": instances,
             "contaminated": contaminated,
             "fraction": contaminated / instances if instances else 0.0,
@@ -211,12 +237,12 @@ def figures(output: str, *, top: int = 20, sample: int = 12, seed: int = 0) -> F
         excluded = False
         heap: list[tuple[int, int, int, str]] = []
         for r in _records(hot_path):
-            gram = (int(_field(r, "n", hot_path)), _field(r, "ngram", hot_path))
+            gram = (_field(r, "n", hot_path, int), _field(r, "ngram", hot_path, str))
             hot_set.add(gram)
-            excluded = bool(_field(r, "excluded", hot_path))
-            for limit in _field(r, "hot_by", hot_path):
+            excluded = _field(r, "excluded", hot_path, bool)
+            for limit in _field(r, "hot_by", hot_path, list):
                 by[limit] += 1
-            heap.append((-int(_field(r, "train_docs", hot_path)), -int(_field(r, "eval_rows", hot_path)), *gram))
+            heap.append((-_field(r, "train_docs", hot_path, int), -_field(r, "eval_rows", hot_path, int), *gram))
         triage = {"hot": len(hot_set), "excluded": excluded, "by": dict(sorted(by.items())),
                   "top": [{"n": n, "ngram": g, "train_docs": -d, "eval_rows": -e}
                           for d, e, n, g in heapq.nsmallest(top, heap)]}
@@ -256,7 +282,7 @@ def figures(output: str, *, top: int = 20, sample: int = 12, seed: int = 0) -> F
         doc_grams.clear()
 
     for r in _records(details_path):
-        key = (_field(r, "train_path", details_path), _field(r, "train_row", details_path))
+        key = (_field(r, "train_path", details_path, str), _field(r, "train_row", details_path, int))
         if key != doc:
             if doc is not None and key < doc:
                 raise OutputError(
@@ -266,13 +292,13 @@ def figures(output: str, *, top: int = 20, sample: int = 12, seed: int = 0) -> F
             close_document()
             doc = key
             documents += 1
-        dataset = _field(r, "eval_dataset", details_path)
+        dataset = _field(r, "eval_dataset", details_path, str)
         instance = (dataset, str(_field(r, "instance_id", details_path)))
         i = instance_ids.setdefault(instance, len(instance_ids))
         if i == len(leaked):
             leaked.append(0)
-            leaked_text.append(str(_field(r, "eval_text", details_path))[:TEXT_SHOWN])
-        gram = (int(_field(r, "n", details_path)), _field(r, "ngram", details_path))
+            leaked_text.append(_field(r, "eval_text", details_path, str)[:TEXT_SHOWN])
+        gram = (_field(r, "n", details_path, int), _field(r, "ngram", details_path, str))
         g = gram_ids.setdefault(gram, len(gram_ids))
         if g == len(gram_docs):
             gram_docs.append(0)
@@ -291,13 +317,14 @@ def figures(output: str, *, top: int = 20, sample: int = 12, seed: int = 0) -> F
             gram_pairs.add(pair)
             gram_instances[g] += 1
         count += 1
-        # Reservoir sampling (algorithm R): every record equally likely, seeded.
+        # Reservoir sampling (algorithm R): every record equally likely, seeded. A record
+        # that enters it is checked whole, as the page shows it.
         if len(reservoir) < sample:
-            reservoir.append(r)
+            reservoir.append(_sampled(r, details_path))
         else:
             j = rng.randrange(count)
             if j < sample:
-                reservoir[j] = r
+                reservoir[j] = _sampled(r, details_path)
     close_document()
     cells = {cell: (cell_docs[c], cell_instances[c]) for cell, c in cell_ids.items()}
 
@@ -328,15 +355,23 @@ def figures(output: str, *, top: int = 20, sample: int = 12, seed: int = 0) -> F
              "hot": (n, g) in hot_set}
             for (n, g), k in hot
         ],
-        sample=[
-            {k: r.get(k) for k in (
-                "eval_dataset", "instance_id", "eval_path", "eval_row", "eval_text", "eval_offsets",
-                "ngram", "n", "train_path", "train_row", "train_doc_id", "train_text", "train_offsets")}
-            for r in sorted(reservoir, key=lambda r: (r["train_path"], r["train_row"], r["eval_path"], r["eval_row"]))
-        ],
+        sample=sorted(reservoir, key=lambda r: (r["train_path"], r["train_row"], r["eval_path"], r["eval_row"])),
         triage=triage,
         cleaning=_cleaning(output),
     )
+
+
+def _sampled(record: dict[str, Any], path: str) -> dict[str, Any]:
+    """The fields of a detail record the page shows, each checked."""
+    shown = {}
+    for name, kind in _SAMPLE_FIELDS.items():
+        if name.endswith("_offsets"):
+            shown[name] = _offsets(record, name, path)
+        elif kind is None:
+            shown[name] = record.get(name)
+        else:
+            shown[name] = _field(record, name, path, kind)
+    return shown
 
 
 def _cleaning(output: str) -> dict[str, Any] | None:
@@ -348,11 +383,12 @@ def _cleaning(output: str) -> dict[str, Any] | None:
     reasons: dict[str, int] = defaultdict(int)
     chars = removed = 0
     for r in _records(path):
-        action = _field(r, "action", path)
+        action = _field(r, "action", path, str)
         actions[action] += 1
         reasons[f"{action}: {_field(r, 'reason', path)}"] += 1
-        chars += int(_field(r, "chars", path))
-        removed += int(_field(r, "chars", path)) - int(_field(r, "chars_left", path))
+        record_chars = _field(r, "chars", path, int)
+        chars += record_chars
+        removed += record_chars - _field(r, "chars_left", path, int)
     return {"dropped": actions["dropped"], "cut": actions["cut"], "reasons": dict(sorted(reasons.items())),
             "chars": chars, "chars_removed": removed}
 

@@ -5,9 +5,11 @@ report's streaming counts), its sample against the details, its page standing al
 from __future__ import annotations
 
 import dataclasses
+import gzip
 import html
 import json
 import re
+import shutil
 import subprocess
 import sys
 from collections import defaultdict
@@ -173,3 +175,53 @@ def test_an_output_on_the_s3_server_gives_the_same_figures(job, s3, tmp_path):
     done = subprocess.run([sys.executable, "-m", "probeflow.overlap_report", f"s3://{BUCKET}/report/none"],
                           env=env, capture_output=True, text=True)
     assert done.returncode == 2 and "not a finished overlap output" in done.stderr, done.stderr
+
+
+def _damage_json(rel: str, change):
+    """A damage that rewrites every record of the JSONL file `rel` with `change`."""
+    def damage(out):
+        path = out / rel
+        gz = rel.endswith(".gz")
+        lines = (gzip.decompress(path.read_bytes()) if gz else path.read_bytes()).decode().split("\n")
+        records = [json.loads(line) for line in lines if line]
+        for record in records:
+            change(record)
+        body = "".join(json.dumps(r) + "\n" for r in records).encode()
+        path.write_bytes(gzip.compress(body) if gz else body)
+    return damage
+
+
+def _truncate(rel: str):
+    def damage(out):
+        path = out / rel
+        path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    return damage
+
+
+STATS, DETAILS = "stats/overlap_stats.jsonl", "stats/overlap_details.jsonl.gz"
+
+
+@pytest.mark.parametrize("rel, damage", [
+    (DETAILS, _truncate(DETAILS)),
+    (DETAILS, lambda out: (out / DETAILS).unlink()),
+    (DETAILS, _damage_json(DETAILS, lambda r: r.pop("train_row"))),
+    (DETAILS, _damage_json(DETAILS, lambda r: r.update(n="thirteen"))),
+    (DETAILS, _damage_json(DETAILS, lambda r: r.pop("eval_text"))),
+    (DETAILS, _damage_json(DETAILS, lambda r: r.update(train_offsets="0-5"))),
+    (STATS, _damage_json(STATS, lambda r: r.update(instance_ids="abc"))),
+    (STATS, _damage_json(STATS, lambda r: r.update(num_instances=None))),
+], ids=["details-truncated", "details-missing", "no-train-row", "n-not-a-number", "no-eval-text",
+        "offsets-not-a-list", "instance-ids-not-a-list", "num-instances-null"])
+def test_a_damaged_output_is_an_error_naming_its_file(job, tmp_path, rel, damage):
+    """A damaged file of the output (cut short, gone, a record with a field missing or
+    of the wrong type) is an error naming the file, exit 2, never a trace or figures
+    counted from the wrong thing (a string's characters taken for its ids)."""
+    out, _, _ = job
+    copy = tmp_path / "out"
+    shutil.copytree(out, copy)
+    damage(copy)
+    done = subprocess.run([sys.executable, "-m", "probeflow.overlap_report", str(copy),
+                           "--html", str(tmp_path / "r.html")], capture_output=True, text=True)
+    assert done.returncode == 2, (done.returncode, done.stdout[-500:], done.stderr[-2000:])
+    assert "Traceback" not in done.stderr, done.stderr[-2000:]
+    assert str(copy / rel) in done.stderr, done.stderr
