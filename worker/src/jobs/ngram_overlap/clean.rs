@@ -98,7 +98,10 @@ pub fn run_clean(
     let mut lines = read_gz_lines(handle, output, &task.edits)?;
     while let Some(line) = lines.next_line().map_err(|e| corrupt(&task.edits, e))? {
         let edit: Edit = serde_json::from_slice(line).map_err(|e| corrupt(&task.edits, e))?;
-        edits.insert(edit.train_row, edit);
+        let row = edit.train_row;
+        if edits.insert(row, edit).is_some() {
+            return Err(corrupt(&task.edits, format_args!("edits row {row} twice")));
+        }
     }
     let mut out = Upload::new(output, &task.dest);
     handle.block_on(check_unchanged(&task.file))?;
@@ -613,6 +616,15 @@ mod tests {
             err.to_string().contains("t.jsonl") && err.to_string().contains("row 0"),
             "{err}"
         );
+        // A row edited twice: the edits are not one report's decisions.
+        let twice = Edit {
+            train_row: 1,
+            text: None,
+            text_hash: text_hash("three"),
+        };
+        let err = run(&[twice.clone(), twice]).unwrap_err();
+        assert!(matches!(err, WorkerError::Corrupt { .. }), "{err}");
+        assert!(err.to_string().contains("row 1 twice"), "{err}");
         // A row the file does not have.
         let err = run(&[Edit {
             train_row: 2,

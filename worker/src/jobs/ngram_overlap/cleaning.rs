@@ -114,7 +114,7 @@ pub fn clean_document(
         .iter()
         .map(|&[start, end]| {
             [
-                start.saturating_sub(clean.context_chars),
+                start.saturating_sub(clean.context_chars).min(chars),
                 end.saturating_add(clean.context_chars).min(chars),
             ]
         })
@@ -307,6 +307,21 @@ mod tests {
             Outcome::Cut {
                 text: "aaaaa bbb\nccc ddddd".into(),
                 removed: vec![[9, 20]],
+                pieces: 2
+            }
+        );
+    }
+
+    /// A match past the end of the text (never from a report that read the text, but
+    /// offsets are data) cuts nothing there and panics nowhere.
+    #[test]
+    fn a_match_past_the_text_cuts_nothing_there() {
+        let text = "0123456789";
+        assert_eq!(
+            clean_document(text, &[[4, 5], [20, 25]], &cut(1, 1, 10), none),
+            Outcome::Cut {
+                text: "012\n6789".into(),
+                removed: vec![[3, 6]],
                 pieces: 2
             }
         );

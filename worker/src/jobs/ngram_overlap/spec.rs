@@ -164,6 +164,16 @@ impl OverlapFile {
                         .into(),
                 );
             }
+            for (name, limit) in [
+                ("max_train_docs", triage.max_train_docs),
+                ("max_eval_rows", triage.max_eval_rows),
+            ] {
+                if limit == Some(0) {
+                    return Err(format!(
+                        "[triage] {name} must be at least 1 (with 0, every matched n-gram is hot)"
+                    ));
+                }
+            }
         }
         if let Some(clean) = &self.clean {
             if clean.mode == CleanMode::Cut && clean.max_pieces == 0 {
@@ -290,5 +300,15 @@ workers = 2
         assert!(err.contains("max_train_docs"), "{err}");
         let err = load(&format!("{FULL}[triage]\nmax_docs = 3\n")).unwrap_err();
         assert!(err.contains("max_docs"), "{err}");
+    }
+
+    /// A limit of 0 makes every matched n-gram hot: with `exclude`, a job that reports
+    /// nothing contaminated and cleans nothing. Refused, not run.
+    #[test]
+    fn a_triage_limit_of_zero_is_refused() {
+        for limit in ["max_train_docs", "max_eval_rows"] {
+            let err = load(&format!("{FULL}[triage]\n{limit} = 0\nexclude = true\n")).unwrap_err();
+            assert!(err.contains(limit) && err.contains("at least 1"), "{err}");
+        }
     }
 }
