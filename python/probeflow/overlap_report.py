@@ -42,7 +42,7 @@ import sys
 from collections import defaultdict
 from typing import Any, Iterator
 
-from ._native import remote_object_range, remote_object_size
+from ._native import REMOTE_SCHEMES, remote_object_range, remote_object_size
 from .errors import OutputError, RemoteError
 
 STATS = "stats/overlap_stats.jsonl"
@@ -100,7 +100,7 @@ REMOTE_PART_BYTES = 8 << 20
 
 
 def _is_remote(path: str) -> bool:
-    return path.startswith(("s3://", "gs://"))
+    return path.startswith(tuple(REMOTE_SCHEMES))
 
 
 def _join(output: str, rel: str) -> str:

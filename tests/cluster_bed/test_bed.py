@@ -503,15 +503,14 @@ def test_cleaning_on_separate_hosts_through_a_faulty_store_gives_the_local_bytes
     store applied a write), and w1 cut off past its lease while it cleans a file. The
     cleaned files and the manifest, read back from the store, are the same job's on
     local files in local mode, byte for byte (the manifest's training paths aside)."""
-    from support.overlap import make_corpus, overlap_job, read_jsonl_gz
+    from support.overlap import CUT, make_corpus, overlap_job, read_jsonl_gz
 
-    clean = '[clean]\nmode = "cut"\ncontext_chars = 12\nmin_piece_chars = 15\nmax_pieces = 3\n'
     eval_files, train_files = make_corpus(tmp_path / "in")
     local = tmp_path / "local-out"
     run(["run", str(overlap_job(tmp_path / "local.toml", eval_files, [tmp_path / "in" / "train"], local,
-                                extra=clean))])
+                                extra=CUT))])
     through = bed.start_proxy(delay_ms=50, slowdown=0.1, error=0.02, reset=0.02, lose_answer=0.02, seed=29)
-    coordinator, _ = start_overlap_job(bed, tmp_path / "in", eval_files, through, extra=clean)
+    coordinator, _ = start_overlap_job(bed, tmp_path / "in", eval_files, through, extra=CUT)
     start_worker(bed, "w1", env=through)
     wait_for(lambda: re.search(r"running.*clean-", bed.log("w1", "worker")) is not None, timeout=300)
     bed.cut("w1")

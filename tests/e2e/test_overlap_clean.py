@@ -21,12 +21,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from support.overlap import (check_against_reference, make_corpus, output_files, overlap_job, read_jsonl_gz,
+from support.overlap import (CUT, check_against_reference, make_corpus, output_files, overlap_job, read_jsonl_gz,
                              sentence, words)
 from support.run import free_port, run
 
 EDGE_SEPARATORS = re.compile(rf"^[\s{re.escape(string.punctuation)}]+|[\s{re.escape(string.punctuation)}]+$")
-CUT = "[clean]\nmode = \"cut\"\ncontext_chars = 12\nmin_piece_chars = 15\nmax_pieces = 3\n"
 DROP = "[clean]\nmode = \"drop\"\n"
 
 
@@ -203,7 +202,8 @@ def test_cut_removes_each_match_with_its_context_and_keeps_the_rest_of_the_recor
         if path.suffix != ".parquet":
             got = [json.loads(line) if isinstance(w, dict) else line for line, w in zip(got, want)]
         assert got == want, path.name
-    # The corpus exercises all three outcomes.
+    # The corpus has documents cut, and dropped with nothing left (too many pieces is
+    # covered by the rule's unit tests).
     assert actions["cut"] > 10 and actions["dropped"] > 0, dict(actions)
     assert {m["reason"] for m in manifest.values() if m["action"] == "dropped"} >= {"nothing_left"}
     rerun_finds_nothing(root, "cut", eval_files, out / "cleaned")
@@ -289,7 +289,7 @@ def test_a_cut_that_would_join_an_eval_ngram_drops_the_document(tmp_path):
             left + middle + "omega psi sit amet consectetur"]
     (train_dir / "t.jsonl").write_text("".join(json.dumps({"id": f"d{i}", "text": d}) + "\n"
                                                for i, d in enumerate(docs)))
-    section = "[clean]\nmode = \"cut\"\ncontext_chars = 12\nmin_piece_chars = 15\nmax_pieces = 3\n"
+    section = CUT
     out = tmp_path / "out"
     run(["run", str(overlap_job(tmp_path / "seam.toml", [eval_dir], [train_dir], out, n=[4], extra=section))])
     # The rule alone would leave the other row's n-gram across the line feed.

@@ -23,6 +23,9 @@ SPLIT = re.compile(rf"[\s{re.escape(string.punctuation)}]+")
 
 
 N_VALUES = [4, 9]
+#: The `[clean]` section of the cut tests: a small context and pieces, so that
+#: `make_corpus`'s documents are both cut and dropped.
+CUT = '[clean]\nmode = "cut"\ncontext_chars = 12\nmin_piece_chars = 15\nmax_pieces = 3\n'
 
 
 def tokens_with_spans(text: str):

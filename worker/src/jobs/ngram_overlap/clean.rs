@@ -568,14 +568,18 @@ mod tests {
     /// a wrong row dropped or cut.
     #[test]
     fn an_edit_that_does_not_meet_its_text_is_refused() {
-        use super::super::test_support::{pinned, settings};
-        let dir = tempfile::tempdir().unwrap();
-        let train = dir.path().join("t.jsonl");
-        std::fs::write(&train, "{\"text\": \"one two\"}\n\n{\"text\": \"three\"}\n").unwrap();
-        let runtime = tokio::runtime::Runtime::new().unwrap();
+        use super::super::test_support::{settings, OneFile};
+        let OneFile {
+            dir,
+            runtime,
+            file,
+            output,
+            ..
+        } = OneFile::new(
+            "t.jsonl",
+            "{\"text\": \"one two\"}\n\n{\"text\": \"three\"}\n",
+        );
         let handle = runtime.handle();
-        let file = pinned(handle, &train);
-        let output = StoreUrl::parse(&dir.path().join("out").display().to_string()).unwrap();
         let settings = settings(vec![2]);
         let run = |edits: &[Edit]| {
             let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());

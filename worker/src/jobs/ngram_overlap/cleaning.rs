@@ -196,7 +196,8 @@ pub(super) struct ManifestRecord<'a> {
     /// `dropped` or `cut`.
     action: &'static str,
     /// Why: `overlaps` (a match), `nothing_left` or `too_many_pieces` (a cut that
-    /// would leave no piece, or too many).
+    /// would leave no piece, or too many), `cut_leaves_a_match` (the cut text would
+    /// still hold an indexed n-gram).
     reason: &'static str,
     /// The eval instances it overlaps, as (dataset, id).
     eval_instances: &'a BTreeSet<(&'a str, &'a str)>,

@@ -260,6 +260,34 @@ pub(crate) mod test_support {
         }
     }
 
+    /// One local input file `name` holding `contents`, pinned, in a temporary directory
+    /// whose `out/` is the job's output, with the runtime the store calls run on.
+    pub struct OneFile {
+        pub dir: tempfile::TempDir,
+        pub runtime: tokio::runtime::Runtime,
+        pub path: std::path::PathBuf,
+        pub file: InputFile,
+        pub output: StoreUrl,
+    }
+
+    impl OneFile {
+        pub fn new(name: &str, contents: &str) -> OneFile {
+            let dir = tempfile::tempdir().unwrap();
+            let path = dir.path().join(name);
+            std::fs::write(&path, contents).unwrap();
+            let runtime = tokio::runtime::Runtime::new().unwrap();
+            let file = pinned(runtime.handle(), &path);
+            let output = StoreUrl::parse(&dir.path().join("out").display().to_string()).unwrap();
+            OneFile {
+                dir,
+                runtime,
+                path,
+                file,
+                output,
+            }
+        }
+    }
+
     /// The settings of a job with lengths `n`, the default tokenizer, both sides'
     /// text in `text`, no triage and no cleaning.
     pub fn settings(n: Vec<u32>) -> Settings {

@@ -445,13 +445,13 @@ impl<'s> CutCheck<'s> {
                 if self.whole.is_none() {
                     self.whole = Some(load()?);
                 }
-                self.whole.as_ref()
+                match &self.whole {
+                    Some(whole) => whole,
+                    None => unreachable!("loaded just above"),
+                }
             } else {
                 loaded = load()?;
-                Some(&loaded)
-            };
-            let Some(group_index) = group_index else {
-                continue;
+                &loaded
             };
             for outcome in outcomes.iter_mut() {
                 let Outcome::Cut { text, .. } = outcome else {
@@ -542,7 +542,7 @@ impl<'a> EvalRows<'a> {
 #[cfg(test)]
 mod tests {
     use super::super::protocol::EvalFile;
-    use super::super::test_support::{pinned, settings};
+    use super::super::test_support::{settings, OneFile};
     use super::*;
     use std::io::Write;
 
@@ -551,13 +551,18 @@ mod tests {
     /// refused, never read as it is now.
     #[test]
     fn an_eval_file_changed_after_it_was_indexed_is_refused() {
-        let dir = tempfile::tempdir().unwrap();
-        let eval = dir.path().join("eval.jsonl");
-        std::fs::write(&eval, "{\"id\": \"a\", \"text\": \"one two three\"}\n").unwrap();
-        let runtime = tokio::runtime::Runtime::new().unwrap();
+        let OneFile {
+            dir: _dir,
+            runtime,
+            path: eval,
+            file,
+            output,
+            ..
+        } = OneFile::new(
+            "eval.jsonl",
+            "{\"id\": \"a\", \"text\": \"one two three\"}\n",
+        );
         let handle = runtime.handle();
-        let file = pinned(handle, &eval);
-        let output = StoreUrl::parse(&dir.path().join("out").display().to_string()).unwrap();
         let mut events = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
         events
             .write_all(b"{\"events\": [{\"eval_file\": 0, \"eval_row\": 0}]}\n")
