@@ -19,9 +19,9 @@ Data flow::
     stats/clean_manifest.jsonl.gz ([clean]) ──► documents dropped and cut, and why
     Figures (JSON-able) ──► text summary | HTML page (figures embedded as JSON too)
 
-Memory: the details are read in their order (training file, training row, eval file,
-eval row, n, n-gram), so a training document's records are consecutive and distinct
-documents are counted without being kept. What is kept: a number for every contaminated
+Memory: the details are read in their order (training file in the job's listing order,
+training row, eval file, eval row, n, n-gram), so a training document's records are
+consecutive and distinct documents are counted without being kept. What is kept: a number for every contaminated
 eval instance (with the start of its text) and every distinct matched n-gram, and one
 int per distinct (n-gram, instance) and (cell, instance) pair; it grows with those, not
 with the details' size.
@@ -265,6 +265,10 @@ def figures(output: str, *, top: int = 20, sample: int = 12, seed: int = 0) -> F
     reservoir: list[dict[str, Any]] = []
     count = documents = 0
     doc: tuple[str, int] | None = None
+    # The details' order: training files in the job's listing order (first met here; not
+    # the paths' sort order), rows ascending within a file. A file met again after
+    # another, or a row not after the one before it, is out of order.
+    files_met: set[str] = set()
     # What the current training document has met (each counted once per document).
     doc_cells: set[int] = set()
     doc_instances: set[int] = set()
@@ -284,11 +288,13 @@ def figures(output: str, *, top: int = 20, sample: int = 12, seed: int = 0) -> F
     for r in _records(details_path):
         key = (_field(r, "train_path", details_path, str), _field(r, "train_row", details_path, int))
         if key != doc:
-            if doc is not None and key < doc:
+            if doc is not None and (key[1] < doc[1] if key[0] == doc[0] else key[0] in files_met):
+                after = f"row {doc[1]}" if key[0] == doc[0] else f"records of {doc[0]}"
                 raise OutputError(
                     f"{details_path}: records out of (training file, row) order at record "
-                    f"{count + 1}"
+                    f"{count + 1}: {key[0]} row {key[1]} after {after}"
                 )
+            files_met.add(key[0])
             close_document()
             doc = key
             documents += 1

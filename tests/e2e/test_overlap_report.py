@@ -19,9 +19,11 @@ import pytest
 from probeflow import overlap_report
 from probeflow.errors import OutputError
 
-from support.overlap import make_corpus, overlap_job, reference
+from support.overlap import check_against_reference, make_corpus, overlap_job, read_jsonl_gz, reference
 from support.run import run
 from support.s3 import BUCKET
+
+STATS, DETAILS = "stats/overlap_stats.jsonl", "stats/overlap_details.jsonl.gz"
 
 
 @pytest.fixture(scope="module")
@@ -118,6 +120,35 @@ def test_the_page_marks_the_matched_spans_and_stands_alone(job, tmp_path):
     assert len(marked) >= 2 * len(embedded["sample"])
 
 
+def test_training_paths_listed_out_of_sort_order_are_reported(tmp_path):
+    """`[train] paths` as anyone may write them, not in sort order (`web/` before
+    `books/`): the job lists the files in that order, its details follow it, and the
+    report reads them (it compared paths as strings, and refused the job's own output)."""
+    eval_files, train_files = make_corpus(tmp_path / "in")
+    web, books = tmp_path / "in" / "train" / "web", tmp_path / "in" / "train" / "books"
+    web.mkdir()
+    books.mkdir()
+    listed = []
+    for i, f in enumerate(sorted(train_files)):
+        moved = (web if i < 2 else books) / f.name
+        f.rename(moved)
+        listed.append(moved)
+    listed = sorted(listed[:2]) + sorted(listed[2:])  # web's files, then books'
+    out = tmp_path / "out"
+    run(["run", str(overlap_job(tmp_path / "job.toml", eval_files, [f"{web}/", f"{books}/*"], out))])
+    details = read_jsonl_gz(out / DETAILS)
+    files_met = list(dict.fromkeys(d["train_path"] for d in details))
+    assert files_met == [str(f) for f in listed if str(f) in files_met] and len(files_met) > 2
+    assert files_met != sorted(files_met), "the details are not in the paths' sort order"
+    _, want = check_against_reference(out, [(str(p), p) for p in eval_files], [(str(p), p) for p in listed])
+    done = subprocess.run([sys.executable, "-m", "probeflow.overlap_report", str(out),
+                           "--json", str(tmp_path / "figures.json")], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr[-2000:]
+    figures = json.loads((tmp_path / "figures.json").read_text())
+    assert figures["details"] == len(details)
+    assert figures["training_documents"] == len({(d["train_path"], d["train_row"]) for d in details})
+
+
 def test_not_an_overlap_output_is_a_clear_error(tmp_path):
     with pytest.raises(OutputError, match="not a finished overlap output"):
         overlap_report.figures(tmp_path)
@@ -191,14 +222,41 @@ def _damage_json(rel: str, change):
     return damage
 
 
+def _reorder_details(change):
+    """A damage that puts the detail records in another order: `change` reorders the
+    list of records."""
+    def damage(out):
+        path = out / DETAILS
+        records = [json.loads(line) for line in gzip.decompress(path.read_bytes()).splitlines()]
+        path.write_bytes(gzip.compress("".join(json.dumps(r) + "\n" for r in change(records)).encode()))
+    return damage
+
+
+def _a_file_comes_back(records):
+    """The first training file's first document moved after the next file's records."""
+    first = records[0]["train_path"]
+    doc = [r for r in records if (r["train_path"], r["train_row"]) == (first, records[0]["train_row"])]
+    rest = records[len(doc):]
+    later = next(i for i, r in enumerate(rest) if r["train_path"] != first)
+    return rest[:later + 1] + doc + rest[later + 1:]
+
+
+def _rows_descend(records):
+    """The first training file's first two documents swapped."""
+    first = (records[0]["train_path"], records[0]["train_row"])
+    a = [r for r in records if (r["train_path"], r["train_row"]) == first]
+    second = (records[len(a)]["train_path"], records[len(a)]["train_row"])
+    assert second[0] == first[0], "the corpus's first file has two contaminated documents"
+    b = [r for r in records if (r["train_path"], r["train_row"]) == second]
+    return b + a + records[len(a) + len(b):]
+
+
 def _truncate(rel: str):
     def damage(out):
         path = out / rel
         path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
     return damage
 
-
-STATS, DETAILS = "stats/overlap_stats.jsonl", "stats/overlap_details.jsonl.gz"
 
 
 @pytest.mark.parametrize("rel, damage", [
@@ -210,8 +268,11 @@ STATS, DETAILS = "stats/overlap_stats.jsonl", "stats/overlap_details.jsonl.gz"
     (DETAILS, _damage_json(DETAILS, lambda r: r.update(train_offsets="0-5"))),
     (STATS, _damage_json(STATS, lambda r: r.update(instance_ids="abc"))),
     (STATS, _damage_json(STATS, lambda r: r.update(num_instances=None))),
+    (DETAILS, _reorder_details(_a_file_comes_back)),
+    (DETAILS, _reorder_details(_rows_descend)),
 ], ids=["details-truncated", "details-missing", "no-train-row", "n-not-a-number", "no-eval-text",
-        "offsets-not-a-list", "instance-ids-not-a-list", "num-instances-null"])
+        "offsets-not-a-list", "instance-ids-not-a-list", "num-instances-null",
+        "details-file-comes-back", "details-rows-descend"])
 def test_a_damaged_output_is_an_error_naming_its_file(job, tmp_path, rel, damage):
     """A damaged file of the output (cut short, gone, a record with a field missing or
     of the wrong type) is an error naming the file, exit 2, never a trace or figures
