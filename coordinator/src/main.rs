@@ -39,8 +39,10 @@ enum Command {
         /// The job's [output] url.
         output: String,
     },
-    /// Check a finished output against its manifest: every shard's size, blake3 and
-    /// row count, and no unlisted shard files. Exit 1 names the first problem.
+    /// Check a finished output of any job kind against its completion record
+    /// (`_SUCCESS`): every final file's size and blake3, and no unlisted file in the
+    /// kind's final directories; for probe_rows also the manifest's versions and every
+    /// shard's row count. Exit 1 names the first problem.
     Verify {
         /// The job's [output] url.
         output: String,
@@ -156,10 +158,16 @@ fn main() -> ExitCode {
             }
             Command::Verify { output } => {
                 let v = verify::verify(&output).await?;
+                let shards = match v.shards {
+                    Some((shards, rows)) => {
+                        format!("; {shards} shards, {rows} rows match the manifest")
+                    }
+                    None => String::new(),
+                };
                 println!(
-                    "{output}: ok: {} shards, {} rows, {:.1} MB match the manifest",
-                    v.shards,
-                    v.rows,
+                    "{output}: ok: {} output, {} files, {:.1} MB match its completion record{shards}",
+                    v.kind,
+                    v.files,
                     v.bytes as f64 / 1e6
                 );
                 Ok(())

@@ -33,9 +33,9 @@ pub async fn status(output_url: &str) -> Result<String> {
         );
         return Ok(out);
     };
-    match completion::read(&output, kind.completion_marker()).await? {
+    match completion::read(&output).await? {
         Completion::Absent => {}
-        Completion::Complete(record) => {
+        Completion::Complete { record, .. } => {
             let _ = writeln!(out, "{}: finished ({} job)", output.url, job.kind);
             let _ = writeln!(out, "  {}", record.summary);
             for line in kind.describe_finished(&output).await? {
@@ -44,13 +44,12 @@ pub async fn status(output_url: &str) -> Result<String> {
             out.push_str(&excluded);
             return Ok(out);
         }
-        Completion::Unreadable(why) => {
+        Completion::Unreadable { marker, why } => {
             let _ = writeln!(
                 out,
-                "{}: finished ({} job) by another release: its {} is not this release's ({why})",
+                "{}: finished ({} job) by another release: its {marker} is not this release's ({why})",
                 output.url,
                 job.kind,
-                kind.completion_marker()
             );
             out.push_str(&excluded);
             return Ok(out);

@@ -1,99 +1,249 @@
-//! `coordinator verify <output>`: checks a finished output against its manifest before
-//! anyone trains on it.
+//! `coordinator verify <output>`: checks a finished output of any kind against its
+//! completion record before anyone trains on it or cleans with it (after a copy to
+//! another store, say).
 //!
 //! ```text
-//! _SUCCESS? ─► manifest.json (versions, paths inside the output)
-//!   ─► every shard: fetch, size, blake3, ArrayRecord row count = the manifest's
-//!   ─► train/ and test/ hold no shard files the manifest does not list
+//! _SUCCESS ─► the record: kind, final outputs { dirs, files }
+//!   (absent: not finished; no file list: finished by an earlier release, which it says)
+//!   ─► probe_rows: manifest.json (versions, paths inside the output, every shard listed)
+//!   ─► every listed file: size and blake3 = the record's (read in chunks; a probe_rows
+//!      shard whole, its ArrayRecord row count = the manifest's)
+//!   ─► the kind's final directories hold no file the record does not list
 //! ```
 //!
-//! Works on every store the job writes to (local, `s3://`, `gs://`); each shard is
-//! fetched once and checked in memory.
+//! Works on every store the job writes to (local, `s3://`, `gs://`); each file is
+//! fetched once.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 
 use probeflow_reader::array_record::ArrayRecordReader;
-use probeflow_reader::output::{
-    check_contents, check_rows, check_versions, stays_inside, SUCCESS_FILE,
-};
-use probeflow_reader::row::Split;
+use probeflow_reader::output::{check_rows, check_versions, stays_inside};
+use probeflow_worker::engine::completion::{self, Completion, OutputFile, COMPLETION_MARKER};
 use probeflow_worker::engine::store::StoreUrl;
+use probeflow_worker::jobs::probe_rows;
 
 use crate::error::{JobError, Result};
-use probeflow_worker::jobs::probe_rows::manifest::read_manifest;
+use probe_rows::manifest::{read_manifest, Manifest};
 
 /// What a successful verification found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Verified {
-    pub shards: usize,
-    pub rows: u64,
+    /// The job kind that made the output.
+    pub kind: String,
+    /// Files listed in the completion record, and their bytes.
+    pub files: usize,
     pub bytes: u64,
+    /// A probe_rows output: its shards and rows, as its manifest lists them.
+    pub shards: Option<(usize, u64)>,
 }
 
-fn bad(output: &StoreUrl, what: String) -> JobError {
+/// An error of `verify` on `output`, naming the kind when it is known.
+fn bad(output: &StoreUrl, kind: &str, what: String) -> JobError {
     JobError::Verify {
         output: output.url.clone(),
-        what,
+        what: if kind.is_empty() {
+            what
+        } else {
+            format!("{kind} output: {what}")
+        },
     }
 }
 
-/// Checks every shard of the output at `output_url`; the first problem is the error.
+/// Checks every final file of the output at `output_url`; the first problem is the
+/// error.
 pub async fn verify(output_url: &str) -> Result<Verified> {
     let output = StoreUrl::parse(output_url)?;
-    if !output.exists(&output.child(SUCCESS_FILE)).await? {
-        return Err(bad(
-            &output,
-            format!("no {SUCCESS_FILE}: the job has not finished (see `coordinator status`)"),
-        ));
-    }
-    let manifest = read_manifest(&output)
-        .await?
-        .ok_or_else(|| bad(&output, "no manifest.json".into()))?;
-    check_versions(
-        manifest.manifest_version,
-        &manifest.row_format_version,
-        &manifest.tokenizer_version,
-    )
-    .map_err(|what| bad(&output, what))?;
-    let mut listed = BTreeSet::new();
-    let mut found = Verified {
-        shards: 0,
-        rows: 0,
-        bytes: 0,
-    };
-    for s in &manifest.shards {
-        if !stays_inside(&s.path) {
+    let (marker, record) = match completion::read(&output).await? {
+        Completion::Absent => {
             return Err(bad(
                 &output,
-                format!("the manifest names {:?}, a path outside the output", s.path),
-            ));
+                "",
+                format!(
+                    "no {COMPLETION_MARKER}: the job has not finished (see `coordinator status`)"
+                ),
+            ))
         }
-        let path = output.child(&s.path);
-        let name = output.display(&path);
-        let bytes = output
-            .get_opt(&path)
-            .await?
-            .ok_or_else(|| bad(&output, format!("{name}: missing")))?;
-        let hash = blake3::hash(&bytes).to_hex();
-        check_contents(&name, bytes.len() as u64, hash.as_str(), s.bytes, &s.blake3)
-            .map_err(|e| bad(&output, e.to_string()))?;
-        let rows = ArrayRecordReader::from_bytes(name.clone(), bytes.to_vec())?.len();
-        check_rows(&name, rows, s.rows).map_err(|e| bad(&output, e.to_string()))?;
-        listed.insert(s.path.clone());
-        found.shards += 1;
-        found.rows += rows;
-        found.bytes += s.bytes;
-    }
-    for split in Split::ALL {
-        for meta in output.list(split.as_str()).await? {
-            let rel = output.relative(&meta.location);
-            if !listed.contains(&rel) {
+        Completion::Unreadable { marker, why } => {
+            return Err(bad(
+                &output,
+                "",
+                format!("its {marker} is not a completion record this release reads: {why}"),
+            ))
+        }
+        Completion::Complete { marker, record } => (marker, record),
+    };
+    let kind = match (record.kind.as_str(), marker) {
+        // The one kind whose records had no kind: the overlap job's, before it had.
+        ("", ".SUCCESS") => "ngram_overlap".to_string(),
+        ("", _) => "unknown kind's".to_string(),
+        (kind, _) => kind.to_string(),
+    };
+    let Some(outputs) = record.outputs else {
+        let release = if record.release.is_empty() {
+            "an earlier release".to_string()
+        } else {
+            format!("release {}", record.release)
+        };
+        return Err(bad(
+            &output,
+            &kind,
+            format!(
+                "finished by an earlier release ({release}): its completion record \
+                 ({marker}) lists no output files, so there is nothing to check them \
+                 against; run the job again into a new output with this release to get one \
+                 that can be verified"
+            ),
+        ));
+    };
+    let mut shards = match kind.as_str() {
+        probe_rows::NAME => Some(ShardCheck::load(&output, &kind).await?),
+        _ => None,
+    };
+    let listed: BTreeMap<&str, &OutputFile> =
+        outputs.files.iter().map(|f| (f.path.as_str(), f)).collect();
+    if let Some(check) = &shards {
+        for path in check.rows.keys() {
+            if !listed.contains_key(path.as_str()) {
                 return Err(bad(
                     &output,
-                    format!("{rel} is not in the manifest (a stray file from another run?)"),
+                    &kind,
+                    format!("the manifest lists {path}, which {marker} does not"),
                 ));
             }
         }
     }
+    let mut found = Verified {
+        kind: kind.clone(),
+        files: 0,
+        bytes: 0,
+        shards: None,
+    };
+    for f in &outputs.files {
+        if !stays_inside(&f.path) {
+            return Err(bad(
+                &output,
+                &kind,
+                format!("{marker} lists {:?}, a path outside the output", f.path),
+            ));
+        }
+        let path = output.child(&f.path);
+        let whole_shard = shards.as_ref().and_then(|c| c.rows.get(&f.path).copied());
+        let (size, hash) = match whole_shard {
+            Some(rows) => {
+                let Some(bytes) = output.get_opt(&path).await? else {
+                    return Err(missing(&output, &kind, f, marker));
+                };
+                let hash = blake3::hash(&bytes).to_hex().to_string();
+                let size = bytes.len() as u64;
+                if (size, hash.as_str()) == (f.bytes, f.blake3.as_str()) {
+                    let name = output.display(&path);
+                    let got = ArrayRecordReader::from_bytes(name.clone(), bytes.to_vec())?.len();
+                    check_rows(&name, got, rows).map_err(|e| bad(&output, &kind, e.to_string()))?;
+                    if let Some(c) = shards.as_mut() {
+                        c.rows_read += got;
+                    }
+                }
+                (size, hash)
+            }
+            None => {
+                let mut hasher = blake3::Hasher::new();
+                let Some(size) = output
+                    .read_chunks(&path, |chunk| {
+                        hasher.update(chunk);
+                    })
+                    .await?
+                else {
+                    return Err(missing(&output, &kind, f, marker));
+                };
+                (size, hasher.finalize().to_hex().to_string())
+            }
+        };
+        if size != f.bytes {
+            return Err(bad(
+                &output,
+                &kind,
+                format!(
+                    "{}: {size} bytes, {marker} says {} (cut short or replaced?)",
+                    f.path, f.bytes
+                ),
+            ));
+        }
+        if hash != f.blake3 {
+            return Err(bad(
+                &output,
+                &kind,
+                format!(
+                    "{}: blake3 {hash} does not match {marker}'s {} (the file changed)",
+                    f.path, f.blake3
+                ),
+            ));
+        }
+        found.files += 1;
+        found.bytes += size;
+    }
+    for dir in &outputs.dirs {
+        let mut strays = BTreeSet::new();
+        for meta in output.list(dir).await? {
+            let rel = output.relative(&meta.location);
+            if !listed.contains_key(rel.as_str()) {
+                strays.insert(rel);
+            }
+        }
+        if let Some(first) = strays.first() {
+            return Err(bad(
+                &output,
+                &kind,
+                format!(
+                    "{first} is not listed in {marker} ({} such file(s) in {dir}/; a stray \
+                     from another run?)",
+                    strays.len()
+                ),
+            ));
+        }
+    }
+    found.shards = shards.map(|c| (c.rows.len(), c.rows_read));
     Ok(found)
+}
+
+fn missing(output: &StoreUrl, kind: &str, f: &OutputFile, marker: &str) -> JobError {
+    bad(
+        output,
+        kind,
+        format!("{}: missing (listed in {marker})", f.path),
+    )
+}
+
+/// A probe_rows output's own checks, from its manifest: its versions, its shard paths
+/// inside the output, each shard's row count.
+struct ShardCheck {
+    /// Shard path → rows, as the manifest lists them.
+    rows: BTreeMap<String, u64>,
+    /// Rows counted in the shards read.
+    rows_read: u64,
+}
+
+impl ShardCheck {
+    async fn load(output: &StoreUrl, kind: &str) -> Result<ShardCheck> {
+        let manifest: Manifest = read_manifest(output)
+            .await?
+            .ok_or_else(|| bad(output, kind, "no manifest.json".into()))?;
+        check_versions(
+            manifest.manifest_version,
+            &manifest.row_format_version,
+            &manifest.tokenizer_version,
+        )
+        .map_err(|what| bad(output, kind, what))?;
+        let mut rows = BTreeMap::new();
+        for s in &manifest.shards {
+            if !stays_inside(&s.path) {
+                return Err(bad(
+                    output,
+                    kind,
+                    format!("the manifest names {:?}, a path outside the output", s.path),
+                ));
+            }
+            rows.insert(s.path.clone(), s.rows);
+        }
+        Ok(ShardCheck { rows, rows_read: 0 })
+    }
 }

@@ -21,6 +21,10 @@ class ThreadError(ProbeflowError, RuntimeError): ...
 class InternalError(ProbeflowError, RuntimeError): ...
 #: URL schemes of object stores (``s3://``, ``gs://``).
 REMOTE_SCHEMES: list[str]
+#: The completion marker every finished job output has (``_SUCCESS``), written last.
+COMPLETION_MARKER: str
+#: Completion markers of earlier releases, still recognised (the overlap job's ``.SUCCESS``).
+EARLIER_COMPLETION_MARKERS: list[str]
 DEFAULT_ARRAY_RECORD_OPTIONS: str
 #: The reader's option defaults by ``Dataset`` option name.
 READER_DEFAULTS: dict[str, Any]

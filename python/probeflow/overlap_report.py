@@ -21,10 +21,10 @@ Data flow::
 
 Memory: the details are read in their order (training file in the job's listing order,
 training row, eval file, eval row, n, n-gram), so a training document's records are
-consecutive and distinct documents are counted without being kept. What is kept: a number for every contaminated
-eval instance (with the start of its text) and every distinct matched n-gram, and one
-int per distinct (n-gram, instance) and (cell, instance) pair; it grows with those, not
-with the details' size.
+consecutive and distinct documents are counted without being kept. What is kept: a
+number for every contaminated eval instance (with the start of its text) and every
+distinct matched n-gram, and one int per distinct (n-gram, instance) and (cell,
+instance) pair; it grows with those, not with the details' size.
 """
 
 from __future__ import annotations
@@ -42,14 +42,19 @@ import sys
 from collections import defaultdict
 from typing import Any, Iterator
 
-from ._native import REMOTE_SCHEMES, remote_object_range, remote_object_size
+from ._native import (
+    COMPLETION_MARKER,
+    EARLIER_COMPLETION_MARKERS,
+    REMOTE_SCHEMES,
+    remote_object_range,
+    remote_object_size,
+)
 from .errors import OutputError, RemoteError
 
 STATS = "stats/overlap_stats.jsonl"
 DETAILS = "stats/overlap_details.jsonl.gz"
 HOT = "stats/hot_ngrams.jsonl"
 CLEAN_MANIFEST = "stats/clean_manifest.jsonl.gz"
-SUCCESS = ".SUCCESS"
 
 #: Characters of context shown around a highlighted span in the sample.
 CONTEXT_CHARS = 200
@@ -209,13 +214,31 @@ def _offsets(record: dict[str, Any], name: str, path: str) -> list[list[int]]:
     return spans
 
 
+def _check_finished_overlap_output(output: str) -> None:
+    """An OutputError unless `output` has a completion record (this release's marker, or
+    an earlier release's: the overlap job's `.SUCCESS`) of an overlap job."""
+    for marker in (COMPLETION_MARKER, *EARLIER_COMPLETION_MARKERS):
+        path = _join(output, marker)
+        if not _exists(path):
+            continue
+        try:
+            with _open_binary(path) as f:
+                record = json.loads(f.read())
+        except (OSError, ValueError) as e:
+            raise OutputError(f"{path}: not a completion record: {e}") from e
+        kind = record.get("kind") if isinstance(record, dict) else None
+        if kind not in (None, "", "ngram_overlap"):
+            raise OutputError(f"{output}: a {kind} output, not an overlap output")
+        return
+    raise OutputError(f"{output}: no {COMPLETION_MARKER}: not a finished overlap output")
+
+
 def figures(output: str, *, top: int = 20, sample: int = 12, seed: int = 0) -> Figures:
     """Reads a finished overlap output (a local directory, ``s3://…`` or ``gs://…``) and
     computes the report's figures: the ``top`` most-leaked instances and hot n-grams,
     and ``sample`` detail records drawn with ``seed``."""
     output = os.fspath(output)
-    if not _exists(_join(output, SUCCESS)):
-        raise OutputError(f"{output}: no {SUCCESS}: not a finished overlap output")
+    _check_finished_overlap_output(output)
     stats_path = _join(output, STATS)
     contamination = []
     for r in _records(stats_path):

@@ -489,6 +489,14 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
         probeflow_reader::output::REMOTE_SCHEMES.to_vec(),
     )?;
     m.add(
+        "COMPLETION_MARKER",
+        probeflow_reader::output::COMPLETION_MARKER,
+    )?;
+    m.add(
+        "EARLIER_COMPLETION_MARKERS",
+        probeflow_reader::output::EARLIER_COMPLETION_MARKERS.to_vec(),
+    )?;
+    m.add(
         "DEFAULT_ARRAY_RECORD_OPTIONS",
         probeflow_reader::array_record::DEFAULT_WRITER_OPTIONS,
     )?;

@@ -29,8 +29,15 @@ use crate::tokenizer::TOKENIZER_VERSION;
 /// The manifest versions this reader understands.
 pub const MANIFEST_VERSIONS: std::ops::RangeInclusive<u32> = 1..=2;
 
-/// The file a job writes last, when everything else is in place.
-pub const SUCCESS_FILE: &str = "_SUCCESS";
+/// The completion marker: the file a job of any kind writes last, when everything else
+/// is in place (the engine's completion record, JSON). The one definition of its name:
+/// the engine, `coordinator status` and `verify`, the workers, this reader and the
+/// overlap report (through `probeflow._native`) all read it from here.
+pub const COMPLETION_MARKER: &str = "_SUCCESS";
+/// Completion markers of earlier releases, still recognised: the overlap job's
+/// `.SUCCESS` (written before every kind's marker had one name; its record lists no
+/// files). A new output never has one.
+pub const EARLIER_COMPLETION_MARKERS: [&str; 1] = [".SUCCESS"];
 pub const MANIFEST_FILE: &str = "manifest.json";
 
 /// The URL schemes of object stores (read with the `remote` feature).
@@ -133,7 +140,7 @@ impl Output {
     pub fn open(root: &Path) -> Result<Output> {
         let manifest = root.join(MANIFEST_FILE);
         let text = std::fs::read_to_string(&manifest).map_err(|e| Error::io(&manifest, e))?;
-        if !root.join(SUCCESS_FILE).exists() {
+        if !root.join(COMPLETION_MARKER).exists() {
             return Err(unfinished(&root.display().to_string()));
         }
         let parsed = parse_manifest(&manifest.display().to_string(), &text)?;
@@ -166,7 +173,7 @@ pub(crate) fn unfinished(root: &str) -> Error {
     Error::Output {
         path: root.to_string(),
         what: format!(
-            "no {SUCCESS_FILE}: the job writing this output has not finished (or it \
+            "no {COMPLETION_MARKER}: the job writing this output has not finished (or it \
              failed); its files may be partial. Run the job to completion (`coordinator \
              status` tells where it is)"
         ),
@@ -639,7 +646,7 @@ mod tests {
         std::fs::write(dir.path().join(MANIFEST_FILE), "{}").unwrap();
         let err = Output::open(dir.path()).unwrap_err().to_string();
         assert!(err.contains("no _SUCCESS"), "{err}");
-        std::fs::write(dir.path().join(SUCCESS_FILE), "").unwrap();
+        std::fs::write(dir.path().join(COMPLETION_MARKER), "").unwrap();
         let err = Output::open(dir.path()).unwrap_err().to_string();
         assert!(err.contains("not a probeflow manifest"), "{err}");
     }

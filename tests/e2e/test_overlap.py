@@ -56,7 +56,7 @@ def test_the_job_matches_the_plain_python_reference(corpus, local_run):
     assert sorted(reasons) == ["bad_id", "invalid_json", "text_not_a_string", "text_not_a_string"]
     # The log of progress: snapshots and a summary per stage.
     assert list((local_run / "progress").glob("progress-*.jsonl"))
-    assert json.loads((local_run / ".SUCCESS").read_text())["fingerprint"]
+    assert json.loads((local_run / "_SUCCESS").read_text())["fingerprint"]
 
 
 def test_offsets_point_at_the_ngram_in_the_original_text(local_run):
@@ -93,7 +93,7 @@ def test_same_bytes_with_one_worker_and_with_index_groups(corpus, local_run, tmp
     assert output_files(out) == output_files(local_run)
     # `status` of such a job stopped in its scan stage counts a scan task per training
     # file and index group.
-    (out / ".SUCCESS").unlink()
+    (out / "_SUCCESS").unlink()
     (out / "_job" / "journal" / "report-00000.json").unlink()
     scans = sorted((out / "_job" / "journal").glob("scan-*.json"))
     for f in scans[5:]:
@@ -128,7 +128,7 @@ def test_an_unfinished_run_of_another_version_exits_2(corpus, tmp_path):
     out = tmp_path / "out"
     spec = overlap_job(tmp_path / "old.toml", eval_files, [root / "in" / "train"], out)
     run(["run", str(spec)])
-    (out / ".SUCCESS").unlink()
+    (out / "_SUCCESS").unlink()
     job = out / "_job" / "journal" / "job.json"
     record = json.loads(job.read_text())
     record["plan"]["intermediate_format"] = 1
@@ -182,7 +182,7 @@ def test_sigkill_a_worker_and_the_coordinator_then_the_same_bytes(corpus, local_
 
 def test_a_worker_away_at_the_end_learns_the_overlap_job_is_done(corpus, local_run, tmp_path):
     """A cluster worker paused past its lease while the job finishes without it finds,
-    when it comes back to no coordinator, this kind's completion marker (`.SUCCESS`)
+    when it comes back to no coordinator, its completion marker (`_SUCCESS`)
     and exits 0 at once, not after --give-up-after."""
     from support.cluster import Cluster, finish_without, stopped_in
     root, eval_files, train_files = corpus

@@ -154,7 +154,7 @@ def test_drop_leaves_out_every_contaminated_document_and_nothing_else(corpus):
                     if not (line.strip(b" \t\r\n") and next(rows) in dropped)]
             assert lines_of(cleaned) == want, path.name
     assert sum(len({r for (p, r) in spans if p == str(f)}) for f in train_files) == len(manifest)
-    summary = json.loads((out / ".SUCCESS").read_text())["summary"]
+    summary = json.loads((out / "_SUCCESS").read_text())["summary"]
     assert f"{len(manifest)} documents dropped, 0 cut" in summary
     from probeflow.overlap_report import figures
     assert figures(str(out)).cleaning == {

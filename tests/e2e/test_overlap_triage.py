@@ -101,10 +101,10 @@ def test_hot_ngrams_are_the_references_and_exclusion_leaves_the_real_copies(plan
     plain_files, marked_files = output_files(plain), output_files(marked)
     del marked_files["stats/hot_ngrams.jsonl"]
     for name in plain_files:
-        if name != ".SUCCESS":
+        if name != "_SUCCESS":
             assert marked_files[name] == plain_files[name], name
     assert set(marked_files) == set(plain_files)
-    assert f"{len(hot)} hot n-grams (counted)" in json.loads((marked / ".SUCCESS").read_text())["summary"]
+    assert f"{len(hot)} hot n-grams (counted)" in json.loads((marked / "_SUCCESS").read_text())["summary"]
 
     # exclude = true: the statistics and details without the hot n-grams' matches
     # (the scan counts the template's windows instead of expanding them).

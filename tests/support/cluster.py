@@ -133,7 +133,7 @@ class Cluster:
             time.sleep(0.005)
         self.coordinator.send_signal(signal.SIGKILL)
         self.coordinator.wait()
-        assert not (out / ".SUCCESS").exists(), "the job finished before the coordinator was killed"
+        assert not (out / "_SUCCESS").exists(), "the job finished before the coordinator was killed"
         time.sleep(1)
         self.coordinator = self.start_coordinator()
         return self.finish()

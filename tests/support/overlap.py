@@ -323,14 +323,20 @@ def canonical(records) -> list[str]:
 
 
 def output_files(out: Path) -> dict[str, bytes]:
-    """The job's deterministic outputs: everything but its journal and progress logs,
-    and of `.SUCCESS` the summary (its fingerprint covers the output URL)."""
+    """The job's deterministic outputs: everything but its journal and progress logs
+    (`progress_summary.json` records run settings such as the index groups), and of
+    `_SUCCESS` all but the fingerprint (which covers the output URL) and the progress
+    summary's entry: the summary, the inputs and every other final file's size and
+    blake3."""
     files = {
         str(p.relative_to(out)): p.read_bytes()
         for p in sorted(out.rglob("*"))
         if p.is_file() and not str(p.relative_to(out)).startswith(("_job", "progress"))
     }
-    files[".SUCCESS"] = json.loads(files[".SUCCESS"])["summary"].encode()
+    record = json.loads(files["_SUCCESS"])
+    del record["fingerprint"]
+    record["outputs"]["files"] = [f for f in record["outputs"]["files"] if not f["path"].startswith("progress")]
+    files["_SUCCESS"] = json.dumps(record, sort_keys=True).encode()
     return files
 
 

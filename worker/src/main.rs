@@ -217,8 +217,8 @@ async fn run(plan: Plan, cookie: String) -> anyhow::Result<()> {
             }
         };
         let Some(coordinator) = coordinator else {
-            if let Some(marker) = job_finished(&job).await {
-                tracing::info!(worker = %plan.name, "the job finished while this worker was away (its output has {marker})");
+            if job_finished(&job).await {
+                tracing::info!(worker = %plan.name, "the job finished while this worker was away (its output has its completion record)");
                 return Ok(());
             }
             if unreachable_since.elapsed() > plan.give_up_after {
@@ -302,20 +302,22 @@ async fn run(plan: Plan, cookie: String) -> anyhow::Result<()> {
     }
 }
 
-/// Whether the output of the job this worker worked for is complete: its kind's
-/// completion marker (written last, when no task is left), if the output has it, so a
-/// worker that lost the coordinator at the end of the job can tell "done" from
-/// "coordinator down". `None` when unknown (no task seen yet, an unknown kind, or the
-/// store cannot be read).
-async fn job_finished(job: &std::sync::OnceLock<JobOutput>) -> Option<&'static str> {
-    let job = job.get()?;
-    let marker = probeflow_worker::jobs::kind(&job.kind)?.completion_marker();
-    let output = StoreUrl::parse(&job.output).ok()?;
-    match output.exists(&output.child(marker)).await {
-        Ok(found) => found.then_some(marker),
+/// Whether the output of the job this worker worked for is complete: its completion
+/// marker (written last, when no task is left), if the output has it, so a worker that
+/// lost the coordinator at the end of the job can tell "done" from "coordinator down".
+/// False when unknown (no task seen yet, or the store cannot be read).
+async fn job_finished(job: &std::sync::OnceLock<JobOutput>) -> bool {
+    let Some(job) = job.get() else {
+        return false;
+    };
+    let Ok(output) = StoreUrl::parse(&job.output) else {
+        return false;
+    };
+    match probeflow_worker::engine::completion::exists(&output).await {
+        Ok(found) => found,
         Err(e) => {
             tracing::debug!(output = %job.output, error = %e, "cannot check the job's output");
-            None
+            false
         }
     }
 }

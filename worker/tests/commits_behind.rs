@@ -69,8 +69,8 @@ impl JobKind for GatedKind {
     fn name(&self) -> &'static str {
         "gated"
     }
-    fn completion_marker(&self) -> &'static str {
-        "_GATED"
+    fn final_dirs(&self) -> &'static [&'static str] {
+        &[]
     }
     fn load(&'static self, file: &str, _text: &str) -> Result<Box<dyn JobFile>> {
         Err(WorkerError::Job(format!(

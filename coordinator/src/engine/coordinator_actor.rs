@@ -39,8 +39,9 @@ pub struct CoordinatorState {
     pub tokens: u64,
     /// Writes the kind's progress files off the actor.
     pub writer: OutputWriter,
-    /// The completion marker's name, and its record but for the summary.
-    pub marker: &'static str,
+    /// The kind's final directories, and the completion record but for the summary and
+    /// the final outputs.
+    pub final_dirs: &'static [&'static str],
     pub completion: CompletionRecord,
 }
 
@@ -125,7 +126,7 @@ impl CoordinatorState {
         write_final_outputs(
             self.run.driver(),
             &self.output,
-            self.marker,
+            self.final_dirs,
             &self.completion,
         )
         .await

@@ -234,7 +234,7 @@ async fn run_owned(
         lock_lost,
         tokens: 0,
         writer: OutputWriter::start(output.clone()),
-        marker: spec.kind.completion_marker(),
+        final_dirs: spec.kind.final_dirs(),
         completion,
     };
 

@@ -2,8 +2,8 @@
 //! completion marker this job's, over the same input) is not run again; otherwise the
 //! job is planned (input listed and pinned, plan journaled) or resumed from its
 //! journal (refused for another job file or changed input), and its run made ready.
-//! When the run's stages are done, its final outputs and the completion marker are
-//! written here too.
+//! When the run's stages are done, its final outputs and the completion record (which
+//! lists them) are written here too.
 //!
 //! ```text
 //! <marker> ─► same kind, fingerprint, inputs: AlreadyComplete │ else a Conflict
@@ -13,7 +13,9 @@
 
 use std::time::Instant;
 
-use probeflow_worker::engine::completion::{self, Completion, CompletionRecord};
+use probeflow_worker::engine::completion::{
+    self, Completion, CompletionRecord, FinalOutputs, Finished,
+};
 use probeflow_worker::engine::inputs::{list_inputs, refuse_changed_inputs};
 use probeflow_worker::engine::job::JobDriver;
 use probeflow_worker::engine::kind::{ProgressPlan, Progressed};
@@ -30,19 +32,16 @@ use crate::spec::JobSpec;
 /// this job's (same kind and fingerprint) over the same input; a conflict if the job
 /// or the input differ; `None` when it is not complete.
 pub async fn already_complete(spec: &JobSpec, output: &StoreUrl) -> Result<Option<String>> {
-    let record = match completion::read(output, spec.kind.completion_marker()).await? {
+    let record = match completion::read(output).await? {
         Completion::Absent => return Ok(None),
-        Completion::Unreadable(why) => {
+        Completion::Unreadable { marker, why } => {
             return Err(completion::another_jobs_output(
                 output,
-                &format!(
-                    "its completion marker {} is not this release's: {why}",
-                    spec.kind.completion_marker()
-                ),
+                &format!("its completion marker {marker} is not this release's: {why}"),
             )
             .into())
         }
-        Completion::Complete(record) => record,
+        Completion::Complete { record, .. } => record,
     };
     let same_kind = record.kind.is_empty() || record.kind == spec.kind.name();
     if !same_kind || record.fingerprint != spec.fingerprint() {
@@ -59,7 +58,7 @@ pub struct OpenedJob {
     pub progress_plan: ProgressPlan,
     /// The results replayed from the journal, for progress.
     pub replayed: Vec<(TaskId, Progressed)>,
-    /// The completion marker's record, but for the summary.
+    /// The completion record, but for the summary and the final outputs.
     pub completion: CompletionRecord,
 }
 
@@ -148,27 +147,31 @@ pub async fn open_job(spec: &JobSpec, output: &StoreUrl) -> Result<OpenedJob> {
         replayed,
         completion: CompletionRecord {
             kind: spec.kind.name().to_string(),
+            release: completion::RELEASE.to_string(),
             fingerprint,
             summary: String::new(),
             inputs: record.inputs,
+            outputs: None,
         },
     })
 }
 
-/// After the last stage: the kind's final outputs, then the completion marker, then
-/// the kind's clean-up of its intermediate files. Returns the kind's summary.
+/// After the last stage: the kind's final outputs, then the completion record listing
+/// them (the kind's final directories `final_dirs`), then the kind's clean-up of its
+/// intermediate files. Returns the kind's summary.
 pub async fn write_final_outputs(
     driver: &mut dyn JobDriver,
     output: &StoreUrl,
-    marker: &str,
+    final_dirs: &[&str],
     completion: &CompletionRecord,
 ) -> Result<String> {
-    let summary = driver.finish(output).await?;
+    let Finished { summary, files } = driver.finish(output).await?;
     let record = CompletionRecord {
         summary: summary.clone(),
+        outputs: Some(FinalOutputs::new(final_dirs, files)?),
         ..completion.clone()
     };
-    completion::write(output, marker, &record).await?;
+    completion::write(output, &record).await?;
     driver.clean_up(output).await?;
     Ok(summary)
 }

@@ -276,11 +276,10 @@ impl Bed {
                     }
                 }
                 Effect::Finish => {
-                    let marker = self.spec.kind.completion_marker();
                     let summary = write_final_outputs(
                         self.run.driver(),
                         &self.output,
-                        marker,
+                        self.spec.kind.final_dirs(),
                         &self.completion,
                     )
                     .await

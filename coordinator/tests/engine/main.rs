@@ -3,6 +3,7 @@
 //! end-to-end tests run the same behaviours with real processes, TLS and kill -9.
 
 mod bed;
+mod completion_record;
 mod exclusion;
 mod finish_order;
 mod late_and_forged_results;

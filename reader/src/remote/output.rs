@@ -9,8 +9,8 @@ use std::sync::Arc;
 use super::store::{Bucket, RemoteUrl};
 use crate::error::{Error, Result};
 use crate::output::{
-    manifest_splits, parse_manifest, split_entries, unfinished, ManifestShard, MANIFEST_FILE,
-    SUCCESS_FILE,
+    manifest_splits, parse_manifest, split_entries, unfinished, ManifestShard, COMPLETION_MARKER,
+    MANIFEST_FILE,
 };
 use crate::row::Split;
 
@@ -51,7 +51,7 @@ impl RemoteOutput {
         let bucket = Bucket::open(&root)?;
         let manifest = root.child(MANIFEST_FILE);
         let text = bucket.get(&manifest)?;
-        if !bucket.exists(&root.child(SUCCESS_FILE))? {
+        if !bucket.exists(&root.child(COMPLETION_MARKER))? {
             return Err(unfinished(&root.to_string()));
         }
         let text = String::from_utf8(text).map_err(|_| Error::Output {

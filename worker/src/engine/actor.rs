@@ -698,10 +698,7 @@ async fn discard_if_not_accepted(
     let discard = runner.discard_unreported(task);
     let checked = async {
         let output = crate::engine::store::StoreUrl::parse(&task.job.output)?;
-        if !output
-            .exists(&output.child(kind.completion_marker()))
-            .await?
-        {
+        if !crate::engine::completion::exists(&output).await? {
             return Ok::<_, crate::error::WorkerError>(false);
         }
         let entry: Option<serde_json::Value> = output

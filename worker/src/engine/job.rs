@@ -14,8 +14,8 @@ use std::marker::PhantomData;
 
 use crate::engine::inputs::{InputSource, ListedFile};
 use crate::engine::kind::{
-    BoxFuture, Driver, Kind, KindFile, Output, PlanContext, ProgressFile, ProgressPlan, Progressed,
-    RunResult, Runner, TaskCall, TaskEnv,
+    BoxFuture, Driver, Finished, Kind, KindFile, Output, PlanContext, ProgressFile, ProgressPlan,
+    Progressed, RunResult, Runner, TaskCall, TaskEnv,
 };
 use crate::engine::protocol::{Assignment, JobContext, Payload, TaskId, TaskSpec};
 use crate::engine::stages::{StageSet, Stages};
@@ -26,8 +26,8 @@ use crate::error::{Result, WorkerError};
 pub trait JobKind: Sync {
     /// Its name in job files (`kind = "..."`).
     fn name(&self) -> &'static str;
-    /// Its completion marker's name.
-    fn completion_marker(&self) -> &'static str;
+    /// The directories of its final output files ([`Kind::FINAL_DIRS`]).
+    fn final_dirs(&self) -> &'static [&'static str];
     /// Reads and validates job file `file` (its text): the kind's own sections;
     /// unknown keys are errors with their line and column.
     fn load(&'static self, file: &str, text: &str) -> Result<Box<dyn JobFile>>;
@@ -91,7 +91,7 @@ pub trait JobDriver: Send {
     /// See [`Driver::record_progress`].
     fn record_progress(&mut self, stage_done: Option<usize>) -> Vec<ProgressFile>;
     /// See [`Driver::finish`].
-    fn finish<'a>(&'a mut self, output: &'a StoreUrl) -> BoxFuture<'a, Result<String>>;
+    fn finish<'a>(&'a mut self, output: &'a StoreUrl) -> BoxFuture<'a, Result<Finished>>;
     /// See [`Driver::clean_up`].
     fn clean_up<'a>(&'a mut self, output: &'a StoreUrl) -> BoxFuture<'a, Result<()>>;
     /// See [`Driver::discard_late`].
@@ -161,8 +161,8 @@ impl<K: Kind> JobKind for K {
         K::NAME
     }
 
-    fn completion_marker(&self) -> &'static str {
-        K::COMPLETION_MARKER
+    fn final_dirs(&self) -> &'static [&'static str] {
+        K::FINAL_DIRS
     }
 
     fn load(&'static self, file: &str, text: &str) -> Result<Box<dyn JobFile>> {
@@ -311,7 +311,7 @@ impl<K: Kind> JobDriver for DriverOf<K> {
         self.driver.record_progress(stage_done)
     }
 
-    fn finish<'a>(&'a mut self, output: &'a StoreUrl) -> BoxFuture<'a, Result<String>> {
+    fn finish<'a>(&'a mut self, output: &'a StoreUrl) -> BoxFuture<'a, Result<Finished>> {
         self.driver.finish(output)
     }
 

@@ -6,7 +6,7 @@
 //! job file ─► K::File (validated) ─► inputs listed and pinned by the engine ─► K::plan ─► journal
 //!   K::open(plan) ─► K::Driver: stage(k) ─► K::Task × N ─► engine: lease, wire, retry ─► K::Runner::run ─► Output
 //!                       ▲ accept(Output) ◄── journal ◄── check(Done = task + result) ◄──────────────────────┘
-//!                    finish ─► the kind's final outputs; the engine writes the completion marker
+//!                    finish ─► the kind's final outputs, listed; the engine writes the completion record
 //! ```
 //!
 //! A kind is its stage bodies: everything else is the engine's (queue, leases,
@@ -22,6 +22,7 @@ use std::pin::Pin;
 
 use serde::{de::DeserializeOwned, Serialize};
 
+pub use crate::engine::completion::{Finished, OutputFile};
 use crate::engine::inputs::{InputSource, ListedFile};
 use crate::engine::protocol::{JobContext, TaskId};
 use crate::engine::scratch::JobScratch;
@@ -35,9 +36,10 @@ pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 pub trait Kind: Send + Sync + Sized + 'static {
     /// Its name in job files (`kind = "..."`).
     const NAME: &'static str;
-    /// The completion marker's name (relative to the output root). The engine writes
-    /// it last, in its own format ([`crate::engine::completion`]).
-    const COMPLETION_MARKER: &'static str;
+    /// The directories (relative to the output root) that hold the kind's final output
+    /// files and nothing else: every file in them is in [`Finished::files`], and
+    /// `coordinator verify` refuses any other (a stray from another run).
+    const FINAL_DIRS: &'static [&'static str];
     /// Its sections of the job file.
     type File: KindFile;
     /// The journaled plan: made once, given to [`Kind::open`] on every run and resume.
@@ -161,9 +163,10 @@ pub trait Driver<K: Kind>: Send + 'static {
         Vec::new()
     }
     /// After the last stage: writes the job's final outputs and returns a one-line
-    /// summary (the engine then writes the completion marker). Intermediate files stay
-    /// until [`Self::clean_up`].
-    fn finish<'a>(&'a mut self, output: &'a StoreUrl) -> BoxFuture<'a, Result<String>>;
+    /// summary and every final output file with its size and blake3 (the engine then
+    /// writes the completion record, which lists them). Intermediate files stay until
+    /// [`Self::clean_up`].
+    fn finish<'a>(&'a mut self, output: &'a StoreUrl) -> BoxFuture<'a, Result<Finished>>;
     /// After the completion marker: removes the job's intermediate files (and a late
     /// attempt's, by planned names). After the marker, so that a worker that lost the
     /// coordinator, which removes its files once the marker exists, leaves none behind.

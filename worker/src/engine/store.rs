@@ -151,13 +151,25 @@ impl StoreUrl {
 
     /// Writes `value` as pretty JSON to `rel` (relative to this root), atomically.
     pub async fn put_json<T: serde::Serialize>(&self, rel: &str, value: &T) -> Result<()> {
+        self.put_json_final(rel, value).await.map(|_| ())
+    }
+
+    /// Writes `value` as pretty JSON to `rel` as [`Self::put_json`] does: a final output
+    /// file, with its size and digest.
+    pub async fn put_json_final<T: serde::Serialize>(
+        &self,
+        rel: &str,
+        value: &T,
+    ) -> Result<crate::engine::completion::OutputFile> {
         let bytes = serde_json::to_vec_pretty(value).map_err(|e| {
             WorkerError::Job(format!(
                 "{}: cannot encode: {e}",
                 self.display(&self.child(rel))
             ))
         })?;
-        self.put(&self.child(rel), bytes).await
+        let file = crate::engine::completion::OutputFile::of(rel, &bytes);
+        self.put(&self.child(rel), bytes).await?;
+        Ok(file)
     }
 
     /// Reads `rel` (relative to this root) as JSON; `None` if it does not exist. A file
@@ -306,6 +318,29 @@ impl StoreUrl {
             Err(object_store::Error::NotFound { .. }) => Ok(None),
             Err(e) => Err(WorkerError::store(self.display(path), e)),
         }
+    }
+
+    /// Reads the object in the chunks the store gives, handing each to `each` (memory
+    /// holds one chunk, whatever the object's size): its size, or `None` if it does not
+    /// exist.
+    pub async fn read_chunks(
+        &self,
+        path: &Path,
+        mut each: impl FnMut(&[u8]) + Send,
+    ) -> Result<Option<u64>> {
+        use futures::StreamExt;
+        let mut stream = match self.store.get(path).await {
+            Ok(r) => r.into_stream(),
+            Err(object_store::Error::NotFound { .. }) => return Ok(None),
+            Err(e) => return Err(WorkerError::store(self.display(path), e)),
+        };
+        let mut size = 0u64;
+        while let Some(chunk) = stream.next().await {
+            let chunk = chunk.map_err(|e| WorkerError::store(self.display(path), e))?;
+            size += chunk.len() as u64;
+            each(&chunk);
+        }
+        Ok(Some(size))
     }
 
     pub async fn get_range(

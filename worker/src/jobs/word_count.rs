@@ -17,8 +17,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::engine::inputs::{InputSource, PinnedFile};
 use crate::engine::kind::{
-    BoxFuture, Done, Driver, Kind, KindFile, PlanContext, ProgressPlan, Progressed, RunResult,
-    Runner, StageTasks, TaskCall, TaskEnv,
+    BoxFuture, Done, Driver, Finished, Kind, KindFile, OutputFile, PlanContext, ProgressPlan,
+    Progressed, RunResult, Runner, StageTasks, TaskCall, TaskEnv,
 };
 use crate::engine::protocol::{JobContext, TaskId};
 use crate::engine::store::{self, StoreUrl};
@@ -126,6 +126,8 @@ pub struct MergeOutput {
     pub words: u64,
     pub distinct: u64,
     pub bytes: u64,
+    /// Of [`COUNTS`].
+    pub blake3: String,
 }
 
 crate::stages! {
@@ -147,7 +149,8 @@ pub struct WordCount;
 
 impl Kind for WordCount {
     const NAME: &'static str = NAME;
-    const COMPLETION_MARKER: &'static str = "_SUCCESS";
+    /// Its one output file is at the root.
+    const FINAL_DIRS: &'static [&'static str] = &[];
     type File = WordCountFile;
     type Plan = Plan;
     type Settings = ();
@@ -264,17 +267,24 @@ impl Driver<WordCount> for WordCountDriver {
         })
     }
 
-    fn finish<'a>(&'a mut self, _output: &'a StoreUrl) -> BoxFuture<'a, Result<String>> {
+    fn finish<'a>(&'a mut self, _output: &'a StoreUrl) -> BoxFuture<'a, Result<Finished>> {
         Box::pin(async move {
             let Some(merged) = &self.merged else {
                 return Err(WorkerError::Job("finished without a merge".into()));
             };
-            Ok(format!(
-                "{} words, {} distinct, in {} files",
-                merged.words,
-                merged.distinct,
-                self.plan.inputs.len()
-            ))
+            Ok(Finished {
+                summary: format!(
+                    "{} words, {} distinct, in {} files",
+                    merged.words,
+                    merged.distinct,
+                    self.plan.inputs.len()
+                ),
+                files: vec![OutputFile {
+                    path: COUNTS.into(),
+                    bytes: merged.bytes,
+                    blake3: merged.blake3.clone(),
+                }],
+            })
         })
     }
 
@@ -422,11 +432,12 @@ async fn merge(output: &StoreUrl, task: &MergeTask) -> Result<MergeOutput> {
         tsv.push_str(&n.to_string());
         tsv.push('\n');
     }
-    let bytes = tsv.len() as u64;
+    let written = OutputFile::of(COUNTS, tsv.as_bytes());
     output.put(&output.child(COUNTS), tsv.into_bytes()).await?;
     Ok(MergeOutput {
         words: total.values().sum(),
         distinct: total.len() as u64,
-        bytes,
+        bytes: written.bytes,
+        blake3: written.blake3,
     })
 }

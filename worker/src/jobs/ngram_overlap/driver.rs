@@ -8,7 +8,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use serde::Serialize;
 
 use crate::engine::kind::{
-    BoxFuture, Done, Driver, ProgressFile, ProgressPlan, Progressed, StageTasks,
+    BoxFuture, Done, Driver, Finished, OutputFile, ProgressFile, ProgressPlan, Progressed,
+    StageTasks,
 };
 use crate::engine::protocol::{JobContext, TaskId};
 use crate::engine::store::StoreUrl;
@@ -17,7 +18,7 @@ use protocol::{
     edits_path, events_path, index_shuffle_path, instances_path, rejects_path, CleanOutput,
     CleanTask, EvalFile, IndexGroups, IndexOutput, IndexTask, OverlapDone, OverlapOutput,
     OverlapTask, ReportOutput, ReportTask, ScanOutput, ScanTask, Settings, CLEAN, CLEANED_DIR,
-    CLEAN_MANIFEST, DETAILS, HOT, INDEX, PROGRESS_SUMMARY, REPORT, SCAN, STATS, SUCCESS, WORK_DIR,
+    CLEAN_MANIFEST, DETAILS, HOT, INDEX, PROGRESS_SUMMARY, REPORT, SCAN, STATS, WORK_DIR,
 };
 
 use super::*;
@@ -60,6 +61,8 @@ pub struct OverlapDriver {
     cleaned_paths: Vec<String>,
     cleans: BTreeMap<u32, CleanOutput>,
     progress: ProgressLog,
+    /// The last `progress_summary.json` asked to be written (a final output file).
+    summary_written: Option<OutputFile>,
 }
 
 impl OverlapDriver {
@@ -85,6 +88,7 @@ impl OverlapDriver {
             cleaned_paths,
             cleans: BTreeMap::new(),
             progress: ProgressLog::default(),
+            summary_written: None,
         })
     }
 
@@ -284,6 +288,40 @@ impl OverlapDriver {
             path: format!("progress/progress-{:06}.jsonl", self.progress.accepted),
             bytes: std::mem::take(&mut self.progress.lines),
         })
+    }
+}
+
+impl OverlapDriver {
+    /// Every final output file: the report's (but the edits, which are intermediate),
+    /// the cleaned files, the rejects files (read back: their writers do not report
+    /// digests; each is at most a file's rejected lines) and `progress_summary.json`.
+    async fn final_files(&self, output: &StoreUrl) -> Result<Vec<OutputFile>> {
+        let mut files: Vec<OutputFile> = self
+            .report
+            .iter()
+            .flat_map(|r| &r.files)
+            .filter(|f| !f.path.starts_with(WORK_DIR))
+            .cloned()
+            .collect();
+        files.extend(self.cleans.values().map(|c| c.file.clone()));
+        let rejects: BTreeSet<&String> = self
+            .index
+            .values()
+            .map(|o| &o.counts)
+            .chain(self.scans.values().map(|o| &o.counts))
+            .filter_map(|c| c.rejects_file.as_ref())
+            .collect();
+        for path in rejects {
+            let file = OutputFile::read_back(output, path).await?.ok_or_else(|| {
+                WorkerError::Job(format!(
+                    "{}: an accepted task's rejects file is missing",
+                    output.display(&output.child(path))
+                ))
+            })?;
+            files.push(file);
+        }
+        files.extend(self.summary_written.clone());
+        Ok(files)
     }
 }
 
@@ -487,10 +525,13 @@ impl Driver<NgramOverlap> for OverlapDriver {
                     .copied()
                     .unwrap_or("?");
                 match serde_json::to_vec_pretty(&self.progress_summary(name)) {
-                    Ok(bytes) => files.push(ProgressFile {
-                        path: PROGRESS_SUMMARY.into(),
-                        bytes,
-                    }),
+                    Ok(bytes) => {
+                        self.summary_written = Some(OutputFile::of(PROGRESS_SUMMARY, &bytes));
+                        files.push(ProgressFile {
+                            path: PROGRESS_SUMMARY.into(),
+                            bytes,
+                        })
+                    }
                     Err(e) => tracing::warn!(error = %e, "cannot encode the progress summary"),
                 }
             }
@@ -498,7 +539,7 @@ impl Driver<NgramOverlap> for OverlapDriver {
         files
     }
 
-    fn finish<'a>(&'a mut self, _output: &'a StoreUrl) -> BoxFuture<'a, Result<String>> {
+    fn finish<'a>(&'a mut self, output: &'a StoreUrl) -> BoxFuture<'a, Result<Finished>> {
         Box::pin(async move {
             if self.report.is_none() {
                 return Err(WorkerError::Job("finished without a report".into()));
@@ -524,7 +565,10 @@ impl Driver<NgramOverlap> for OverlapDriver {
                     )));
                 }
             }
-            Ok(self.summary())
+            Ok(Finished {
+                summary: self.summary(),
+                files: self.final_files(output).await?,
+            })
         })
     }
 
@@ -547,7 +591,7 @@ impl Driver<NgramOverlap> for OverlapDriver {
 /// planned names only.
 pub(super) async fn discard_attempt(job: &JobContext, task: TaskId, attempt: u32) -> Result<bool> {
     let output = StoreUrl::parse(&job.output)?;
-    if !output.exists(&output.child(SUCCESS)).await? {
+    if !crate::engine::completion::exists(&output).await? {
         return Ok(false);
     }
     let files = match task.stage.as_str() {

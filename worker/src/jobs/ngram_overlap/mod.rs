@@ -15,7 +15,7 @@
 //!         (with [triage]: hot n-grams; with [clean]: each training file's edits
 //!         and stats/clean_manifest.jsonl.gz)
 //! clean:  with [clean], training file + its edits ─► cleaned/<its path>, in its format
-//! finish: progress_summary.json, the engine's .SUCCESS, then the intermediate files removed
+//! finish: the final files listed; the engine's _SUCCESS, then the intermediate files removed
 //! ```
 //!
 //! The training n-gram stream is never stored or shuffled: memory is the index group
@@ -68,8 +68,8 @@ use crate::engine::protocol::TaskId;
 use crate::engine::store::StoreUrl;
 use crate::error::Result;
 use protocol::{
-    IndexOutput, OverlapOutput, OverlapTask, Settings, CLEAN, DETAILS, INDEX,
-    INTERMEDIATE_FORMAT_VERSION, REPORT, SCAN, STATS, SUCCESS,
+    IndexOutput, OverlapOutput, OverlapTask, Settings, CLEAN, CLEANED_DIR, DETAILS, INDEX,
+    INTERMEDIATE_FORMAT_VERSION, REPORT, SCAN, STATS,
 };
 use spec::OverlapFile;
 
@@ -86,7 +86,10 @@ pub struct NgramOverlap;
 
 impl Kind for NgramOverlap {
     const NAME: &'static str = NAME;
-    const COMPLETION_MARKER: &'static str = SUCCESS;
+    /// The statistics and details, the instances, the cleaned corpus and the rejects
+    /// (`progress_summary.json` is final too, at the root; `progress/` is not: its
+    /// snapshots' times depend on the run).
+    const FINAL_DIRS: &'static [&'static str] = &["stats", "tmp", CLEANED_DIR, "rejects"];
     type File = OverlapFile;
     type Plan = Plan;
     type Settings = Settings;

@@ -41,8 +41,6 @@ pub const OUTPUT_FORMAT_VERSION: u32 = 1;
 /// eval files themselves.
 pub const INTERMEDIATE_FORMAT_VERSION: u32 = 4;
 
-/// The completion marker (the design notes' name), written last.
-pub const SUCCESS: &str = ".SUCCESS";
 pub const STATS: &str = "stats/overlap_stats.jsonl";
 pub const DETAILS: &str = "stats/overlap_details.jsonl.gz";
 /// The hot n-grams, when the job has a `[triage]` section.
@@ -314,13 +312,8 @@ pub struct IndexGroups {
     pub groups: u32,
 }
 
-/// A written output file.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-pub struct OutputFile {
-    pub path: String,
-    pub bytes: u64,
-    pub blake3: String,
-}
+/// A written output file (path, size, blake3), as the completion record lists it.
+pub use crate::engine::completion::OutputFile;
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReportOutput {

@@ -7,14 +7,13 @@ use serde::{Deserialize, Serialize};
 
 use super::protocol::{is_zero, MapOutput, Plausible, ReduceOutput, Settings, ShardInfo};
 use super::Plan;
+use crate::engine::completion::OutputFile;
 use crate::engine::store::StoreUrl;
 use crate::error::{Result, WorkerError};
 
 pub const MANIFEST_VERSION: u32 = 2;
 /// The manifest's name in the output.
 pub const MANIFEST: &str = "manifest.json";
-/// Written last: the output is complete.
-pub const SUCCESS: &str = "_SUCCESS";
 
 /// One input file as planned.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -73,7 +72,9 @@ pub const SPLIT_FUNCTION: &str =
 pub const SPLIT_FUNCTION_WITH_VAL: &str =
     "bucket = u64_le(blake3(u64_le(split_seed) || canonical src_addr text)[0..8]) % 1000000; test if bucket < test_fraction * 1000000, else val if bucket < (test_fraction + val_fraction) * 1000000, else train";
 
-/// Writes the manifest (the engine then writes `_SUCCESS`, then [`clean_up`] runs).
+/// Writes the manifest (the engine then writes `_SUCCESS`, then [`clean_up`] runs):
+/// the job's totals and its final output files (the manifest, every shard, every
+/// accepted map's rejects file).
 pub async fn finalize(
     output: &StoreUrl,
     fingerprint: &str,
@@ -81,7 +82,7 @@ pub async fn finalize(
     job: &Settings,
     maps: &BTreeMap<usize, MapOutput>,
     reduces: &BTreeMap<u32, ReduceOutput>,
-) -> Result<Totals> {
+) -> Result<(Totals, Vec<OutputFile>)> {
     let mut totals = Totals::default();
     let mut rejects = Vec::new();
     for m in maps.values() {
@@ -141,8 +142,28 @@ pub async fn finalize(
         rejects,
         totals: totals.clone(),
     };
-    output.put_json(MANIFEST, &manifest).await?;
-    Ok(totals)
+    let mut files = vec![output.put_json_final(MANIFEST, &manifest).await?];
+    files.extend(manifest.shards.iter().map(|s| OutputFile {
+        path: s.path.clone(),
+        bytes: s.bytes,
+        blake3: s.blake3.clone(),
+    }));
+    for m in maps.values() {
+        let Some(rejects) = &m.rejects_file else {
+            continue;
+        };
+        let written = match &m.rejects_written {
+            Some(w) if w.path == *rejects => Some(w.clone()),
+            _ => OutputFile::read_back(output, rejects).await?,
+        };
+        files.push(written.ok_or_else(|| {
+            WorkerError::Job(format!(
+                "{}: an accepted map's rejects file is missing",
+                output.display(&output.child(rejects))
+            ))
+        })?);
+    }
+    Ok((totals, files))
 }
 
 /// After `_SUCCESS`: removes the shuffle files and the losing attempts' rejects files.

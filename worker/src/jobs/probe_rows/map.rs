@@ -22,6 +22,7 @@ use super::error::ProbeRowsError;
 use super::key;
 use super::protocol::{MapOutput, MapTask, Settings};
 use super::validate::{rejects_batch, AddressCache, Reason, Validator};
+use crate::engine::completion::OutputFile;
 use crate::engine::kind::RunResult;
 use crate::engine::protocol::JobContext;
 use crate::engine::shuffle::{self, ShuffleSegment};
@@ -74,10 +75,7 @@ pub fn parse_rejects_name(name: &str) -> Option<(usize, u32)> {
 /// never paths a peer named. Returns whether the job was complete.
 pub async fn discard_late_output(job: &JobContext, index: usize, attempt: u32) -> Result<bool> {
     let output = StoreUrl::parse(&job.output)?;
-    if !output
-        .exists(&output.child(super::manifest::SUCCESS))
-        .await?
-    {
+    if !crate::engine::completion::exists(&output).await? {
         return Ok(false);
     }
     let shuffle_file = shuffle_path(index, attempt);
@@ -179,7 +177,11 @@ pub async fn run_map(
                     rejects_out.insert(RejectsOut {
                         writer: ArrowWriter::try_new(Vec::new(), rb.schema(), None)
                             .map_err(parquet_err)?,
-                        upload: output.put_in_parts(output.child(&rel)),
+                        upload: HashedUpload {
+                            upload: output.put_in_parts(output.child(&rel)),
+                            bytes: 0,
+                            hash: blake3::Hasher::new(),
+                        },
                         rel,
                     })
                 }
@@ -247,7 +249,7 @@ pub async fn run_map(
     let index = task.index;
     let file = task.file.clone();
     Ok(RunResult::Committing(Box::pin(async move {
-        let rejects_file = commit(
+        let rejects_written = commit(
             output,
             &shuffle_file,
             upload,
@@ -270,7 +272,8 @@ pub async fn run_map(
             input_rows,
             kept_rows,
             rejected,
-            rejects_file,
+            rejects_file: rejects_written.as_ref().map(|w| w.path.clone()),
+            rejects_written,
         })
     })))
 }
@@ -283,17 +286,20 @@ async fn commit(
     upload: PartWriter,
     (partitions, segments): (u32, BTreeMap<u32, ShuffleSegment>),
     rejects_out: Option<(RejectsOut, String)>,
-) -> Result<Option<String>> {
+) -> Result<Option<OutputFile>> {
     let rejects = async {
         match rejects_out {
-            Some((mut r, file)) => {
-                let buffered = r
-                    .writer
+            Some((r, file)) => {
+                let RejectsOut {
+                    writer,
+                    mut upload,
+                    rel,
+                } = r;
+                let buffered = writer
                     .into_inner()
                     .map_err(|e| crate::engine::parquet_source::parquet_error(&file, e))?;
-                r.upload.write(&buffered).await?;
-                r.upload.finish().await?;
-                Ok(Some(r.rel))
+                upload.write(&buffered).await?;
+                Ok(Some(upload.finish(rel).await?))
             }
             None => Ok(None),
         }
@@ -366,8 +372,34 @@ impl Drop for ScanAhead {
 /// The rejects file of a map attempt, written as its rows come.
 struct RejectsOut {
     writer: ArrowWriter<Vec<u8>>,
-    upload: PartWriter,
+    upload: HashedUpload,
     rel: String,
+}
+
+/// An upload that keeps the size and blake3 of what it sends (a final output file's
+/// entry in the completion record, without reading it back).
+struct HashedUpload {
+    upload: PartWriter,
+    bytes: u64,
+    hash: blake3::Hasher,
+}
+
+impl HashedUpload {
+    async fn write(&mut self, bytes: &[u8]) -> Result<()> {
+        self.hash.update(bytes);
+        self.bytes += bytes.len() as u64;
+        self.upload.write(bytes).await
+    }
+
+    /// Makes the file durable at `rel`: its entry.
+    async fn finish(self, rel: String) -> Result<OutputFile> {
+        self.upload.finish().await?;
+        Ok(OutputFile {
+            path: rel,
+            bytes: self.bytes,
+            blake3: self.hash.finalize().to_hex().to_string(),
+        })
+    }
 }
 
 /// The task's rows of its row groups: skip `skip_rows`, take `rows`, skip the rest.
@@ -459,6 +491,7 @@ mod tests {
             kept_rows: 0,
             rejected: BTreeMap::new(),
             rejects_file: None,
+            rejects_written: None,
         };
         let file = dir.path().join(&late.shuffle_file);
         std::fs::create_dir_all(file.parent().unwrap()).unwrap();

@@ -36,8 +36,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::engine::inputs::InputSource;
 use crate::engine::kind::{
-    BoxFuture, Done, Driver, Kind, KindFile, PlanContext, ProgressPlan, Progressed, RunResult,
-    Runner, StageTasks, TaskCall, TaskEnv,
+    BoxFuture, Done, Driver, Finished, Kind, KindFile, PlanContext, ProgressPlan, Progressed,
+    RunResult, Runner, StageTasks, TaskCall, TaskEnv,
 };
 use crate::engine::protocol::{JobContext, TaskId};
 use crate::engine::store::StoreUrl;
@@ -56,7 +56,9 @@ pub struct ProbeRows;
 
 impl Kind for ProbeRows {
     const NAME: &'static str = NAME;
-    const COMPLETION_MARKER: &'static str = manifest::SUCCESS;
+    /// The shards of every split and the rejects (`manifest.json` is final too, at the
+    /// root).
+    const FINAL_DIRS: &'static [&'static str] = &["train", "val", "test", "rejects"];
     type File = ProbeRowsFile;
     type Plan = Plan;
     type Settings = Settings;
@@ -288,9 +290,9 @@ impl Driver<ProbeRows> for ProbeRowsDriver {
         })
     }
 
-    fn finish<'a>(&'a mut self, output: &'a StoreUrl) -> BoxFuture<'a, Result<String>> {
+    fn finish<'a>(&'a mut self, output: &'a StoreUrl) -> BoxFuture<'a, Result<Finished>> {
         Box::pin(async move {
-            let totals = manifest::finalize(
+            let (totals, files) = manifest::finalize(
                 output,
                 &self.fingerprint,
                 &self.plan,
@@ -299,7 +301,10 @@ impl Driver<ProbeRows> for ProbeRowsDriver {
                 &self.reduces,
             )
             .await?;
-            Ok(summary(&totals))
+            Ok(Finished {
+                summary: summary(&totals),
+                files,
+            })
         })
     }
 
@@ -395,6 +400,11 @@ impl Runner<ProbeRows> for ProbeRowsRunner {
                 kept_rows: 0,
                 rejected: BTreeMap::from([("simulated".to_string(), task.rows)]),
                 rejects_file: Some(map::rejects_path(task.index, call.attempt)),
+                // Nothing written: the entry of an empty file.
+                rejects_written: Some(crate::engine::completion::OutputFile::of(
+                    map::rejects_path(task.index, call.attempt),
+                    b"",
+                )),
             }),
             ProbeTask::Reduce(_) => ProbeOutput::Reduce(ReduceOutput {
                 shards: Vec::new(),

@@ -165,6 +165,7 @@ mod tests {
             kept_rows: 1,
             rejected: Default::default(),
             rejects_file: None,
+            rejects_written: None,
         };
         let outs: Vec<MapOutput> = [1, 1, 2, 1, 1]
             .iter()

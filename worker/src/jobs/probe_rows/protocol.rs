@@ -191,6 +191,11 @@ pub struct MapOutput {
     pub rejected: BTreeMap<String, u64>,
     /// Rejects file (relative to the output root), if any row was rejected.
     pub rejects_file: Option<String>,
+    /// The rejects file as written, with its size and blake3 (for the completion
+    /// record). Absent from a result of a release before the record listed files: the
+    /// finished job reads the file back instead.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rejects_written: Option<crate::engine::completion::OutputFile>,
 }
 
 /// Sort partition `partition` from all map outputs and write its shards.

@@ -32,6 +32,14 @@ pub fn check_map(task: &MapTask, attempt: u32, m: &MapOutput) -> Result<(), Refu
         (None, n) if n > 0 => return Err(format!("{n} rejected rows but no rejects file")),
         _ => {}
     }
+    if let Some(w) = &m.rejects_written {
+        if m.rejects_file.as_ref() != Some(&w.path) {
+            return Err(format!(
+                "rejects file written at {:?}, not at the named {:?}",
+                w.path, m.rejects_file
+            ));
+        }
+    }
     if m.input_rows != task.rows {
         return Err(format!(
             "{} input rows, but the planned rows are {}",
@@ -105,6 +113,7 @@ pub fn check_reduce(task: &ReduceTask, job: &Settings, r: &ReduceOutput) -> Resu
 mod tests {
     use super::super::protocol::{MapAttempts, Plausible, ShardInfo};
     use super::*;
+    use crate::engine::completion::OutputFile;
     use std::collections::BTreeMap;
 
     fn job() -> Settings {
@@ -139,6 +148,7 @@ mod tests {
             kept_rows: 8,
             rejected: BTreeMap::from([("bad_rtt".to_string(), 2)]),
             rejects_file: Some(rejects_path(7, 2)),
+            rejects_written: Some(OutputFile::of(rejects_path(7, 2), b"PAR1")),
         }
     }
 
@@ -163,6 +173,10 @@ mod tests {
         let mut m = map_output();
         m.shuffle_file = shuffle_path(7, 1);
         assert!(check_map_output(m).is_err());
+        // The rejects file's entry is the named file's.
+        let mut m = map_output();
+        m.rejects_written = Some(OutputFile::of("manifest.json", b""));
+        assert!(check_map_output(m).unwrap_err().contains("manifest.json"));
     }
 
     #[test]
