@@ -149,6 +149,19 @@ def test_training_paths_listed_out_of_sort_order_are_reported(tmp_path):
     assert figures["training_documents"] == len({(d["train_path"], d["train_row"]) for d in details})
 
 
+def test_a_training_file_listed_by_two_paths_is_refused(tmp_path):
+    """A file two `[train]` paths both match (in either order) would be read twice and
+    its documents counted twice: the job refuses it before anything runs, naming it."""
+    eval_files, train_files = make_corpus(tmp_path / "in")
+    train = tmp_path / "in" / "train"
+    for paths in ([f"{train}/*.parquet", f"{train}/"], [f"{train}/", f"{train}/*.parquet"]):
+        out = tmp_path / "out"
+        done = run(["run", str(overlap_job(tmp_path / "twice.toml", eval_files, paths, out))], check=False)
+        assert done.returncode == 2, done.stdout + done.stderr
+        assert "train-00003.parquet is listed twice" in done.stderr, done.stderr
+        assert not (out / "_SUCCESS").exists()
+
+
 def test_not_an_overlap_output_is_a_clear_error(tmp_path):
     with pytest.raises(OutputError, match="not a finished overlap output"):
         overlap_report.figures(tmp_path)

@@ -64,6 +64,18 @@ def test_s3_input_and_output_give_the_local_bytes(tmp_path, s3):
     assert "already complete" in again.stdout
     status = run(["status", f"s3://{BUCKET}/out"], env=env)
     assert "finished" in status.stdout and "120000 kept" in status.stdout
+    # `verify` reads the record and every file from the store; the same file list (and
+    # digests) as the local run's, but the manifest (it names the input's URLs).
+    verified = run(["verify", f"s3://{BUCKET}/out"], env=env)
+    assert "probe_rows output" in verified.stdout and "match its completion record" in verified.stdout
+    record = json.loads(client.get_object(Bucket=BUCKET, Key="out/_SUCCESS")["Body"].read())
+    local_record = json.loads((local_out / "_SUCCESS").read_text())
+    def but_manifest(outputs):
+        return {**outputs, "files": [f for f in outputs["files"] if f["path"] != "manifest.json"]}
+    assert but_manifest(record["outputs"]) == but_manifest(local_record["outputs"])
+    client.put_object(Bucket=BUCKET, Key="out/rejects/stray.parquet", Body=b"x")
+    verified = run(["verify", f"s3://{BUCKET}/out"], env=env, check=False)
+    assert verified.returncode == 1 and "rejects/stray.parquet is not listed" in verified.stderr, verified.stderr
 
 
 def test_s3_sigkill_then_resume(tmp_path, s3):

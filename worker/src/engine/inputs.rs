@@ -68,24 +68,25 @@ async fn listed(sources: &[InputSource], require_matches: bool) -> Result<Vec<Li
     let mut seen = BTreeSet::new();
     for (index, source) in sources.iter().enumerate() {
         let section = source.section;
+        // What the job file's paths list is the job file's problem (exit 2), as a bad
+        // key is: nothing has run.
+        let bad_paths = |what: String| WorkerError::Spec {
+            file: format!("[{section}] paths"),
+            what,
+        };
         for path in &source.paths {
             let (base, files) = store::list_matching_in(path, source.accepts).await?;
             if files.is_empty() && require_matches {
-                return Err(WorkerError::Job(format!(
-                    "[{section}] no input files match {path}"
-                )));
+                return Err(bad_paths(format!("no input files match {path}")));
             }
             for meta in files {
                 let url = base.display(&meta.location);
                 if !(source.accepts)(&url) {
-                    return Err(WorkerError::Job(format!(
-                        "[{section}] {url}: not {}",
-                        source.formats
-                    )));
+                    return Err(bad_paths(format!("{url}: not {}", source.formats)));
                 }
                 if !seen.insert(url.clone()) {
-                    return Err(WorkerError::Job(format!(
-                        "[{section}] {url} is listed twice (by {path} and an earlier path)"
+                    return Err(bad_paths(format!(
+                        "{url} is listed twice (by {path} and an earlier path)"
                     )));
                 }
                 out.push(ListedFile {
@@ -175,18 +176,25 @@ mod tests {
         std::fs::write(dir.path().join("a.txt"), "a").unwrap();
         std::fs::write(dir.path().join("a.md"), "a").unwrap();
         let d = dir.path().display();
-        let err = list_inputs(&[text_source(vec![format!("{d}/*.csv")])])
-            .await
-            .unwrap_err()
-            .to_string();
-        assert!(err.contains("[input] no input files match"), "{err}");
-        let err = list_inputs(&[text_source(vec![format!("{d}/a.*")])])
-            .await
-            .unwrap_err()
-            .to_string();
+        // Each is the job file's error (a Spec error: exit 2), naming the section.
+        let spec_error = |err: WorkerError| {
+            assert!(matches!(err, WorkerError::Spec { .. }), "{err:?}");
+            err.to_string()
+        };
+        let err = spec_error(
+            list_inputs(&[text_source(vec![format!("{d}/*.csv")])])
+                .await
+                .unwrap_err(),
+        );
+        assert!(err.contains("[input] paths: no input files match"), "{err}");
+        let err = spec_error(
+            list_inputs(&[text_source(vec![format!("{d}/a.*")])])
+                .await
+                .unwrap_err(),
+        );
         assert!(err.contains("a.md: not a .txt file"), "{err}");
         let twice = text_source(vec![format!("{d}/*.txt"), format!("{d}/a.txt")]);
-        let err = list_inputs(&[twice]).await.unwrap_err().to_string();
+        let err = spec_error(list_inputs(&[twice]).await.unwrap_err());
         assert!(err.contains("is listed twice"), "{err}");
     }
 }
