@@ -79,19 +79,18 @@ pub async fn verify(output_url: &str) -> Result<Verified> {
         (kind, _) => kind.to_string(),
     };
     let Some(outputs) = record.outputs else {
-        let release = if record.release.is_empty() {
+        let by = if record.release.is_empty() {
             "an earlier release".to_string()
         } else {
-            format!("release {}", record.release)
+            format!("release {}, an earlier release", record.release)
         };
         return Err(bad(
             &output,
             &kind,
             format!(
-                "finished by an earlier release ({release}): its completion record \
-                 ({marker}) lists no output files, so there is nothing to check them \
-                 against; run the job again into a new output with this release to get one \
-                 that can be verified"
+                "finished by {by}: its completion record ({marker}) lists no output files, \
+                 so there is nothing to check them against; run the job again into a new \
+                 output with this release to get one that can be verified"
             ),
         ));
     };
