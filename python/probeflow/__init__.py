@@ -29,7 +29,7 @@ Errors are :mod:`probeflow.errors` classes, ``OSError`` and ``IndexError``.
 
 from __future__ import annotations
 
-from . import errors, tokenizer
+from . import _native, errors, tokenizer
 from ._native import (
     DEFAULT_ARRAY_RECORD_OPTIONS,
     DEFAULT_MAX_ROW_BYTES,
@@ -92,4 +92,5 @@ __all__ = [
     "src_id",
 ]
 
-__version__ = "0.1.0"
+#: The release: the same as ``coordinator --version``, ``worker --version`` and the wheel's.
+__version__: str = _native.VERSION

@@ -21,6 +21,8 @@ class ThreadError(ProbeflowError, RuntimeError): ...
 class InternalError(ProbeflowError, RuntimeError): ...
 #: URL schemes of object stores (``s3://``, ``gs://``).
 REMOTE_SCHEMES: list[str]
+#: The release (the workspace's version), as ``probeflow.__version__`` gives it.
+VERSION: str
 #: The completion marker every finished job output has (``_SUCCESS``), written last.
 COMPLETION_MARKER: str
 #: Completion markers of earlier releases, still recognised (the overlap job's ``.SUCCESS``).

@@ -488,6 +488,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
         "REMOTE_SCHEMES",
         probeflow_reader::output::REMOTE_SCHEMES.to_vec(),
     )?;
+    m.add("VERSION", env!("CARGO_PKG_VERSION"))?;
     m.add(
         "COMPLETION_MARKER",
         probeflow_reader::output::COMPLETION_MARKER,

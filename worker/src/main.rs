@@ -24,7 +24,7 @@ use probeflow_worker::engine::actor::{CoordinatorMsg, JobOutput, Wire, WorkerAct
 use probeflow_worker::engine::cluster;
 use probeflow_worker::engine::fault::Faults;
 use probeflow_worker::engine::kind::{WorkerConfig, DEFAULT_MEMORY_PER_WORKER};
-use probeflow_worker::engine::protocol::{Registration, PROTOCOL_VERSION};
+use probeflow_worker::engine::protocol::{Registration, PROTOCOL_VERSION, RELEASE};
 use probeflow_worker::engine::store::StoreUrl;
 use probeflow_worker::engine::tls::{self, ClusterTls, TlsFiles};
 use probeflow_worker::engine::units::parse_bytes;
@@ -238,6 +238,7 @@ async fn run(plan: Plan, cookie: String) -> anyhow::Result<()> {
             capacity: plan.threads as u32,
             memory_bytes: plan.config.memory_bytes as u64,
             version: PROTOCOL_VERSION,
+            release: RELEASE.into(),
         };
         let answer = coordinator
             .call(

@@ -222,6 +222,7 @@ async fn run_owned(
             capacity: 1,
             memory_bytes: spec.run.memory_per_worker,
             version: PROTOCOL_VERSION,
+            release: probeflow_worker::engine::protocol::RELEASE.into(),
         })
         .map_err(JobError::Runtime)?;
     }

@@ -27,7 +27,7 @@ use probeflow_worker::engine::job::JobDriver;
 use probeflow_worker::engine::kind::{ProgressFile, Progressed};
 use probeflow_worker::engine::protocol::{
     Assignment, JobContext, Payload, Registration, StageName, TaskFailure, TaskId, WorkerTiming,
-    PROTOCOL_VERSION,
+    PROTOCOL_VERSION, RELEASE,
 };
 use probeflow_worker::WorkerError;
 
@@ -181,6 +181,18 @@ impl JobRun {
                 "worker {} speaks protocol {}, this coordinator {PROTOCOL_VERSION}: run the \
                  same probeflow release everywhere",
                 r.worker, r.version
+            ));
+        }
+        if r.release != RELEASE {
+            let theirs = if r.release.is_empty() {
+                "an earlier release"
+            } else {
+                r.release.as_str()
+            };
+            return Err(format!(
+                "worker {} is probeflow {theirs}, this coordinator is probeflow {RELEASE}: \
+                 run the same release everywhere",
+                r.worker
             ));
         }
         if self.workers.contains_key(&r.worker) {

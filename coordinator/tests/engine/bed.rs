@@ -139,6 +139,7 @@ impl Bed {
                     capacity: 1,
                     memory_bytes: 64 << 20,
                     version: PROTOCOL_VERSION,
+                    release: probeflow_worker::engine::protocol::RELEASE.into(),
                 })
                 .unwrap();
         }

@@ -27,6 +27,7 @@ async fn a_worker_that_keeps_failing_is_excluded_and_the_job_finishes_elsewhere(
         capacity: 1,
         memory_bytes: 1,
         version: PROTOCOL_VERSION,
+        release: probeflow_worker::engine::protocol::RELEASE.into(),
     });
     assert!(again.unwrap_err().contains("excluded"));
     bed.advance(std::time::Duration::from_secs(5)).await;

@@ -6,6 +6,7 @@ mod bed;
 mod completion_record;
 mod exclusion;
 mod finish_order;
+mod join;
 mod late_and_forged_results;
 mod lease_expiry;
 mod local_run;

@@ -24,8 +24,8 @@ use crate::error::{Result, WorkerError};
 
 pub use probeflow_reader::output::{COMPLETION_MARKER, EARLIER_COMPLETION_MARKERS};
 
-/// The release that writes completion records (the workspace's version).
-pub const RELEASE: &str = env!("CARGO_PKG_VERSION");
+/// The release that writes completion records.
+pub use crate::engine::protocol::RELEASE;
 
 /// A final output file: its path relative to the output root, size and blake3 (hex).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -10,6 +10,10 @@ use serde::{Deserialize, Serialize};
 /// Version of the coordinator ↔ worker messages; a worker of another version is refused.
 pub const PROTOCOL_VERSION: u32 = 5;
 
+/// The probeflow release (the workspace's version): what `--version` prints, the wheel's
+/// and the completion record's version. A worker of another release is refused at join.
+pub const RELEASE: &str = env!("CARGO_PKG_VERSION");
+
 /// A task's or a result's body (or a kind's plan or settings), read only by its job
 /// kind: its compact JSON text, kept as one allocation. The coordinator holds one per
 /// queued task and per accepted result, so at tens of thousands of tasks this is most
@@ -200,6 +204,9 @@ pub struct Registration {
     /// Sort memory per task.
     pub memory_bytes: u64,
     pub version: u32,
+    /// Its release ([`RELEASE`]); empty from a release before workers sent it.
+    #[serde(default)]
+    pub release: String,
 }
 
 /// A task leased to a worker: fenced by `attempt` and by `lease`, a random token only
