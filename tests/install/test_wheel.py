@@ -41,11 +41,11 @@ def venv(tmp_path_factory) -> Path:
 
 
 def user_env(venv: Path) -> dict[str, str]:
-    """The environment of a user of the wheel: the venv's bin and the system's, no cargo,
-    no rustup, no variable pointing at the source tree's builds."""
+    """The environment of a user of the wheel: the venv's bin alone on PATH (no cargo,
+    rustc or C compiler), no variable pointing at Rust or the source tree's builds."""
     env = {k: v for k, v in os.environ.items()
            if not k.startswith(("CARGO", "RUSTUP", "PROBEFLOW_", "VIRTUAL_ENV", "PYTHON"))}
-    env["PATH"] = f"{venv / 'bin'}:/usr/bin:/bin"
+    env["PATH"] = str(venv / "bin")
     env["VIRTUAL_ENV"] = str(venv)
     return env
 
@@ -76,11 +76,11 @@ def test_the_wheel_is_one_abi3_wheel_with_both_executables():
 
 
 def test_no_rust_and_the_installed_programs_on_path(venv, tmp_path):
-    for tool in ("cargo", "rustc"):
-        found = sh(venv, "sh", "-c", f"command -v {tool} || true", cwd=tmp_path).stdout.strip()
+    for tool in ("cargo", "rustc", "cc", "gcc", "maturin"):
+        found = sh(venv, "/bin/sh", "-c", f"command -v {tool} || true", cwd=tmp_path).stdout.strip()
         assert not found, f"{tool} is on the user's PATH: {found}"
     for program in ("coordinator", "worker"):
-        where = sh(venv, "sh", "-c", f"command -v {program}", cwd=tmp_path).stdout.strip()
+        where = sh(venv, "/bin/sh", "-c", f"command -v {program}", cwd=tmp_path).stdout.strip()
         assert where == str(venv / "bin" / program), where
         assert Path(where).read_bytes()[:4] == b"\x7fELF", f"{where} is not the program itself"
 
