@@ -127,60 +127,48 @@ pub async fn verify(output_url: &str) -> Result<Verified> {
         }
         let path = output.child(&f.path);
         let whole_shard = shards.as_ref().and_then(|c| c.rows.get(&f.path).copied());
-        let (size, hash) = match whole_shard {
-            Some(rows) => {
-                let Some(bytes) = output.get_opt(&path).await? else {
-                    return Err(missing(&output, &kind, f, marker));
-                };
-                let hash = blake3::hash(&bytes).to_hex().to_string();
-                let size = bytes.len() as u64;
-                if (size, hash.as_str()) == (f.bytes, f.blake3.as_str()) {
-                    let name = output.display(&path);
-                    let got = ArrayRecordReader::from_bytes(name.clone(), bytes.to_vec())?.len();
-                    check_rows(&name, got, rows).map_err(|e| bad(&output, &kind, e.to_string()))?;
-                    if let Some(c) = shards.as_mut() {
-                        c.rows_read += got;
+        let stored = match whole_shard {
+            // A shard is read whole, for its row count too.
+            Some(rows) => match output.get_opt(&path).await? {
+                Some(bytes) => {
+                    let stored = OutputFile::of(f.path.clone(), &bytes);
+                    if stored == *f {
+                        let name = output.display(&path);
+                        let got =
+                            ArrayRecordReader::from_bytes(name.clone(), bytes.to_vec())?.len();
+                        check_rows(&name, got, rows)
+                            .map_err(|e| bad(&output, &kind, e.to_string()))?;
+                        if let Some(c) = shards.as_mut() {
+                            c.rows_read += got;
+                        }
                     }
+                    Some(stored)
                 }
-                (size, hash)
-            }
-            None => {
-                let mut hasher = blake3::Hasher::new();
-                let Some(size) = output
-                    .read_chunks(&path, |chunk| {
-                        hasher.update(chunk);
-                    })
-                    .await?
-                else {
-                    return Err(missing(&output, &kind, f, marker));
-                };
-                (size, hasher.finalize().to_hex().to_string())
-            }
+                None => None,
+            },
+            None => OutputFile::read_back(&output, &f.path).await?,
         };
-        if size != f.bytes {
-            return Err(bad(
+        let stored = stored.ok_or_else(|| {
+            bad(
                 &output,
                 &kind,
-                format!(
-                    "{}: {size} bytes, {marker} says {} (cut short or replaced?)",
-                    f.path, f.bytes
-                ),
-            ));
-        }
-        if hash != f.blake3 {
-            return Err(bad(
-                &output,
-                &kind,
-                format!(
-                    "{}: blake3 {hash} does not match {marker}'s {} (the file changed)",
-                    f.path, f.blake3
-                ),
-            ));
+                format!("{}: missing (listed in {marker})", f.path),
+            )
+        })?;
+        if let Some(what) = differs(&stored, f, marker) {
+            return Err(bad(&output, &kind, what));
         }
         found.files += 1;
-        found.bytes += size;
+        found.bytes += stored.bytes;
     }
     for dir in &outputs.dirs {
+        if !stays_inside(dir) {
+            return Err(bad(
+                &output,
+                &kind,
+                format!("{marker} names {dir:?} as a final directory, outside the output"),
+            ));
+        }
         let mut strays = BTreeSet::new();
         for meta in output.list(dir).await? {
             let rel = output.relative(&meta.location);
@@ -204,12 +192,20 @@ pub async fn verify(output_url: &str) -> Result<Verified> {
     Ok(found)
 }
 
-fn missing(output: &StoreUrl, kind: &str, f: &OutputFile, marker: &str) -> JobError {
-    bad(
-        output,
-        kind,
-        format!("{}: missing (listed in {marker})", f.path),
-    )
+/// How the file as `stored` differs from its entry `listed` in `marker`, if it does.
+fn differs(stored: &OutputFile, listed: &OutputFile, marker: &str) -> Option<String> {
+    if stored.bytes != listed.bytes {
+        return Some(format!(
+            "{}: {} bytes, {marker} says {} (cut short or replaced?)",
+            listed.path, stored.bytes, listed.bytes
+        ));
+    }
+    (stored.blake3 != listed.blake3).then(|| {
+        format!(
+            "{}: blake3 {} does not match {marker}'s {} (the file changed)",
+            listed.path, stored.blake3, listed.blake3
+        )
+    })
 }
 
 /// A probe_rows output's own checks, from its manifest: its versions, its shard paths

@@ -14,10 +14,7 @@ from __future__ import annotations
 import json
 import os
 import random
-import shutil
-import signal
 import subprocess
-import sys
 import time
 from pathlib import Path
 
@@ -26,6 +23,7 @@ import pytest
 from support.cluster import MAKE_CERTS
 from support.probe_rows import write_job
 from support.run import COOKIE, run
+from support.s3 import Moto
 
 IMAGE = os.environ.get("PROBEFLOW_IMAGE")
 
@@ -47,34 +45,27 @@ class Bed:
     """A container network (10.89.N.0/24) with the S3 test server on its gateway."""
 
     def __init__(self, root: Path):
+        """Made whole or not at all: what was made is removed if a step fails."""
         self.root = root
         self.net = f"pf-image-{os.getpid()}"
         third = random.Random(os.getpid()).randint(100, 250)
         self.prefix = f"10.89.{third}"
         self.gateway = f"{self.prefix}.1"
         self.containers: list[str] = []
+        self.moto: Moto | None = None
         podman("network", "create", "--subnet", f"{self.prefix}.0/24", self.net)
+        try:
+            self._populate()
+        except BaseException:
+            self.close()
+            raise
+
+    def _populate(self) -> None:
         # The network's bridge exists once a container is on it: the S3 server binds there.
         self.start("anchor", 2, "sleep", "infinity")
-        moto = shutil.which("moto_server") or str(Path(sys.executable).parent / "moto_server")
-        self.port = 29000 + third
-        self.moto_log = open(root / "moto.log", "w")
-        self.moto = subprocess.Popen([moto, "-H", self.gateway, "-p", str(self.port)],
-                                     stdout=self.moto_log, stderr=self.moto_log)
-        self.endpoint = f"http://{self.gateway}:{self.port}"
-        import boto3  # noqa: PLC0415
-        self.s3 = boto3.client("s3", endpoint_url=self.endpoint, aws_access_key_id="probeflow",
-                               aws_secret_access_key="probeflow-secret", region_name="us-east-1")
-        deadline = time.time() + 30
-        while True:
-            try:
-                self.s3.list_buckets()
-                break
-            except Exception:  # noqa: BLE001  (not up yet)
-                assert time.time() < deadline and self.moto.poll() is None, "moto did not start"
-                time.sleep(0.2)
-        self.s3.create_bucket(Bucket=BUCKET)
-        self.certs = root / "certs"
+        self.moto = Moto(self.gateway, self.root, BUCKET)
+        self.s3 = self.moto.client
+        self.certs = self.root / "certs"
         subprocess.run([str(MAKE_CERTS), str(self.certs), "--host", self.ip(10), "--workers", "2"],
                        check=True, capture_output=True)
         for f in self.certs.iterdir():
@@ -84,10 +75,11 @@ class Bed:
         return f"{self.prefix}.{host}"
 
     def start(self, name: str, host: int, *command: str, mounts: tuple[str, ...] = ()) -> str:
+        """Container `name` at address `host`, with the cookie and (once the S3 server
+        is up) the job's S3 settings."""
         full = f"{self.net}-{name}"
-        env = ["-e", f"PROBEFLOW_COOKIE={COOKIE}", "-e", f"AWS_ENDPOINT_URL=http://{self.gateway}:{getattr(self, 'port', 0)}",
-               "-e", "AWS_ALLOW_HTTP=true", "-e", "AWS_ACCESS_KEY_ID=probeflow",
-               "-e", "AWS_SECRET_ACCESS_KEY=probeflow-secret", "-e", "AWS_REGION=us-east-1"]
+        settings = {"PROBEFLOW_COOKIE": COOKIE, **(self.moto.settings if self.moto else {})}
+        env = [a for k, v in settings.items() for a in ("-e", f"{k}={v}")]
         volumes = [a for m in mounts for a in ("-v", m)]
         podman("run", "-d", "--name", full, "--network", self.net, "--ip", self.ip(host), *env,
                *volumes, IMAGE, *command)
@@ -98,9 +90,8 @@ class Bed:
         for c in reversed(self.containers):
             podman("rm", "-f", "-t", "0", c, check=False)
         podman("network", "rm", "-f", self.net, check=False)
-        self.moto.send_signal(signal.SIGTERM)
-        self.moto.wait(timeout=10)
-        self.moto_log.close()
+        if self.moto:
+            self.moto.stop()
 
 
 @pytest.fixture(scope="module")

@@ -18,41 +18,55 @@ from support.run import free_port
 BUCKET = "probeflow-e2e"
 
 
+#: The S3 settings of a job against the test server (its endpoint added by `start_moto`).
+CREDENTIALS = dict(
+    AWS_ALLOW_HTTP="true",
+    AWS_ACCESS_KEY_ID="probeflow",
+    AWS_SECRET_ACCESS_KEY="probeflow-secret",
+    AWS_REGION="us-east-1",
+)
+
+
+class Moto:
+    """A moto S3 server on `host` (an address of this machine), with `bucket` made."""
+
+    def __init__(self, host: str, log_dir: Path, bucket: str):
+        import boto3  # noqa: PLC0415  (not in the MaxText test's environment, which has no S3 test)
+        moto = shutil.which("moto_server") or str(Path(sys.executable).parent / "moto_server")
+        port = free_port()
+        self.log = open(log_dir / "moto.log", "w")
+        self.server = subprocess.Popen([moto, "-H", host, "-p", str(port)], stdout=self.log, stderr=self.log)
+        #: The job's S3 settings.
+        self.settings = dict(CREDENTIALS, AWS_ENDPOINT_URL=f"http://{host}:{port}")
+        self.client = boto3.client(
+            "s3",
+            endpoint_url=self.settings["AWS_ENDPOINT_URL"],
+            aws_access_key_id=CREDENTIALS["AWS_ACCESS_KEY_ID"],
+            aws_secret_access_key=CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+            region_name=CREDENTIALS["AWS_REGION"],
+        )
+        deadline = time.time() + 30
+        while True:
+            try:
+                self.client.list_buckets()
+                break
+            except Exception:  # noqa: BLE001  (not up yet)
+                if time.time() > deadline or self.server.poll() is not None:
+                    self.server.kill()
+                    raise
+                time.sleep(0.2)
+        self.client.create_bucket(Bucket=bucket)
+
+    def stop(self) -> None:
+        self.server.send_signal(signal.SIGTERM)
+        self.server.wait(timeout=10)
+        self.log.close()
+
+
 @pytest.fixture(scope="module")
 def s3(tmp_path_factory):
     """A moto S3 server on 127.0.0.1; yields (boto3 client, environment for the job)."""
-    import boto3  # noqa: PLC0415  (not in the MaxText test's environment, which has no S3 test)
-    moto = shutil.which("moto_server") or str(Path(sys.executable).parent / "moto_server")
-    port = free_port()
-    log = open(tmp_path_factory.mktemp("moto") / "moto.log", "w")
-    server = subprocess.Popen([moto, "-H", "127.0.0.1", "-p", str(port)], stdout=log, stderr=log)
-    env = dict(
-        os.environ,
-        AWS_ENDPOINT_URL=f"http://127.0.0.1:{port}",
-        AWS_ALLOW_HTTP="true",
-        AWS_ACCESS_KEY_ID="probeflow",
-        AWS_SECRET_ACCESS_KEY="probeflow-secret",
-        AWS_REGION="us-east-1",
-    )
-    client = boto3.client(
-        "s3",
-        endpoint_url=env["AWS_ENDPOINT_URL"],
-        aws_access_key_id=env["AWS_ACCESS_KEY_ID"],
-        aws_secret_access_key=env["AWS_SECRET_ACCESS_KEY"],
-        region_name=env["AWS_REGION"],
-    )
-    deadline = time.time() + 30
-    while True:
-        try:
-            client.list_buckets()
-            break
-        except Exception:  # noqa: BLE001  (not up yet)
-            if time.time() > deadline or server.poll() is not None:
-                server.kill()
-                raise
-            time.sleep(0.2)
-    client.create_bucket(Bucket=BUCKET)
-    yield client, env
-    server.send_signal(signal.SIGTERM)
-    server.wait(timeout=10)
-    log.close()
+    moto = Moto("127.0.0.1", tmp_path_factory.mktemp("moto"), BUCKET)
+    yield moto.client, dict(os.environ, **moto.settings)
+    moto.stop()
+

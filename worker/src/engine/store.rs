@@ -151,7 +151,18 @@ impl StoreUrl {
 
     /// Writes `value` as pretty JSON to `rel` (relative to this root), atomically.
     pub async fn put_json<T: serde::Serialize>(&self, rel: &str, value: &T) -> Result<()> {
-        self.put_json_final(rel, value).await.map(|_| ())
+        let bytes = self.json_bytes(rel, value)?;
+        self.put(&self.child(rel), bytes).await
+    }
+
+    /// `value` as the pretty JSON [`Self::put_json`] writes to `rel`.
+    fn json_bytes<T: serde::Serialize>(&self, rel: &str, value: &T) -> Result<Vec<u8>> {
+        serde_json::to_vec_pretty(value).map_err(|e| {
+            WorkerError::Job(format!(
+                "{}: cannot encode: {e}",
+                self.display(&self.child(rel))
+            ))
+        })
     }
 
     /// Writes `value` as pretty JSON to `rel` as [`Self::put_json`] does: a final output
@@ -161,12 +172,7 @@ impl StoreUrl {
         rel: &str,
         value: &T,
     ) -> Result<crate::engine::completion::OutputFile> {
-        let bytes = serde_json::to_vec_pretty(value).map_err(|e| {
-            WorkerError::Job(format!(
-                "{}: cannot encode: {e}",
-                self.display(&self.child(rel))
-            ))
-        })?;
+        let bytes = self.json_bytes(rel, value)?;
         let file = crate::engine::completion::OutputFile::of(rel, &bytes);
         self.put(&self.child(rel), bytes).await?;
         Ok(file)

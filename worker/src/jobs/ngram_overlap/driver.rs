@@ -5,6 +5,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use futures::StreamExt;
 use serde::Serialize;
 
 use crate::engine::kind::{
@@ -44,6 +45,9 @@ pub(super) struct ProgressLog {
     last_write: Option<std::time::Instant>,
     accepted: u64,
 }
+
+/// Rejects files read back at once at the end of the job.
+const REJECTS_READ_AHEAD: usize = 16;
 
 /// How often a snapshot file is written while a stage runs.
 pub(super) const SNAPSHOT_EVERY: std::time::Duration = std::time::Duration::from_secs(10);
@@ -304,21 +308,29 @@ impl OverlapDriver {
             .cloned()
             .collect();
         files.extend(self.cleans.values().map(|c| c.file.clone()));
-        let rejects: BTreeSet<&String> = self
+        let rejects: BTreeSet<String> = self
             .index
             .values()
             .map(|o| &o.counts)
             .chain(self.scans.values().map(|o| &o.counts))
-            .filter_map(|c| c.rejects_file.as_ref())
+            .filter_map(|c| c.rejects_file.clone())
             .collect();
-        for path in rejects {
-            let file = OutputFile::read_back(output, path).await?.ok_or_else(|| {
-                WorkerError::Job(format!(
-                    "{}: an accepted task's rejects file is missing",
-                    output.display(&output.child(path))
-                ))
-            })?;
-            files.push(file);
+        // One request after another would be minutes against a store tens of
+        // milliseconds away at thousands of input files: several at once.
+        let read: Vec<Result<OutputFile>> = futures::stream::iter(rejects)
+            .map(|path: String| async move {
+                OutputFile::read_back(output, &path).await?.ok_or_else(|| {
+                    WorkerError::Job(format!(
+                        "{}: an accepted task's rejects file is missing",
+                        output.display(&output.child(&path))
+                    ))
+                })
+            })
+            .buffered(REJECTS_READ_AHEAD)
+            .collect()
+            .await;
+        for file in read {
+            files.push(file?);
         }
         files.extend(self.summary_written.clone());
         Ok(files)
