@@ -1,16 +1,21 @@
-//! `coordinator`: runs the probeflow preprocessing job and inspects its output.
+//! `coordinator`: runs a probeflow job of any kind (probe_rows, ngram_overlap,
+//! word_count) and checks its output; `inspect` and `generate` are probe_rows's tools.
 //!
-//! Exit codes: 0 success (or already complete), 1 the job failed, 2 bad usage or job file.
+//! Flags ─► the job file, read once into a validated `JobSpec` (its kind found in
+//! `probeflow_jobs::KINDS`) ─► the engine's `run_job`, `status` or `verify`.
+//!
+//! Exit codes: 0 success (or already complete), 1 the job failed, 2 bad usage, job file,
+//! output or input (`EngineError::exit_code`).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use probeflow_coordinator::engine::driver::{run_job, RunOutcome};
-use probeflow_coordinator::spec::{JobSpec, Mode};
-use probeflow_coordinator::{inspect, status, verify, JobError};
-use probeflow_worker::engine::store::StoreUrl;
-use probeflow_worker::jobs::probe_rows::synthetic;
+use probeflow_engine::coordinator::{run_job, status, verify, JobSpec, Mode, RunOutcome};
+use probeflow_engine::store::StoreUrl;
+use probeflow_engine::EngineError;
+use probeflow_jobs::KINDS;
+use probeflow_probe_rows::{inspect, synthetic};
 
 /// The demo job, compiled in so `coordinator run` works with nothing else.
 const DEMO_JOB: &str = include_str!("../../jobs/demo.toml");
@@ -19,7 +24,9 @@ const DEMO_JOB: &str = include_str!("../../jobs/demo.toml");
 #[command(
     name = "coordinator",
     version,
-    about = "probeflow: ping measurements (Parquet) → per-probe rows in ArrayRecord shards"
+    about = "probeflow: runs a job of any kind (probe_rows: ping measurements → per-probe rows in \
+             ArrayRecord shards; ngram_overlap: train/test n-gram overlap with provenance; \
+             word_count) on one machine or a cluster, and checks its output"
 )]
 struct Cli {
     #[command(subcommand)]
@@ -47,7 +54,7 @@ enum Command {
         /// The job's [output] url.
         output: String,
     },
-    /// Print a shard's facts and one row's first measurements.
+    /// probe_rows: print a shard's facts and one row's first measurements.
     Inspect {
         /// An .array_record shard file.
         shard: PathBuf,
@@ -58,7 +65,7 @@ enum Command {
         #[arg(long, default_value_t = 10)]
         limit: usize,
     },
-    /// Write RIPE-Atlas-like demo Parquet files.
+    /// probe_rows: write RIPE-Atlas-like demo Parquet files.
     Generate {
         /// Number of measurement rows.
         #[arg(long)]
@@ -71,16 +78,8 @@ enum Command {
     },
 }
 
-fn exit_code(e: &JobError) -> ExitCode {
-    match e {
-        JobError::Spec { .. }
-        | JobError::Conflict(_)
-        | JobError::Worker(probeflow_worker::WorkerError::Cluster(_))
-        | JobError::Worker(probeflow_worker::WorkerError::Tls(_))
-        | JobError::Worker(probeflow_worker::WorkerError::Spec { .. })
-        | JobError::Worker(probeflow_worker::WorkerError::Conflict(_)) => ExitCode::from(2),
-        _ => ExitCode::from(1),
-    }
+fn exit_code(e: &EngineError) -> ExitCode {
+    ExitCode::from(e.exit_code())
 }
 
 fn main() -> ExitCode {
@@ -98,10 +97,10 @@ fn main() -> ExitCode {
     let spec = match &cli.command {
         Command::Run { job } => {
             let spec = match job {
-                Some(path) => JobSpec::load(path),
+                Some(path) => JobSpec::load(path, KINDS),
                 None => {
                     eprintln!("coordinator: no job file given; running the embedded demo job (jobs/demo.toml)");
-                    JobSpec::parse(DEMO_JOB, "jobs/demo.toml (embedded)")
+                    JobSpec::parse(DEMO_JOB, "jobs/demo.toml (embedded)", KINDS)
                 }
             };
             match spec {
@@ -116,9 +115,9 @@ fn main() -> ExitCode {
     };
     match &spec {
         Some(spec) if spec.run.mode == Mode::Local => {
-            probeflow_worker::engine::allocator::tune(spec.run.workers, spec.run.memory_per_worker)
+            probeflow_engine::allocator::tune(spec.run.workers, spec.run.memory_per_worker)
         }
-        _ => probeflow_worker::engine::allocator::tune(0, 0),
+        _ => probeflow_engine::allocator::tune(0, 0),
     }
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
@@ -130,13 +129,13 @@ fn main() -> ExitCode {
             return ExitCode::from(1);
         }
     };
-    let result: Result<(), JobError> = runtime.block_on(async {
+    let result: Result<(), EngineError> = runtime.block_on(async {
         match cli.command {
             Command::Run { .. } => {
                 let Some(spec) = spec else {
                     unreachable!("a run's job file is read before the runtime starts")
                 };
-                match run_job(&spec).await? {
+                match run_job(&spec, KINDS).await? {
                     RunOutcome::AlreadyComplete(summary) => {
                         println!(
                             "{}: already complete ({summary}); nothing to do",
@@ -153,19 +152,14 @@ fn main() -> ExitCode {
                 Ok(())
             }
             Command::Status { output } => {
-                print!("{}", status::status(&output).await?);
+                print!("{}", status(&output, KINDS).await?);
                 Ok(())
             }
             Command::Verify { output } => {
-                let v = verify::verify(&output).await?;
-                let shards = match v.shards {
-                    Some((shards, rows)) => {
-                        format!("; {shards} shards, {rows} rows match the manifest")
-                    }
-                    None => String::new(),
-                };
+                let v = verify(&output, KINDS).await?;
+                let checked = v.checked.map(|c| format!("; {c}")).unwrap_or_default();
                 println!(
-                    "{output}: ok: {} output, {} files, {:.1} MB match its completion record{shards}",
+                    "{output}: ok: {} output, {} files, {:.1} MB match its completion record{checked}",
                     v.kind,
                     v.files,
                     v.bytes as f64 / 1e6

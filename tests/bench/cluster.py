@@ -55,7 +55,7 @@ def main() -> None:
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
     env = dict(os.environ, PROBEFLOW_COOKIE=COOKIE, NO_COLOR="1",
-               RUST_LOG="info,worker=debug,probeflow_worker=debug,ractor_cluster=warn")
+               RUST_LOG="info,worker=debug,probeflow=debug,ractor_cluster=warn")
     rows = []
     start = time.perf_counter()
     subprocess.run([str(BIN / "coordinator"), "run", str(job(work, "local-2", inputs, "local", 0, 2))],

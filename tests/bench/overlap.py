@@ -248,7 +248,7 @@ def production(args) -> None:
     shutil.rmtree(args.work / "scratch", ignore_errors=True)
     spec = args.work / "overlap-production.toml"
     write_job(spec, eval_dir, train_dir, [13], out, args.memory, args.work / "scratch")
-    env = dict(os.environ, RUST_LOG="info,probeflow_worker=debug", NO_COLOR="1")
+    env = dict(os.environ, RUST_LOG="info,probeflow=debug", NO_COLOR="1")
     # The job runs a few times (seconds each; the machine is shared and one run can be
     # 20% off): the run of median CPU time is the one reported.
     runs = []
@@ -439,7 +439,7 @@ def main() -> None:
     spec = args.work / "overlap.toml"
     write_job(spec, eval_dir / "bench-dolma-abcdef.jsonl", train_dir, N_VALUES, out, "1GiB",
               args.work / "scratch")
-    env = dict(os.environ, RUST_LOG="info,probeflow_worker=debug", NO_COLOR="1")
+    env = dict(os.environ, RUST_LOG="info,probeflow=debug", NO_COLOR="1")
 
     def run_job() -> tuple[float, float, float, float, int]:
         """One run of the job: (scan-stage rate per CPU second, per wall second,

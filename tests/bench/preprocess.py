@@ -131,7 +131,7 @@ def main() -> None:
     commands = {k: v for k, v in contenders(inp, args.threads).items() if not any(s in k for s in args.skip)}
     ours = "probeflow: the whole job (local, 2 GiB each)"
     # probeflow logs each task's stage times at debug level (to stderr, not the terminal).
-    debug = {**os.environ, "RUST_LOG": "probeflow_worker=debug"}
+    debug = {**os.environ, "RUST_LOG": "probeflow=debug"}
     runs: dict[str, list[tuple[float, float, float]]] = {k: [] for k in commands}
     stages: list[dict[str, float]] = []
     remove_outputs()

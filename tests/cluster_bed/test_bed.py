@@ -117,7 +117,7 @@ def start_job(bed: Bed, inputs: Path, lease: int = 60, env: dict | None = None, 
 def start_worker(bed: Bed, host: str, give_up: int = 120, env: dict | None = None,
                  coordinator: str = "coord", log: str = "worker", name: str | None = None) -> subprocess.Popen:
     h = bed.hosts[host]
-    env = {"PROBEFLOW_COOKIE": COOKIE, "NO_COLOR": "1", "RUST_LOG": "info,worker=debug,probeflow_worker=debug",
+    env = {"PROBEFLOW_COOKIE": COOKIE, "NO_COLOR": "1", "RUST_LOG": "info,worker=debug,probeflow=debug",
            **(env or {})}
     return bed.spawn(host, [str(WORKER), "--join", f"{bed.hosts[coordinator].address}:{COORDINATOR_PORT}",
                             "--name", name or host, "--memory", "256MiB", "--scratch", str(h.home / "scratch"),

@@ -56,7 +56,7 @@ def tls_flags(certs: Path, leaf: str, ca: Path | None = None) -> list[str]:
 
 def env(cookie: str = COOKIE) -> dict:
     e = dict(os.environ, PROBEFLOW_COOKIE=cookie, NO_COLOR="1",
-             RUST_LOG="info,probeflow_coordinator=debug,probeflow_worker=debug,worker=debug,ractor_cluster=info")
+             RUST_LOG="info,probeflow=debug,worker=debug,ractor_cluster=info")
     e.pop("PROBEFLOW_COOKIE_FILE", None)
     return e
 

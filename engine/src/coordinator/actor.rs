@@ -1,0 +1,312 @@
+//! The coordinator actor: the messages of a job's workers in, the job's run
+//! ([`JobRun`], a pure state machine) stepped with them, and its effects carried out:
+//! journal entries written off the actor (the result counts once its write is
+//! confirmed with its nonce), progress files, excluded workers, late files removed,
+//! the final outputs and the completion marker.
+//!
+//! ```text
+//! WorkerActor × N ─ Register/RequestTask/Heartbeat/Finished ─► CoordinatorActor::handle ─► JobRun ─► Effect × N ─► apply
+//!                                               ◄── Journaled (nonce) ◄── journal write task ◄──┘
+//! ```
+
+use std::time::{Duration, Instant};
+
+use crate::completion::CompletionRecord;
+use crate::protocol::{Payload, TaskFailure, TaskId};
+use crate::store::StoreUrl;
+use crate::worker::actor::{CoordinatorMsg, Wire};
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+use tokio::sync::oneshot;
+
+use crate::coordinator::journal;
+use crate::coordinator::open::write_final_outputs;
+use crate::coordinator::output_writer::OutputWriter;
+use crate::coordinator::progress::Progress;
+use crate::coordinator::run::{Effect, JobRun};
+use crate::error::{EngineError, Result};
+
+/// The coordinator actor's state: the job's run ([`JobRun`], the pure part) and what
+/// carries out its effects.
+pub struct CoordinatorState {
+    pub run: JobRun,
+    pub output: StoreUrl,
+    /// Told the job's end: the leases granted and the summary, or the error.
+    pub done: Option<oneshot::Sender<Result<(u64, String)>>>,
+    pub progress: Progress,
+    /// Set (with the reason) if this coordinator lost the output lock.
+    pub lock_lost: tokio::sync::watch::Receiver<Option<String>>,
+    /// Lease tokens and journal nonces handed out (part of the next one's seed).
+    pub tokens: u64,
+    /// Writes the kind's progress files off the actor.
+    pub writer: OutputWriter,
+    /// The kind's final directories, and the completion record but for the summary and
+    /// the final outputs.
+    pub final_dirs: &'static [&'static str],
+    pub completion: CompletionRecord,
+}
+
+pub struct CoordinatorActor;
+
+impl CoordinatorState {
+    /// How often leases and the output lock are checked: every heartbeat period (a
+    /// quarter lease), at most every half second.
+    fn tick(&self) -> Duration {
+        self.run
+            .timing()
+            .heartbeat()
+            .clamp(Duration::from_millis(10), Duration::from_millis(500))
+    }
+
+    /// A fresh secret (lease token, journal nonce).
+    fn token(&mut self) -> String {
+        self.tokens += 1;
+        lease_token(self.tokens)
+    }
+
+    fn end(&mut self, result: Result<(u64, String)>) {
+        if let Some(tx) = self.done.take() {
+            let _ = tx.send(result);
+        }
+    }
+
+    /// Carries out the run's effects, in order.
+    async fn apply(&mut self, myself: &ActorRef<CoordinatorMsg>, effects: Vec<Effect>) {
+        for effect in effects {
+            match effect {
+                Effect::StagePlanned { stage, tasks } => {
+                    self.progress.stage_planned(stage.as_str(), tasks)
+                }
+                Effect::TaskDone { stage, progressed } => {
+                    self.progress.task_done(stage.as_str(), progressed)
+                }
+                Effect::Journal {
+                    task,
+                    attempt,
+                    output,
+                    nonce,
+                } => self.journal(myself.clone(), task, attempt, output, nonce),
+                Effect::WriteProgress(files) => self.writer.write(files),
+                Effect::RecordExcluded(excluded) => {
+                    if let Err(e) = self.output.put_json(EXCLUDED_WORKERS, &excluded).await {
+                        tracing::warn!(error = %e, "cannot record the excluded workers");
+                    }
+                }
+                Effect::DiscardLate { task, attempt } => {
+                    let job = self.run.job().clone();
+                    match self.run.driver().discard_late(&job, task, attempt).await {
+                        Ok(true) => {
+                            tracing::info!(%task, attempt, "removed a late attempt's files")
+                        }
+                        Ok(false) => {}
+                        Err(e) => {
+                            tracing::warn!(%task, error = %e, "cannot remove a late attempt's files")
+                        }
+                    }
+                }
+                Effect::Finish => {
+                    // Not on an output this coordinator no longer owns.
+                    let lost = self.lock_lost.borrow().clone();
+                    let result = match lost {
+                        Some(why) => Err(EngineError::Conflict(why)),
+                        None => self.write_final_outputs().await,
+                    };
+                    self.run.finished(result.is_ok());
+                    self.progress.finish();
+                    let tasks_run = self.run.tasks_run();
+                    self.end(result.map(|summary| (tasks_run, summary)));
+                }
+                Effect::Fail(e) => self.end(Err(e)),
+            }
+        }
+    }
+
+    /// The kind's progress files, its final outputs, then the completion marker.
+    async fn write_final_outputs(&mut self) -> Result<String> {
+        self.writer.flush().await?;
+        write_final_outputs(
+            self.run.driver(),
+            &self.output,
+            self.final_dirs,
+            &self.completion,
+        )
+        .await
+    }
+
+    /// Writes a checked result's journal entry off the actor: the actor goes on
+    /// granting tasks, and the run takes the result when the write is done (a
+    /// [`CoordinatorMsg::Journaled`] with this write's nonce).
+    fn journal(
+        &mut self,
+        myself: ActorRef<CoordinatorMsg>,
+        task: TaskId,
+        attempt: u32,
+        output: Payload,
+        nonce: String,
+    ) {
+        let store = self.output.clone();
+        tokio::spawn(async move {
+            let written = journal::write_entry(&store, task, attempt, &output).await;
+            let _ = myself.send_message(CoordinatorMsg::Journaled {
+                task: Wire::new(task),
+                nonce,
+                error: Wire::new(written.err()),
+            });
+        });
+    }
+
+    /// The error for a journal entry that could not be written.
+    fn journal_error(&self, task: TaskId, what: String) -> EngineError {
+        let path = self
+            .output
+            .display(&self.output.child(&journal::task_path(task)));
+        // The store's error names the path already.
+        let what = what
+            .strip_prefix(&format!("{path}: "))
+            .unwrap_or(&what)
+            .to_string();
+        EngineError::Journal {
+            path,
+            what: format!("cannot write the journal entry: {what}"),
+        }
+    }
+}
+
+impl Actor for CoordinatorActor {
+    type Msg = CoordinatorMsg;
+    type State = CoordinatorState;
+    type Arguments = CoordinatorState;
+
+    async fn pre_start(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        mut state: CoordinatorState,
+    ) -> std::result::Result<CoordinatorState, ActorProcessingErr> {
+        // The first stage with tasks left; none (a crash after the last task, before
+        // the final outputs) finishes the job at once.
+        let effects = state.run.start();
+        state.apply(&myself, effects).await;
+        if !state.run.is_over() {
+            myself.send_after(state.tick(), || CoordinatorMsg::Tick);
+        }
+        Ok(state)
+    }
+
+    async fn handle(
+        &self,
+        myself: ActorRef<Self::Msg>,
+        msg: CoordinatorMsg,
+        s: &mut CoordinatorState,
+    ) -> std::result::Result<(), ActorProcessingErr> {
+        let effects = match msg {
+            CoordinatorMsg::Register {
+                registration,
+                reply,
+            } => {
+                let answer = registration.0.and_then(|r| s.run.register(r));
+                if let Err(e) = &answer {
+                    tracing::warn!(error = %e, "worker refused");
+                }
+                let _ = reply.send(Wire::new(answer));
+                Vec::new()
+            }
+            CoordinatorMsg::RequestTask { worker, reply } => {
+                let token = s.token();
+                let answer = s.run.request(&worker, token, Instant::now());
+                let _ = reply.send(Wire(answer));
+                Vec::new()
+            }
+            CoordinatorMsg::Heartbeat {
+                worker,
+                task,
+                attempt,
+                lease,
+            } => {
+                match task {
+                    Wire(Ok(task)) => {
+                        s.run
+                            .heartbeat(&worker, task, attempt, &lease, Instant::now())
+                    }
+                    Wire(Err(_)) => tracing::warn!(%worker, "undecodable heartbeat refused"),
+                }
+                Vec::new()
+            }
+            CoordinatorMsg::Finished {
+                worker,
+                task,
+                attempt,
+                lease,
+                result,
+            } => {
+                let Wire(Ok(task)) = task else {
+                    tracing::warn!(%worker, "undecodable result refused");
+                    return Ok(());
+                };
+                // A result that does not decode counts as a failed attempt.
+                let result = result.0.unwrap_or_else(|error| {
+                    Err(TaskFailure {
+                        error,
+                        retryable: true,
+                    })
+                });
+                let nonce = s.token();
+                s.run.report(
+                    &worker,
+                    task,
+                    attempt,
+                    &lease,
+                    result,
+                    nonce,
+                    Instant::now(),
+                )
+            }
+            CoordinatorMsg::Journaled { task, nonce, error } => {
+                let Wire(Ok(task)) = task else {
+                    return Ok(());
+                };
+                let error = error
+                    .0
+                    .unwrap_or_else(|e| Some(format!("undecodable: {e}")))
+                    .map(|what| s.journal_error(task, what));
+                s.run.journaled(task, &nonce, error)
+            }
+            CoordinatorMsg::NodeLost { node } => s.run.node_lost(&node),
+            CoordinatorMsg::Tick => {
+                let lost = s.lock_lost.borrow().clone();
+                let mut effects = Vec::new();
+                match lost {
+                    Some(why) => s.run.fail(EngineError::Conflict(why), &mut effects),
+                    None => effects = s.run.tick(Instant::now()),
+                }
+                s.progress.tick();
+                if !s.run.is_over() {
+                    myself.send_after(s.tick(), || CoordinatorMsg::Tick);
+                }
+                effects
+            }
+        };
+        s.apply(&myself, effects).await;
+        Ok(())
+    }
+}
+
+/// Where the workers excluded from a job are recorded (shown by `coordinator status`).
+pub const EXCLUDED_WORKERS: &str = "_job/excluded-workers.json";
+
+/// A fresh lease token: 128 bits no other node can guess. The keys of std's
+/// `RandomState` come from the operating system's random source; the counter and the
+/// clock make every token of a run distinct.
+fn lease_token(counter: u64) -> String {
+    use std::hash::{BuildHasher, Hasher};
+    let mut seed = Vec::with_capacity(40);
+    for _ in 0..2 {
+        let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+        h.write_u64(counter);
+        seed.extend_from_slice(&h.finish().to_le_bytes());
+    }
+    seed.extend_from_slice(&counter.to_le_bytes());
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_nanos());
+    seed.extend_from_slice(&nanos.to_le_bytes());
+    blake3::hash(&seed).to_hex()[..32].to_string()
+}

@@ -1,0 +1,260 @@
+//! The engine's journal: what makes a job resumable, whatever its kind.
+//!
+//! The journal lives under `<output>/_job/journal/` as one object per event, written
+//! with atomic puts (object stores cannot append):
+//!
+//! * `job.json`: the job's kind, fingerprint, settings and plan (opaque to the engine);
+//! * `<stage>-NNNNN.json` (e.g. `map-00042.json`): a finished task's winning attempt
+//!   and its result (opaque to the engine too).
+//!
+//! A restarted coordinator reads it back ([`Journal::load`]) and redoes only what is
+//! missing; an entry that does not decode (torn by a crash) counts as missing, with a
+//! warning, and a journal of another version is refused.
+
+use std::collections::BTreeMap;
+
+use crate::inputs::PinnedFile;
+use crate::protocol::{Payload, TaskId};
+use crate::store::StoreUrl;
+use futures::{StreamExt, TryStreamExt};
+use serde::{de::DeserializeOwned, Deserialize, Serialize};
+
+use crate::error::{EngineError, Result};
+
+pub const JOURNAL_VERSION: u32 = 5;
+
+/// Journal entries read at once when resuming.
+const JOURNAL_READS_IN_FLIGHT: usize = 64;
+
+/// `job.json`: written once, when the job is planned.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobRecord {
+    pub version: u32,
+    /// The job kind (`probe_rows`, `ngram_overlap`).
+    pub kind: String,
+    pub fingerprint: String,
+    /// The kind's job file sections, as JSON.
+    pub spec: Payload,
+    /// The input files as pinned when the job was planned (refused if they change).
+    pub inputs: Vec<PinnedFile>,
+    /// The kind's plan.
+    pub plan: Payload,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct TaskRecord<T> {
+    pub attempt: u32,
+    pub output: T,
+}
+
+/// Everything the journal holds.
+#[derive(Debug, Default)]
+pub struct Journal {
+    pub job: Option<JobRecord>,
+    pub tasks: BTreeMap<TaskId, TaskRecord<Payload>>,
+}
+
+pub fn job_path() -> &'static str {
+    "_job/journal/job.json"
+}
+
+/// The journal entry of a finished task.
+pub fn task_path(task: TaskId) -> String {
+    crate::protocol::journal_entry_path(task)
+}
+
+/// Writes the journal entry of attempt `attempt` of `task`, whose result is `output`:
+/// the result counts once this returns `Ok` (an error says why, naming the entry).
+pub async fn write_entry(
+    out: &StoreUrl,
+    task: TaskId,
+    attempt: u32,
+    output: &Payload,
+) -> std::result::Result<(), String> {
+    let bytes =
+        serde_json::to_vec_pretty(&TaskRecord { attempt, output }).map_err(|e| e.to_string())?;
+    out.put(&out.child(&task_path(task)), bytes)
+        .await
+        .map_err(|e| e.to_string())
+}
+
+fn decode<T: DeserializeOwned>(out: &StoreUrl, rel: &str, bytes: &[u8]) -> Result<T> {
+    serde_json::from_slice(bytes).map_err(|e| EngineError::Journal {
+        path: out.display(&out.child(rel)),
+        what: e.to_string(),
+    })
+}
+
+impl Journal {
+    /// Reads the journal back. A task entry that does not decode (torn by a crash
+    /// mid-write, or truncated) is left out with a warning, so its task is redone; an
+    /// unreadable `job.json` means the job is planned again (its task entries, which
+    /// belong to that plan, are left out too). A journal of another version is an error.
+    pub async fn load(out: &StoreUrl) -> Result<Journal> {
+        let mut j = Journal::default();
+        let Some(bytes) = out.get_opt(&out.child(job_path())).await? else {
+            return Ok(j);
+        };
+        // Decoded once; the version is checked before the record's shape, which
+        // another version need not share.
+        let value = decode::<serde_json::Value>(out, job_path(), &bytes);
+        if let Some(v) = value.as_ref().ok().and_then(|v| v.get("version")?.as_u64()) {
+            if v != u64::from(JOURNAL_VERSION) {
+                return Err(EngineError::Journal {
+                    path: out.display(&out.child(job_path())),
+                    what: format!(
+                        "written by journal version {v}, this coordinator reads version {JOURNAL_VERSION}: \
+                         finish the job with the release that started it, or write to a new \
+                         [output] url"
+                    ),
+                });
+            }
+        }
+        let record = value.and_then(|v| {
+            serde_json::from_value::<JobRecord>(v).map_err(|e| EngineError::Journal {
+                path: out.display(&out.child(job_path())),
+                what: e.to_string(),
+            })
+        });
+        match record {
+            Ok(job) => j.job = Some(job),
+            Err(e) => {
+                tracing::warn!(error = %e, "the journal's job record is unreadable; the job is planned again (every task redone)");
+                return Ok(j);
+            }
+        }
+        // Entries are read concurrently: resuming from 20 000 of them on an object
+        // store takes seconds, not 20 000 round trips one after the other.
+        let entries: Vec<(TaskId, String, object_store::path::Path)> = out
+            .list("_job/journal")
+            .await?
+            .into_iter()
+            .filter_map(|meta| {
+                let name = meta.location.filename().unwrap_or_default().to_string();
+                let task = name.strip_suffix(".json").and_then(TaskId::parse)?;
+                Some((task, name, meta.location))
+            })
+            .collect();
+        let read: Vec<(TaskId, String, Vec<u8>)> = futures::stream::iter(entries.into_iter().map(
+            |(task, name, location)| async move {
+                let bytes = out.get_opt(&location).await?.unwrap_or_default();
+                Ok::<_, EngineError>((task, name, bytes.to_vec()))
+            },
+        ))
+        .buffered(JOURNAL_READS_IN_FLIGHT)
+        .try_collect()
+        .await?;
+        for (task, name, bytes) in read {
+            let rel = format!("_job/journal/{name}");
+            match decode(out, &rel, &bytes) {
+                Ok(record) => {
+                    j.tasks.insert(task, record);
+                }
+                Err(e) => {
+                    tracing::warn!(entry = %name, error = %e, "torn journal entry: its task is redone");
+                }
+            }
+        }
+        Ok(j)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(version: u32) -> JobRecord {
+        JobRecord {
+            version,
+            kind: "probe_rows".into(),
+            fingerprint: "f".into(),
+            inputs: Vec::new(),
+            spec: Payload::null(),
+            plan: Payload::encode(&serde_json::json!({"maps": [1, 2]})).unwrap(),
+        }
+    }
+
+    fn map_record() -> TaskRecord<Payload> {
+        TaskRecord {
+            attempt: 1,
+            output: Payload::encode(
+                &serde_json::json!({"shuffle_file": "_job/shuffle/map-00000-a1.bin", "rows": 3}),
+            )
+            .unwrap(),
+        }
+    }
+
+    fn map_path(index: u32) -> String {
+        task_path(TaskId::new("map", index))
+    }
+
+    fn reduce_path(index: u32) -> String {
+        task_path(TaskId::new("reduce", index))
+    }
+
+    async fn store() -> (tempfile::TempDir, StoreUrl) {
+        let dir = tempfile::tempdir().unwrap();
+        let url = StoreUrl::parse(dir.path().to_str().unwrap()).unwrap();
+        (dir, url)
+    }
+
+    #[tokio::test]
+    async fn torn_entries_are_left_out_and_whole_ones_kept() {
+        let (_dir, out) = store().await;
+        out.put_json(job_path(), &record(JOURNAL_VERSION))
+            .await
+            .unwrap();
+        let whole = serde_json::to_vec_pretty(&map_record()).unwrap();
+        out.put(&out.child(&map_path(0)), whole.clone())
+            .await
+            .unwrap();
+        out.put(&out.child(&map_path(1)), Vec::new()).await.unwrap();
+        out.put(&out.child(&map_path(2)), whole[..whole.len() / 2].to_vec())
+            .await
+            .unwrap();
+        out.put(&out.child(&reduce_path(0)), b"{\"attempt\":".to_vec())
+            .await
+            .unwrap();
+        let j = Journal::load(&out).await.unwrap();
+        assert_eq!(j.job, Some(record(JOURNAL_VERSION)));
+        assert_eq!(
+            j.tasks.keys().copied().collect::<Vec<_>>(),
+            vec![TaskId::new("map", 0)]
+        );
+        assert_eq!(j.tasks[&TaskId::new("map", 0)], map_record());
+    }
+
+    #[tokio::test]
+    async fn an_unreadable_job_record_means_planning_again() {
+        let (_dir, out) = store().await;
+        let bytes = serde_json::to_vec_pretty(&record(JOURNAL_VERSION)).unwrap();
+        out.put(&out.child(job_path()), bytes[..bytes.len() / 2].to_vec())
+            .await
+            .unwrap();
+        let whole = serde_json::to_vec_pretty(&map_record()).unwrap();
+        out.put(&out.child(&map_path(0)), whole).await.unwrap();
+        let j = Journal::load(&out).await.unwrap();
+        assert!(j.job.is_none());
+        assert!(
+            j.tasks.is_empty(),
+            "entries of an unreadable plan are not used"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_journal_of_another_version_is_refused() {
+        let (_dir, out) = store().await;
+        out.put_json(job_path(), &record(JOURNAL_VERSION + 1))
+            .await
+            .unwrap();
+        let e = Journal::load(&out).await.unwrap_err().to_string();
+        assert!(
+            e.contains(&format!("journal version {}", JOURNAL_VERSION + 1)),
+            "{e}"
+        );
+        assert!(
+            e.contains(&format!("reads version {JOURNAL_VERSION}")),
+            "{e}"
+        );
+    }
+}

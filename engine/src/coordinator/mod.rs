@@ -1,0 +1,37 @@
+//! The coordinator side of the engine, independent of what the tasks do: the job kind
+//! is reached only through `crate::job::JobDriver`.
+//!
+//! * [`driver`]: runs a job under the output lock, in local or cluster mode.
+//! * [`open`]: an output already complete, or the job planned or resumed from its
+//!   journal; its final outputs and completion marker.
+//! * [`coordinator_actor`]: the actor that steps a job's run with its workers'
+//!   messages and carries out the run's effects.
+//! * [`run`]: a job's run as a state machine (stage advance, pending, journaled and
+//!   accepted tasks, finish; pure: events in, effects out), which the actor carries out.
+//! * [`leases`]: the lease state machine: grant, heartbeat, report, expiry, node loss,
+//!   failure, give up (pure: events in, decisions out).
+//! * [`schedule`]: which pending task a worker gets next (backoff, another worker
+//!   after a failure, exclusion of a worker that keeps failing), used by [`leases`].
+//! * [`journal`]: the per-task journal under `<output>/_job/journal/` (resume).
+//! * [`output_lock`]: one coordinator per output (an atomic, renewed lock object).
+//! * [`progress`]: the progress bar or log lines.
+//! * [`output_writer`]: the job kind's progress files, written off the actor, in order.
+
+pub(crate) mod actor;
+pub(crate) mod journal;
+pub(crate) mod leases;
+pub(crate) mod open;
+pub(crate) mod output_lock;
+pub(crate) mod output_writer;
+pub(crate) mod progress;
+pub(crate) mod run;
+mod run_job;
+pub(crate) mod schedule;
+mod spec;
+mod status;
+mod verify;
+
+pub use run_job::{run_job, RunOutcome};
+pub use spec::{JobSpec, Mode, RunPlan};
+pub use status::status;
+pub use verify::{verify, Verified};

@@ -1,0 +1,547 @@
+//! A job's run on the coordinator as a state machine: which stage runs, which of its
+//! tasks are pending, leased, being journaled or accepted, which workers are in the
+//! job, and when the job is finished or failed.
+//!
+//! ```text
+//! start ─► stage 0's tasks queued ─► request ─► lease ─► result ─► checked ─► Effect::Journal
+//!                ▲                                   │ refused / failed: retry (LeaseBoard)     │
+//!                │                                   ▼                                          ▼
+//!                └── stage k+1 ◄── stage k all accepted ◄── accept ◄── journaled (nonce matches)
+//!                      none left ─► Effect::Finish ─► the actor writes the final outputs ─► finished
+//! ```
+//!
+//! Pure: no I/O, no clock, no randomness. Events come in as method calls with the time
+//! and any fresh token they need; what the coordinator must do comes back as
+//! [`Effect`]s (write a journal entry, write progress files, record excluded workers,
+//! remove a late attempt's files, finish, fail) or as the answer to a worker. A result
+//! counts only once its journal entry is written: it is accepted on [`JobRun::journaled`]
+//! with the nonce the [`Effect::Journal`] carried. The kind is reached only through
+//! its [`JobDriver`] (stages, result checks, accepted results, progress files), whose
+//! methods are synchronous; its final outputs are the actor's to write.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::time::{Duration, Instant};
+
+use crate::error::EngineError;
+use crate::job::JobDriver;
+use crate::kind::{ProgressFile, Progressed};
+use crate::protocol::{
+    Assignment, JobContext, Payload, Registration, StageName, TaskFailure, TaskId, WorkerTiming,
+    PROTOCOL_VERSION, RELEASE,
+};
+use crate::worker::actor::TaskReply;
+
+use crate::coordinator::leases::{AfterFailure, Grant, Lease, LeaseBoard, Refused, Revoked};
+use crate::coordinator::schedule::{worker_of, RetryPolicy};
+
+/// What the coordinator must do after an event.
+#[derive(Debug)]
+pub enum Effect {
+    /// Stage `stage` has `tasks` tasks (for progress).
+    StagePlanned { stage: StageName, tasks: u64 },
+    /// A result was accepted (for progress).
+    TaskDone {
+        stage: StageName,
+        progressed: Progressed,
+    },
+    /// Write the journal entry of a checked result, then call [`JobRun::journaled`]
+    /// with `nonce`.
+    Journal {
+        task: TaskId,
+        attempt: u32,
+        output: Payload,
+        nonce: String,
+    },
+    /// Write the kind's progress files, in order, before the final outputs.
+    WriteProgress(Vec<ProgressFile>),
+    /// Record the workers excluded from the job (for `coordinator status`).
+    RecordExcluded(BTreeMap<String, String>),
+    /// Remove what attempt `attempt` of `task` wrote: its result came after the job
+    /// finished ([`JobDriver::discard_late`]).
+    DiscardLate { task: TaskId, attempt: u32 },
+    /// Every stage is done: write the job's final outputs, then call
+    /// [`JobRun::finished`].
+    Finish,
+    /// The job failed.
+    Fail(EngineError),
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Running,
+    /// Every stage is done; the final outputs are being written.
+    Finishing,
+    /// The final outputs are written.
+    Finished,
+    /// The job failed.
+    Failed,
+}
+
+/// A result whose journal entry is being written.
+struct Journaling {
+    attempt: u32,
+    output: Payload,
+    nonce: String,
+}
+
+/// The coordinator's state of one job run.
+pub struct JobRun {
+    job: JobContext,
+    driver: Box<dyn JobDriver>,
+    /// The stage running now, and its tasks not accepted yet.
+    stage: usize,
+    stage_pending: HashSet<TaskId>,
+    /// Every accepted task (journaled), with its accepted attempt.
+    accepted: HashMap<TaskId, u32>,
+    board: LeaseBoard,
+    timing: WorkerTiming,
+    /// The workers in the job, by name.
+    workers: HashMap<String, Registration>,
+    journaling: HashMap<TaskId, Journaling>,
+    phase: Phase,
+    /// Leases granted.
+    tasks_run: u64,
+}
+
+impl JobRun {
+    /// A run of `job` driven by `driver`: leases of `lease`, `max_attempts` per task.
+    pub fn new(
+        job: JobContext,
+        driver: Box<dyn JobDriver>,
+        lease: Duration,
+        max_attempts: u32,
+        policy: RetryPolicy,
+    ) -> JobRun {
+        JobRun {
+            job,
+            driver,
+            stage: 0,
+            stage_pending: HashSet::new(),
+            accepted: HashMap::new(),
+            board: LeaseBoard::new(lease, max_attempts, policy),
+            timing: WorkerTiming::for_lease(lease),
+            workers: HashMap::new(),
+            journaling: HashMap::new(),
+            phase: Phase::Running,
+            tasks_run: 0,
+        }
+    }
+
+    /// Takes attempt `attempt`'s result from the journal (resume), before
+    /// [`Self::start`]. An error means the entry cannot be used: its task is redone.
+    pub fn replay(
+        &mut self,
+        task: TaskId,
+        attempt: u32,
+        output: &Payload,
+    ) -> Result<Progressed, EngineError> {
+        let progressed = self.driver.accept(task, output)?;
+        self.accepted.insert(task, attempt);
+        Ok(progressed)
+    }
+
+    /// Queues the first stage with tasks left (on resume, stages already done are
+    /// passed, and [`Effect::Finish`] comes at once if none is left).
+    pub fn start(&mut self) -> Vec<Effect> {
+        let mut effects = Vec::new();
+        self.advance(&mut effects);
+        effects
+    }
+
+    /// The job as tasks see it.
+    pub fn job(&self) -> &JobContext {
+        &self.job
+    }
+
+    /// The timing workers get.
+    pub fn timing(&self) -> WorkerTiming {
+        self.timing
+    }
+
+    /// Leases granted so far.
+    pub fn tasks_run(&self) -> u64 {
+        self.tasks_run
+    }
+
+    /// Whether the job has ended (finished or failed).
+    pub fn is_over(&self) -> bool {
+        matches!(self.phase, Phase::Finished | Phase::Failed)
+    }
+
+    /// The kind's side, for the final outputs and late attempts.
+    pub fn driver(&mut self) -> &mut dyn JobDriver {
+        self.driver.as_mut()
+    }
+
+    /// A worker (process, or in-process actor) joins: the job's timing, or why not.
+    pub fn register(&mut self, r: Registration) -> Result<WorkerTiming, String> {
+        if r.version != PROTOCOL_VERSION {
+            return Err(format!(
+                "worker {} speaks protocol {}, this coordinator {PROTOCOL_VERSION}: run the \
+                 same probeflow release everywhere",
+                r.worker, r.version
+            ));
+        }
+        if r.release != RELEASE {
+            let theirs = if r.release.is_empty() {
+                "an earlier release"
+            } else {
+                r.release.as_str()
+            };
+            return Err(format!(
+                "worker {} is probeflow {theirs}, this coordinator is probeflow {RELEASE}: \
+                 run the same release everywhere",
+                r.worker
+            ));
+        }
+        if self.workers.contains_key(&r.worker) {
+            return Err(format!(
+                "a worker named {:?} is already connected; worker names must be unique",
+                r.worker
+            ));
+        }
+        if r.worker.is_empty() || r.worker.contains('/') {
+            return Err(format!(
+                "worker name {:?}: must be non-empty and without '/'",
+                r.worker
+            ));
+        }
+        if let Some(why) = self.board.excluded().get(&r.worker) {
+            return Err(format!(
+                "worker {:?} is excluded from this job ({why})",
+                r.worker
+            ));
+        }
+        tracing::info!(worker = %r.worker, capacity = r.capacity, memory = r.memory_bytes, "worker joined");
+        self.workers.insert(r.worker.clone(), r);
+        Ok(self.timing)
+    }
+
+    /// The other workers still in the job, besides `actor`'s.
+    fn others(&self, actor: &str) -> Vec<String> {
+        let me = worker_of(actor);
+        self.workers
+            .keys()
+            .filter(|w| *w != me && !self.board.is_excluded(w))
+            .cloned()
+            .collect()
+    }
+
+    /// Worker actor `actor` asks for a task (`token`: a fresh lease token).
+    pub fn request(
+        &mut self,
+        actor: &str,
+        token: String,
+        now: Instant,
+    ) -> Result<TaskReply, String> {
+        if !self.workers.contains_key(worker_of(actor)) {
+            tracing::warn!(worker = %actor, "task request from a worker that has not registered refused");
+            return Err(format!(
+                "{actor:?} has not registered with this coordinator"
+            ));
+        }
+        if self.phase != Phase::Running {
+            return Ok(match self.phase {
+                Phase::Finished | Phase::Failed => TaskReply::Done,
+                _ => TaskReply::Wait,
+            });
+        }
+        let others = self.others(actor);
+        let others: Vec<&str> = others.iter().map(String::as_str).collect();
+        Ok(match self.board.request(actor, &others, token, now) {
+            Grant::Wait => TaskReply::Wait,
+            Grant::Excluded(why) => TaskReply::Excluded(why),
+            Grant::Task {
+                spec,
+                attempt,
+                token,
+            } => {
+                self.tasks_run += 1;
+                tracing::debug!(worker = %actor, task = %spec.id(), attempt, "leased");
+                TaskReply::Task(Box::new(Assignment {
+                    task: spec,
+                    attempt,
+                    lease: token,
+                    job: self.job.clone(),
+                }))
+            }
+        })
+    }
+
+    /// A heartbeat: extends the lease if it is the holder's.
+    pub fn heartbeat(
+        &mut self,
+        actor: &str,
+        task: TaskId,
+        attempt: u32,
+        token: &str,
+        now: Instant,
+    ) {
+        self.board.heartbeat(actor, task, attempt, token, now);
+    }
+
+    /// A task's report: a result or a failure, from `actor` with the lease `token` of
+    /// `(task, attempt)`; `nonce`: a fresh secret for its journal write.
+    #[allow(clippy::too_many_arguments)]
+    pub fn report(
+        &mut self,
+        actor: &str,
+        task: TaskId,
+        attempt: u32,
+        token: &str,
+        result: Result<Payload, TaskFailure>,
+        nonce: String,
+        now: Instant,
+    ) -> Vec<Effect> {
+        let mut effects = Vec::new();
+        let lease = match self.board.take(actor, task, attempt, token) {
+            Ok(lease) => lease,
+            Err(refused) => {
+                tracing::info!(worker = %actor, %task, attempt, ?refused, "late or duplicate result refused (no lease held with this attempt and token)");
+                // Only an attempt this coordinator granted, by its planned paths.
+                // Only after a finished job (a failed one may be resumed from what its
+                // attempts wrote), and never the accepted attempt (whose files the
+                // output or the journal names).
+                let accepted = self.accepted.get(&task) == Some(&attempt);
+                if (self.phase, refused) == (Phase::Finished, Refused::Late) && !accepted {
+                    effects.push(Effect::DiscardLate { task, attempt });
+                }
+                return effects;
+            }
+        };
+        // A result names only what was planned for this task and attempt.
+        let result = result.and_then(|output| match self.driver.check(&lease.spec, attempt, &output) {
+            Ok(()) => Ok(output),
+            Err(why) => {
+                tracing::warn!(worker = %actor, %task, attempt, reason = %why, "result refused");
+                Err(TaskFailure {
+                    error: format!("result refused: {why}"),
+                    retryable: true,
+                })
+            }
+        });
+        match result {
+            Ok(output) => {
+                self.journaling.insert(
+                    task,
+                    Journaling {
+                        attempt,
+                        output: output.clone(),
+                        nonce: nonce.clone(),
+                    },
+                );
+                effects.push(Effect::Journal {
+                    task,
+                    attempt,
+                    output,
+                    nonce,
+                });
+            }
+            Err(failure) => self.attempt_failed(actor, lease, failure, now, &mut effects),
+        }
+        effects
+    }
+
+    /// Attempt `lease.attempt` failed on `actor`: the job fails when the task is out
+    /// of attempts or the failure would repeat; otherwise the task is retried after a
+    /// backoff, preferably elsewhere, and a worker that keeps failing is excluded.
+    fn attempt_failed(
+        &mut self,
+        actor: &str,
+        lease: Lease,
+        failure: TaskFailure,
+        now: Instant,
+        effects: &mut Vec<Effect>,
+    ) {
+        let task = lease.spec.id();
+        let attempt = lease.attempt;
+        tracing::warn!(worker = %actor, %task, attempt, error = %failure, retryable = failure.retryable, "task failed");
+        let others = self.others(actor);
+        let others: Vec<&str> = others.iter().map(String::as_str).collect();
+        match self.board.failed(actor, lease, &failure, &others, now) {
+            AfterFailure::GiveUp { attempts, error } => self.fail(
+                EngineError::TaskFailed {
+                    task: task.to_string(),
+                    attempts,
+                    error,
+                },
+                effects,
+            ),
+            AfterFailure::Retry { excluded: None } => {}
+            AfterFailure::Retry {
+                excluded: Some(why),
+            } => {
+                tracing::warn!(worker = worker_of(actor), reason = %why, "worker excluded for the rest of the job");
+                effects.push(Effect::RecordExcluded(self.board.excluded().clone()));
+            }
+        }
+    }
+
+    /// The journal entry of `task` was written (`error`: or could not be), by the
+    /// write that carried `nonce`.
+    pub fn journaled(
+        &mut self,
+        task: TaskId,
+        nonce: &str,
+        error: Option<EngineError>,
+    ) -> Vec<Effect> {
+        let mut effects = Vec::new();
+        // Only this coordinator's own writes (a peer cannot know the nonce).
+        match self.journaling.get(&task) {
+            Some(j) if j.nonce == nonce => {}
+            _ => {
+                tracing::warn!(%task, "a journal confirmation for no write of this coordinator refused");
+                return effects;
+            }
+        }
+        let Some(j) = self.journaling.remove(&task) else {
+            return effects;
+        };
+        if self.phase != Phase::Running {
+            return effects;
+        }
+        if let Some(e) = error {
+            self.fail(e, &mut effects);
+            return effects;
+        }
+        tracing::debug!(%task, attempt = j.attempt, "journaled");
+        match self.driver.accept(task, &j.output) {
+            Ok(progressed) => {
+                effects.push(Effect::WriteProgress(self.driver.record_progress(None)));
+                effects.push(Effect::TaskDone {
+                    stage: task.stage,
+                    progressed,
+                });
+                self.accepted.insert(task, j.attempt);
+                self.stage_pending.remove(&task);
+                if self.stage_pending.is_empty() {
+                    self.stage_done(&mut effects);
+                    self.advance(&mut effects);
+                }
+            }
+            Err(e) => self.fail(e, &mut effects),
+        }
+        effects
+    }
+
+    /// Moves on to the first stage with tasks left and queues them; after the last
+    /// stage, [`Effect::Finish`].
+    fn advance(&mut self, effects: &mut Vec<Effect>) {
+        loop {
+            let tasks = match self.driver.stage(self.stage) {
+                Ok(Some(tasks)) => tasks,
+                Ok(None) => {
+                    self.phase = Phase::Finishing;
+                    effects.push(Effect::Finish);
+                    return;
+                }
+                Err(e) => return self.fail(e, effects),
+            };
+            if let Some(first) = tasks.first() {
+                effects.push(Effect::StagePlanned {
+                    stage: first.id.stage,
+                    tasks: tasks.len() as u64,
+                });
+            }
+            let pending: Vec<_> = tasks
+                .into_iter()
+                .filter(|t| !self.accepted.contains_key(&t.id))
+                .collect();
+            if pending.is_empty() {
+                self.stage_done(effects);
+                continue;
+            }
+            self.stage_pending = pending.iter().map(|t| t.id).collect();
+            for t in pending {
+                self.board.push(t);
+            }
+            return;
+        }
+    }
+
+    /// Every task of the running stage is accepted: the kind records it, and the next
+    /// stage is the one to plan.
+    fn stage_done(&mut self, effects: &mut Vec<Effect>) {
+        effects.push(Effect::WriteProgress(
+            self.driver.record_progress(Some(self.stage)),
+        ));
+        self.stage += 1;
+    }
+
+    /// The final outputs are written (`written`), or could not be: the job is
+    /// finished, or failed.
+    pub fn finished(&mut self, written: bool) {
+        self.phase = if written {
+            Phase::Finished
+        } else {
+            Phase::Failed
+        };
+        self.board.clear();
+    }
+
+    /// The job fails with `error` (its tasks are dropped).
+    pub fn fail(&mut self, error: EngineError, effects: &mut Vec<Effect>) {
+        if !self.is_over() {
+            self.phase = Phase::Failed;
+            self.board.clear();
+            effects.push(Effect::Fail(error));
+        }
+    }
+
+    /// A worker node's session ended: its leases are re-queued at once.
+    pub fn node_lost(&mut self, node: &str) -> Vec<Effect> {
+        let mut effects = Vec::new();
+        let Some(worker) = self
+            .workers
+            .iter()
+            .find(|(_, r)| r.node == node)
+            .map(|(w, _)| w.clone())
+        else {
+            return effects; // not a registered worker (e.g. refused)
+        };
+        self.workers.remove(&worker);
+        tracing::info!(%worker, "worker left");
+        let revoked = self.board.node_lost(&worker);
+        self.revoked(
+            revoked,
+            "worker node lost",
+            &format!("worker {worker} lost"),
+            &mut effects,
+        );
+        effects
+    }
+
+    /// The periodic check: expired leases are re-queued.
+    pub fn tick(&mut self, now: Instant) -> Vec<Effect> {
+        let mut effects = Vec::new();
+        let revoked = self.board.expire(now);
+        self.revoked(
+            revoked,
+            "lease expired",
+            "lease expired (worker silent)",
+            &mut effects,
+        );
+        effects
+    }
+
+    /// Logs leases taken back; a task out of attempts fails the job with `why`.
+    fn revoked(
+        &mut self,
+        revoked: Vec<Revoked>,
+        event: &str,
+        why: &str,
+        effects: &mut Vec<Effect>,
+    ) {
+        for r in revoked {
+            tracing::warn!(worker = %r.worker, task = %r.task, attempt = r.attempt, "{event}; re-queued");
+            if r.out_of_attempts {
+                let error = EngineError::TaskFailed {
+                    task: r.task.to_string(),
+                    attempts: r.attempt,
+                    error: why.to_string(),
+                };
+                return self.fail(error, effects);
+            }
+        }
+    }
+}

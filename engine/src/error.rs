@@ -1,0 +1,206 @@
+//! The worker crate's errors, by layer and by fault.
+//!
+//! * [`EngineError`]: the engine's errors (cluster, TLS, stores, scratch, the shuffle,
+//!   job files), and [`EngineError::Kind`]: an error a job kind owns ([`KindError`],
+//!   e.g. `probe_rows::ProbeRowsError`, `ngram_overlap::RecordError`).
+//! * [`Fault`]: whose fault an error is, which decides whether a failed task is
+//!   tried again: every error says its own ([`EngineError::fault`]), the engine only
+//!   asks.
+
+/// Result alias for the worker crate.
+pub type Result<T, E = EngineError> = std::result::Result<T, E>;
+
+/// Errors of map and reduce tasks and of the object-store layer.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    /// Cluster mode: the cookie, the node, joining the coordinator.
+    #[error("cluster: {0}")]
+    Cluster(String),
+
+    /// Cluster mode with TLS: unusable certificate files, a failed handshake.
+    #[error("tls: {0}")]
+    Tls(String),
+
+    /// A URL or path that cannot be used as an object-store location.
+    #[error("bad location {url:?}: {what}")]
+    Url { url: String, what: String },
+
+    /// Reading or writing an object failed.
+    #[error("{location}: {source}")]
+    Store {
+        location: String,
+        #[source]
+        source: object_store::Error,
+    },
+
+    /// An input Parquet file that cannot be read (corrupt, truncated, not Parquet).
+    #[error("{file}: cannot read Parquet: {what}")]
+    Parquet { file: String, what: String },
+
+    /// The input lacks a configured column or has it in an unusable type.
+    #[error("{file}: {what}")]
+    Schema { file: String, what: String },
+
+    /// An input file changed (replaced, rewritten, removed) after the job was planned.
+    #[error("{file}: {what}")]
+    InputChanged { file: String, what: String },
+
+    /// An intermediate (shuffle) file that does not decode.
+    #[error("{file}: corrupt shuffle data: {what}")]
+    Shuffle { file: String, what: String },
+
+    /// A local scratch-file problem.
+    #[error("{path}: {source}")]
+    Scratch {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+
+    /// A task's scratch disk filled ([`ScratchFull`]).
+    #[error(transparent)]
+    ScratchFull(Box<ScratchFull>),
+
+    /// A job file (or its kind's sections) is invalid.
+    #[error("{file}: {what}")]
+    Spec { file: String, what: String },
+
+    /// The output or the input is not what this job expects (another job's output,
+    /// changed input): running would mix or lose data.
+    #[error("{0}")]
+    Conflict(String),
+
+    /// A file the job wrote or reads back does not decode.
+    #[error("{file}: {what}")]
+    Corrupt { file: String, what: String },
+
+    /// An error a job kind owns.
+    #[error("{0}")]
+    Kind(Box<dyn KindError>),
+
+    /// A job's own consistency check failed, or its input cannot be used.
+    #[error("{0}")]
+    Job(String),
+
+    #[error(transparent)]
+    Format(#[from] probeflow_reader::Error),
+
+    /// A task failed more often than allowed; the job stops.
+    #[error("{task} failed after {attempts} attempt(s); last error: {error}")]
+    TaskFailed {
+        task: String,
+        attempts: u32,
+        error: String,
+    },
+
+    /// The journal or another file of the job's own cannot be read.
+    #[error("{path}: {what}")]
+    Journal { path: String, what: String },
+
+    /// A finished output that does not match its completion record (`coordinator verify`).
+    #[error("{output}: verification failed: {what}")]
+    Verify { output: String, what: String },
+
+    /// The coordinator refused this worker (a duplicate name, another release): no retry.
+    #[error("the coordinator refused this worker: {0}")]
+    Refused(String),
+
+    /// The process's own machinery failed (the async runtime, an actor, a coordinator
+    /// that stayed unreachable).
+    #[error("{0}")]
+    Runtime(String),
+
+    /// Arrow (encoding intermediate data).
+    #[error("arrow: {0}")]
+    Arrow(#[from] arrow::error::ArrowError),
+}
+
+/// A task's scratch disk filled: which directory, the filesystem's space, what the
+/// task had written there and what it needs.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "{dir}: No space left on device: its filesystem has {free} free of {total}, and this \
+     task had written {written} there when it failed ({need}); free space there or point \
+     the scratch (`[run] scratch`, a worker's `--scratch`) at a larger disk (cause: \
+     {cause})"
+)]
+pub struct ScratchFull {
+    pub dir: String,
+    pub free: String,
+    pub total: String,
+    pub written: String,
+    pub need: String,
+    pub cause: String,
+}
+
+/// Whose fault an error is, which decides whether a task that failed with it is tried
+/// again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Fault {
+    /// The input or the job file (a missing column, implausible values, input that
+    /// changed, a task that needs more memory than the setting gives): every attempt
+    /// fails alike, so the job stops at once, naming the problem.
+    Input,
+    /// The environment (a store, the network, a disk, a worker): another attempt,
+    /// preferably on another worker, may succeed.
+    Environment,
+}
+
+impl Fault {
+    /// Whether another attempt could succeed.
+    pub fn retryable(self) -> bool {
+        self == Fault::Environment
+    }
+}
+
+/// An error a job kind owns: it says whose fault it is.
+pub trait KindError: std::error::Error + Send + Sync + 'static {
+    fn fault(&self) -> Fault;
+}
+
+impl EngineError {
+    /// Whose fault this error is: the engine's errors by what failed, a kind's by
+    /// what the kind says.
+    pub fn fault(&self) -> Fault {
+        match self {
+            EngineError::Schema { .. }
+            | EngineError::InputChanged { .. }
+            | EngineError::Spec { .. }
+            | EngineError::Conflict(_) => Fault::Input,
+            EngineError::Kind(e) => e.fault(),
+            _ => Fault::Environment,
+        }
+    }
+
+    /// The exit status of a program that stops on this error: 2 for what the user must
+    /// change (the job file, the output or input, the cluster's cookie, certificates or
+    /// release), 1 for a job that failed.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            EngineError::Spec { .. }
+            | EngineError::Conflict(_)
+            | EngineError::Cluster(_)
+            | EngineError::Tls(_)
+            | EngineError::Refused(_) => 2,
+            _ => 1,
+        }
+    }
+
+    /// The kind-owned error this is, if it is an `E`.
+    pub fn kind_error<E: KindError>(&self) -> Option<&E> {
+        match self {
+            EngineError::Kind(e) => {
+                let e: &dyn std::error::Error = e.as_ref();
+                e.downcast_ref::<E>()
+            }
+            _ => None,
+        }
+    }
+
+    pub fn store(location: impl std::fmt::Display, source: object_store::Error) -> Self {
+        EngineError::Store {
+            location: location.to_string(),
+            source,
+        }
+    }
+}

@@ -1,0 +1,553 @@
+//! An external sort of fixed-width records: how a reduce orders a partition, in memory
+//! when it fits and through sorted runs on local scratch when it does not.
+//!
+//! ```text
+//! push / push_encoded ─► buffer (half the sort's memory) ── full ──► sort ─► run file (scratch)
+//! finish ─► no run spilled: the buffer, sorted, from memory
+//!        └► runs spilled:   the buffer spilled as the last run, then one k-way merge
+//!                           of the run files (one buffered reader each)
+//! ```
+//!
+//! The in-memory sort is a most-significant-byte-first radix sort ([`radix_sort`]) into
+//! a second buffer of the same size, down to buckets small enough to sort by
+//! comparison; it skips the bytes every record of a bucket shares (the address
+//! padding, the high bytes of times) at the cost of one pass.
+//!
+//! Records equal under `Ord` must be the same bytes ([`SortRecord`]): the sorted
+//! sequence is then a pure function of the multiset of records pushed, whatever their
+//! arrival order, the memory given and how many runs were spilled. Memory is bounded:
+//! the two buffers take the sort's memory, and a merge gives each run's reader an
+//! equal share of it.
+
+use std::cmp::Reverse;
+use std::collections::BinaryHeap;
+use std::fs::File;
+use std::io::{BufReader, BufWriter, Read, Write};
+use std::path::{Path, PathBuf};
+
+use crate::error::{EngineError, Result};
+
+/// A record the sort orders: a `Copy + Ord` value with a fixed-width encoding.
+///
+/// Two records equal under `Ord` must encode to the same bytes.
+pub trait SortRecord: Copy + Ord {
+    /// The width of the encoding, in bytes.
+    const BYTES: usize;
+    /// The record encoded in `bytes` (exactly [`Self::BYTES`] long).
+    fn decode(bytes: &[u8]) -> Self;
+    /// Writes the encoding into `out` (exactly [`Self::BYTES`] long).
+    fn encode(&self, out: &mut [u8]);
+    /// The encoding as big-endian words (the last padded with zero bytes), at most
+    /// [`MAX_WORDS`] of them: records compare as their words do, first to last.
+    fn words(&self) -> &[u64];
+}
+
+/// The most words a record may have ([`SortRecord::words`]).
+pub const MAX_WORDS: usize = 8;
+
+/// Byte `i` of a record's encoding.
+#[inline]
+fn byte_of<R: SortRecord>(r: &R, i: usize) -> u8 {
+    (r.words()[i / 8] >> (56 - 8 * (i % 8))) as u8
+}
+
+/// Sorts `records`, which all share their bytes before `depth`, most significant byte
+/// first, with `scratch` (as long) to scatter into. One pass counts the records by byte
+/// `depth` and ORs together how every record differs from the first (XOR of the words):
+/// the first set bit is the first byte not every record shares, so bytes all records
+/// share (address padding, the high bytes of times) are skipped at no cost, and counted
+/// again only when byte `depth` was one of them. The records are scattered by that byte
+/// into `scratch` in arrival order, and each bucket is sorted the same way from the next
+/// byte, a bucket of at most [`SMALL_BUCKET`] records by comparison. The two buffers
+/// swap roles at every level, so records are not copied back level by level: only a
+/// bucket sorted by comparison is copied, once, to where its sorted records belong.
+fn radix_sort<R: SortRecord>(records: &mut [R], scratch: &mut [R], depth: usize) {
+    radix_level(records, scratch, depth, ResultIn::Records);
+}
+
+/// Where a level of [`radix_sort`] leaves its sorted records.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum ResultIn {
+    /// In the records' own buffer.
+    Records,
+    /// In the other buffer (the scratch given).
+    Scratch,
+}
+
+fn radix_level<R: SortRecord>(records: &mut [R], scratch: &mut [R], depth: usize, to: ResultIn) {
+    let n = records.len();
+    if n <= SMALL_BUCKET || depth >= R::BYTES {
+        records.sort_unstable();
+        if to == ResultIn::Scratch {
+            scratch.copy_from_slice(records);
+        }
+        return;
+    }
+    let first = records[0];
+    let first = first.words();
+    let mut differs = [0u64; MAX_WORDS];
+    let mut counts = [0usize; 256];
+    for r in records.iter() {
+        counts[byte_of(r, depth) as usize] += 1;
+        for ((d, w), f) in differs.iter_mut().zip(r.words()).zip(first) {
+            *d |= w ^ f;
+        }
+    }
+    let Some(word) = (depth / 8..first.len()).find(|&w| differs[w] != 0) else {
+        // Every record is the same: sorted as they are.
+        if to == ResultIn::Scratch {
+            scratch.copy_from_slice(records);
+        }
+        return;
+    };
+    let next_depth = word * 8 + differs[word].leading_zeros() as usize / 8;
+    if next_depth != depth {
+        counts = [0; 256];
+        for r in records.iter() {
+            counts[byte_of(r, next_depth) as usize] += 1;
+        }
+    }
+    let depth = next_depth;
+    let mut next = [0usize; 256];
+    let mut start = 0;
+    for (b, &c) in counts.iter().enumerate() {
+        next[b] = start;
+        start += c;
+    }
+    for r in records.iter() {
+        let slot = &mut next[byte_of(r, depth) as usize];
+        scratch[*slot] = *r;
+        *slot += 1;
+    }
+    // The buckets are in `scratch` now, each sorted there with its part of `records`
+    // as its scratch: wanted in `scratch` that is in place for the bucket, and wanted
+    // in `records` it is the bucket's scratch.
+    let bucket_to = match to {
+        ResultIn::Records => ResultIn::Scratch,
+        ResultIn::Scratch => ResultIn::Records,
+    };
+    let mut start = 0;
+    for &c in &counts {
+        let end = start + c;
+        if c > 1 {
+            radix_level(
+                &mut scratch[start..end],
+                &mut records[start..end],
+                depth + 1,
+                bucket_to,
+            );
+        } else if c == 1 && to == ResultIn::Records {
+            records[start] = scratch[start];
+        }
+        start = end;
+    }
+}
+
+/// A bucket of at most this many records is sorted by comparison, not by its next byte.
+const SMALL_BUCKET: usize = 64;
+
+/// The read buffer of one run in a merge, at least and at most.
+const RUN_READ_MIN: usize = 64 << 10;
+const RUN_READ_MAX: usize = 8 << 20;
+
+/// The write buffer of a run being spilled.
+const RUN_WRITE: usize = 1 << 20;
+
+/// The two record buffers of an [`ExternalSort`], kept by a worker from one sort to the
+/// next ([`ExternalSort::with_buffers`], [`Sorted::into_buffers`]): a sort reuses their
+/// memory instead of faulting in fresh pages for every partition.
+pub struct SortBuffers<R> {
+    buffer: Vec<R>,
+    scattered: Vec<R>,
+}
+
+impl<R> Default for SortBuffers<R> {
+    fn default() -> Self {
+        SortBuffers {
+            buffer: Vec::new(),
+            scattered: Vec::new(),
+        }
+    }
+}
+
+/// An external sort of `R`s under a memory limit, spilling to a scratch directory.
+pub struct ExternalSort<R: SortRecord> {
+    dir: PathBuf,
+    memory: usize,
+    /// Records held before the buffer is sorted and spilled.
+    capacity: usize,
+    buffer: Vec<R>,
+    /// The scatter target of the radix pass (kept between runs).
+    scattered: Vec<R>,
+    runs: Vec<Run>,
+    records: u64,
+}
+
+/// A sorted run on scratch.
+struct Run {
+    path: PathBuf,
+    records: u64,
+}
+
+impl<R: SortRecord> ExternalSort<R> {
+    /// A sort that holds at most `memory` bytes of records and writes its runs into
+    /// `dir` (which must exist; the caller removes it).
+    pub fn new(dir: &Path, memory: usize) -> Self {
+        Self::with_buffers(dir, memory, SortBuffers::default())
+    }
+
+    /// Like [`ExternalSort::new`], reusing `buffers` (emptied; their capacity beyond what
+    /// `memory` allows is given back).
+    pub fn with_buffers(dir: &Path, memory: usize, buffers: SortBuffers<R>) -> Self {
+        let capacity = (memory / (2 * size_of::<R>().max(1))).max(1);
+        let SortBuffers {
+            mut buffer,
+            mut scattered,
+        } = buffers;
+        buffer.clear();
+        buffer.shrink_to(capacity);
+        // The scatter target keeps its length (any records will do: every one is
+        // overwritten before it is read), so a sort does not fill it again.
+        scattered.truncate(capacity);
+        scattered.shrink_to(capacity);
+        ExternalSort {
+            dir: dir.to_path_buf(),
+            memory,
+            capacity,
+            buffer,
+            scattered,
+            runs: Vec::new(),
+            records: 0,
+        }
+    }
+
+    /// The records pushed so far.
+    pub fn records(&self) -> u64 {
+        self.records
+    }
+
+    /// The runs spilled so far.
+    pub fn runs(&self) -> usize {
+        self.runs.len()
+    }
+
+    /// Adds one record.
+    pub fn push(&mut self, record: R) -> Result<()> {
+        if self.buffer.len() == self.buffer.capacity() {
+            if self.buffer.len() >= self.capacity {
+                self.spill()?;
+            } else {
+                // Grown by doubling, but never past the capacity the memory allows.
+                let want = (self.buffer.capacity() * 2).max(1024).min(self.capacity);
+                self.buffer.reserve_exact(want - self.buffer.len());
+            }
+        }
+        self.buffer.push(record);
+        self.records += 1;
+        Ok(())
+    }
+
+    /// Every record pushed, in order.
+    pub fn finish(mut self) -> Result<Sorted<R>> {
+        if self.runs.is_empty() {
+            self.sort_buffer();
+            return Ok(Sorted {
+                source: Source::Memory {
+                    records: self.buffer,
+                    next: 0,
+                },
+                scattered: self.scattered,
+            });
+        }
+        if !self.buffer.is_empty() {
+            self.spill()?;
+        }
+        // The buffers' memory goes to the runs' readers.
+        drop(std::mem::take(&mut self.buffer));
+        drop(std::mem::take(&mut self.scattered));
+        let share = (self.memory / self.runs.len()).clamp(RUN_READ_MIN, RUN_READ_MAX);
+        let mut readers = Vec::with_capacity(self.runs.len());
+        let mut heap = BinaryHeap::with_capacity(self.runs.len());
+        for run in self.runs {
+            let file = File::open(&run.path).map_err(|e| scratch_error(&run.path, e))?;
+            let mut reader = RunReader {
+                file: BufReader::with_capacity(share, file),
+                path: run.path,
+                left: run.records,
+                bytes: vec![0; R::BYTES],
+            };
+            if let Some(first) = reader.next::<R>()? {
+                heap.push(Reverse((first, readers.len())));
+            }
+            readers.push(reader);
+        }
+        Ok(Sorted {
+            source: Source::Merge { readers, heap },
+            scattered: Vec::new(),
+        })
+    }
+
+    /// Sorts the buffer in place ([`radix_sort`], with the second buffer as scratch).
+    fn sort_buffer(&mut self) {
+        let n = self.buffer.len();
+        if n <= SMALL_BUCKET {
+            self.buffer.sort_unstable();
+            return;
+        }
+        if self.scattered.len() < n {
+            self.scattered.reserve_exact(n - self.scattered.len());
+            self.scattered.resize(n, self.buffer[0]);
+        }
+        radix_sort(&mut self.buffer, &mut self.scattered[..n], 0);
+    }
+
+    /// Sorts the buffer and writes it as a new run.
+    fn spill(&mut self) -> Result<()> {
+        self.sort_buffer();
+        let path = self.dir.join(format!("run-{:05}", self.runs.len()));
+        let file = File::create(&path).map_err(|e| scratch_error(&path, e))?;
+        let mut out = BufWriter::with_capacity(RUN_WRITE, file);
+        let mut bytes = vec![0; R::BYTES];
+        for r in &self.buffer {
+            r.encode(&mut bytes);
+            out.write_all(&bytes).map_err(|e| scratch_error(&path, e))?;
+        }
+        out.flush().map_err(|e| scratch_error(&path, e))?;
+        self.runs.push(Run {
+            path,
+            records: self.buffer.len() as u64,
+        });
+        self.buffer.clear();
+        Ok(())
+    }
+}
+
+fn scratch_error(path: &Path, source: std::io::Error) -> EngineError {
+    EngineError::Scratch {
+        path: path.display().to_string(),
+        source,
+    }
+}
+
+/// The sorted records of an [`ExternalSort`], read with [`Sorted::next_record`].
+pub struct Sorted<R> {
+    source: Source<R>,
+    /// The sort's second buffer, handed back by [`Sorted::into_buffers`].
+    scattered: Vec<R>,
+}
+
+enum Source<R> {
+    Memory {
+        records: Vec<R>,
+        next: usize,
+    },
+    Merge {
+        readers: Vec<RunReader>,
+        /// The smallest unread record of each run that has one, with its run.
+        heap: BinaryHeap<Reverse<(R, usize)>>,
+    },
+}
+
+impl<R: SortRecord> Sorted<R> {
+    /// The sort's buffers, for the next sort (none after a merge, which freed them).
+    pub fn into_buffers(self) -> SortBuffers<R> {
+        match self.source {
+            Source::Memory { records, .. } => SortBuffers {
+                buffer: records,
+                scattered: self.scattered,
+            },
+            Source::Merge { .. } => SortBuffers::default(),
+        }
+    }
+
+    /// The next record in order; `None` after the last.
+    pub fn next_record(&mut self) -> Result<Option<R>> {
+        match &mut self.source {
+            Source::Memory { records, next } => {
+                let r = records.get(*next).copied();
+                *next += 1;
+                Ok(r)
+            }
+            Source::Merge { readers, heap } => {
+                let Some(Reverse((smallest, run))) = heap.pop() else {
+                    return Ok(None);
+                };
+                if let Some(following) = readers[run].next::<R>()? {
+                    heap.push(Reverse((following, run)));
+                }
+                Ok(Some(smallest))
+            }
+        }
+    }
+}
+
+/// One run being merged.
+struct RunReader {
+    file: BufReader<File>,
+    path: PathBuf,
+    /// Records not yet read.
+    left: u64,
+    bytes: Vec<u8>,
+}
+
+impl RunReader {
+    fn next<R: SortRecord>(&mut self) -> Result<Option<R>> {
+        if self.left == 0 {
+            return Ok(None);
+        }
+        self.file
+            .read_exact(&mut self.bytes)
+            .map_err(|e| scratch_error(&self.path, e))?;
+        self.left -= 1;
+        Ok(Some(R::decode(&self.bytes)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A 6-byte record: a 48-bit number in the high bytes of its word, so that its
+    /// byte order is its `Ord`.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+    struct Six([u64; 1]);
+
+    fn six(n: u64) -> Six {
+        Six([n << 16])
+    }
+
+    impl SortRecord for Six {
+        const BYTES: usize = 6;
+        fn decode(bytes: &[u8]) -> Self {
+            let mut b = [0u8; 8];
+            b[..6].copy_from_slice(bytes);
+            Six([u64::from_be_bytes(b)])
+        }
+        fn encode(&self, out: &mut [u8]) {
+            out.copy_from_slice(&self.0[0].to_be_bytes()[..6]);
+        }
+        fn words(&self) -> &[u64] {
+            &self.0
+        }
+    }
+
+    fn records(n: usize, seed: u64) -> Vec<Six> {
+        let mut s = seed | 1;
+        (0..n)
+            .map(|_| {
+                s ^= s << 13;
+                s ^= s >> 7;
+                s ^= s << 17;
+                // Few distinct radixes and many duplicates, as a partition has.
+                six(((s % 300) << 32) | ((s >> 32) % 50_000))
+            })
+            .collect()
+    }
+
+    fn sorted_with(memory: usize, input: &[Six]) -> (Vec<Six>, usize) {
+        let dir = tempfile::tempdir().unwrap();
+        let mut sort = ExternalSort::<Six>::new(dir.path(), memory);
+        for r in input {
+            sort.push(*r).unwrap();
+        }
+        assert_eq!(sort.records(), input.len() as u64);
+        let runs = sort.runs();
+        let mut out = sort.finish().unwrap();
+        let mut got = Vec::new();
+        while let Some(r) = out.next_record().unwrap() {
+            got.push(r);
+        }
+        (got, runs)
+    }
+
+    #[test]
+    fn a_sort_given_memory_for_fewer_than_1024_records_spills_instead_of_panicking() {
+        // 1 KiB: 64 records of 8 bytes in each of the two buffers.
+        let input = records(1000, 5);
+        let mut want = input.clone();
+        want.sort();
+        let (got, runs) = sorted_with(1 << 10, &input);
+        assert!(runs >= 15, "{runs} runs");
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn in_memory_radix_and_small_sorts_give_the_total_order() {
+        for n in [0, 1, 1000, 200_000] {
+            let input = records(n, 7);
+            let mut want = input.clone();
+            want.sort();
+            let (got, runs) = sorted_with(1 << 30, &input);
+            assert_eq!(runs, 0);
+            assert_eq!(got, want, "{n} records");
+        }
+    }
+
+    #[test]
+    fn spilled_runs_merge_to_the_same_order_whatever_the_memory() {
+        let input = records(300_000, 11);
+        let mut want = input.clone();
+        want.sort();
+        // 8 bytes a record in memory, two buffers: 64 KiB holds 4096 records a run.
+        for memory in [64 << 10, 1 << 20, 4 << 20] {
+            let (got, runs) = sorted_with(memory, &input);
+            assert!(runs > 0, "{memory}: expected runs on scratch");
+            assert_eq!(got, want, "memory {memory}");
+        }
+    }
+
+    #[test]
+    fn buffers_handed_from_sort_to_sort_sort_alike() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut buffers = SortBuffers::default();
+        // Larger, smaller and larger again than the sort before: the scatter target
+        // kept from a larger sort is used in part, and grown for a larger one.
+        for (seed, n) in [(3, 100_000), (5, 30_000), (7, 150_000)] {
+            let input = records(n, seed);
+            let mut want = input.clone();
+            want.sort();
+            let mut sort = ExternalSort::<Six>::with_buffers(dir.path(), 1 << 30, buffers);
+            for r in &input {
+                sort.push(*r).unwrap();
+            }
+            let mut out = sort.finish().unwrap();
+            let mut got = Vec::new();
+            while let Some(r) = out.next_record().unwrap() {
+                got.push(r);
+            }
+            assert_eq!(got, want, "seed {seed}");
+            buffers = out.into_buffers();
+            assert!(
+                buffers.buffer.capacity() >= 100_000,
+                "the buffer is handed back"
+            );
+        }
+    }
+
+    #[test]
+    fn a_run_cut_short_on_scratch_is_an_error_naming_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut sort = ExternalSort::<Six>::new(dir.path(), 64 << 10);
+        for r in records(10_000, 3) {
+            sort.push(r).unwrap();
+        }
+        assert!(sort.runs() > 0);
+        let run = dir.path().join("run-00000");
+        let len = std::fs::metadata(&run).unwrap().len();
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&run)
+            .unwrap()
+            .set_len(len - 3)
+            .unwrap();
+        let mut out = sort.finish().unwrap();
+        let err = loop {
+            match out.next_record() {
+                Ok(Some(_)) => continue,
+                Ok(None) => panic!("a truncated run merged without an error"),
+                Err(e) => break e,
+            }
+        };
+        assert!(err.to_string().contains("run-00000"), "{err}");
+    }
+}

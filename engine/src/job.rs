@@ -1,0 +1,455 @@
+//! The engine's side of the seam: the job kinds as the engine holds them, without
+//! their types (a registry of kinds, a job file of any kind, a driver and a runner of
+//! JSON bodies), and the one adapter from a typed [`Kind`] to them.
+//!
+//! ```text
+//! TaskSpec { id, body: JSON } ─► JobDriver::check/accept ─► adapter: StageSet::decode(id.stage, body) ─► K::Driver
+//! Assignment ─► TaskRunner::run ─► adapter: decode task and settings ─► K::Runner::run ─► encode the result
+//! ```
+//!
+//! Everything kind-independent about a job file is here too: the fingerprint (the hash
+//! of the kind's [`KindFile::identity`]) and the validation of its text.
+
+use std::marker::PhantomData;
+
+use crate::error::{EngineError, Result};
+use crate::inputs::{InputSource, ListedFile};
+use crate::kind::{
+    BoxFuture, Driver, Finished, Kind, KindFile, Output, OutputCheck, PlanContext, ProgressFile,
+    ProgressPlan, Progressed, RunResult, Runner, TaskCall, TaskEnv,
+};
+use crate::protocol::{Assignment, JobContext, Payload, TaskId, TaskSpec};
+use crate::stages::{StageSet, Stages};
+use crate::store::StoreUrl;
+
+/// A kind of job the engine can run, its types erased (every [`Kind`] is one).
+pub trait JobKind: Sync {
+    /// Its name in job files (`kind = "..."`).
+    fn name(&self) -> &'static str;
+    /// The directories of its final output files ([`Kind::FINAL_DIRS`]).
+    fn final_dirs(&self) -> &'static [&'static str];
+    /// Reads and validates job file `file` (its text): the kind's own sections;
+    /// unknown keys are errors with their line and column.
+    fn load(&'static self, file: &str, text: &str) -> Result<Box<dyn JobFile>>;
+    /// A worker's runner of this kind's tasks.
+    fn runner(&self) -> Box<dyn TaskRunner>;
+    /// For `coordinator status`: the kind's lines on a finished output.
+    fn describe_finished<'a>(&'a self, output: &'a StoreUrl) -> BoxFuture<'a, Result<Vec<String>>>;
+    /// See [`Kind::output_check`].
+    fn output_check<'a>(
+        &'a self,
+        output: &'a StoreUrl,
+    ) -> BoxFuture<'a, Result<Option<Box<dyn OutputCheck>>>>;
+    /// For `coordinator status`: each stage's task count in a journaled job (`spec`:
+    /// the journaled job file sections, `plan`: its plan) given its journaled results.
+    fn planned_tasks(
+        &self,
+        spec: &Payload,
+        plan: &Payload,
+        results: &[(TaskId, &Payload)],
+    ) -> Vec<(&'static str, Option<u64>)>;
+}
+
+impl std::fmt::Debug for dyn JobKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+/// A validated job file of some kind.
+pub trait JobFile: Send + Sync + std::fmt::Debug {
+    /// The output root URL.
+    fn output_url(&self) -> &str;
+    /// blake3 (hex) of what determines the output bytes ([`KindFile::identity`]).
+    fn fingerprint(&self) -> String;
+    /// The kind's settings as JSON (recorded in the journal).
+    fn to_json(&self) -> Result<Payload>;
+    /// The input the engine lists and pins.
+    fn inputs(&self) -> Vec<InputSource>;
+    /// Plans a new job; the plan is journaled.
+    fn plan<'a>(
+        &'a self,
+        output: &'a StoreUrl,
+        memory_per_worker: u64,
+        inputs: Vec<ListedFile>,
+    ) -> BoxFuture<'a, Result<Payload>>;
+    /// The driver of the planned job.
+    fn open(&self, output: &StoreUrl, plan: &Payload) -> Result<Box<dyn JobDriver>>;
+}
+
+/// A planned job on the coordinator, its types erased.
+pub trait JobDriver: Send {
+    /// The settings every task gets ([`JobContext::settings`]).
+    fn settings(&self) -> Result<Payload>;
+    fn progress_plan(&self) -> ProgressPlan;
+    /// See [`Driver::stage`].
+    fn stage(&mut self, stage: usize) -> Result<Option<Vec<TaskSpec>>>;
+    /// See [`Driver::check`]; a result that does not decode is refused too.
+    fn check(
+        &self,
+        task: &TaskSpec,
+        attempt: u32,
+        output: &Payload,
+    ) -> std::result::Result<(), String>;
+    /// See [`Driver::accept`].
+    fn accept(&mut self, task: TaskId, output: &Payload) -> Result<Progressed>;
+    /// See [`Driver::record_progress`].
+    fn record_progress(&mut self, stage_done: Option<usize>) -> Vec<ProgressFile>;
+    /// See [`Driver::finish`].
+    fn finish<'a>(&'a mut self, output: &'a StoreUrl) -> BoxFuture<'a, Result<Finished>>;
+    /// See [`Driver::clean_up`].
+    fn clean_up<'a>(&'a mut self, output: &'a StoreUrl) -> BoxFuture<'a, Result<()>>;
+    /// See [`Driver::discard_late`].
+    fn discard_late<'a>(
+        &'a self,
+        job: &'a JobContext,
+        task: TaskId,
+        attempt: u32,
+    ) -> BoxFuture<'a, Result<bool>>;
+}
+
+/// Runs one kind's tasks on a worker, its types erased.
+pub trait TaskRunner: Send {
+    /// Runs `task`: its encoded result, or the commit that gives it
+    /// ([`RunResult::Committing`]).
+    fn run<'a>(
+        &'a mut self,
+        task: &'a Assignment,
+        env: TaskEnv<'a>,
+    ) -> BoxFuture<'a, Result<RunResult<Payload>>>;
+    /// See [`Runner::discard_unreported`].
+    fn discard_unreported<'a>(&'a self, task: &'a Assignment) -> BoxFuture<'a, Result<bool>>;
+    /// See [`Runner::simulated`].
+    fn simulated(&self, task: &Assignment) -> Option<Result<Payload>>;
+    /// See [`Runner::forged`].
+    fn forged(&self, task: &Assignment, output: Payload) -> Payload;
+}
+
+/// The job kinds a program runs: its registry, passed to the engine's entry points
+/// (the binaries pass the production list, the engine's tests their own kinds). The
+/// first is the kind of a job file without `kind = "..."`.
+#[derive(Clone, Copy)]
+pub struct Kinds(&'static [&'static dyn JobKind]);
+
+impl Kinds {
+    /// The registry of `kinds` (at least one; the first is the default kind).
+    pub const fn new(kinds: &'static [&'static dyn JobKind]) -> Kinds {
+        assert!(
+            !kinds.is_empty(),
+            "a registry of job kinds needs at least one"
+        );
+        Kinds(kinds)
+    }
+
+    /// The kind named `name`.
+    pub fn find(&self, name: &str) -> Option<&'static dyn JobKind> {
+        self.0.iter().copied().find(|k| k.name() == name)
+    }
+
+    /// The kind of a job file without `kind = "..."`.
+    pub fn default_kind(&self) -> &'static dyn JobKind {
+        self.0[0]
+    }
+
+    /// The names of every kind, for messages.
+    pub fn names(&self) -> Vec<&'static str> {
+        self.0.iter().map(|k| k.name()).collect()
+    }
+}
+
+impl std::fmt::Debug for Kinds {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list().entries(self.names()).finish()
+    }
+}
+
+/// The fingerprint of a job file: blake3 (hex) of its kind's identity.
+pub fn fingerprint_of(identity: &serde_json::Value) -> String {
+    blake3::hash(identity.to_string().as_bytes())
+        .to_hex()
+        .to_string()
+}
+
+/// Reads job file `file` (its text) as a kind's sections `T` and validates them: errors
+/// name the file, and TOML's own errors (unknown keys, wrong types) their line and
+/// column.
+fn parse_job_file<T: KindFile>(file: &str, text: &str) -> Result<T> {
+    let spec_error = |what: String| EngineError::Spec {
+        file: file.to_string(),
+        what,
+    };
+    let spec: T = toml::from_str(text)
+        .map_err(|e: toml::de::Error| spec_error(e.to_string().trim_end().to_string()))?;
+    spec.validate().map_err(spec_error)?;
+    Ok(spec)
+}
+
+fn decode_plan<T: serde::de::DeserializeOwned>(what: &str, value: &Payload) -> Result<T> {
+    value
+        .decode()
+        .map_err(|e| EngineError::Job(format!("{what} does not decode: {e}")))
+}
+
+fn encode<T: serde::Serialize>(what: &str, value: &T) -> Result<Payload> {
+    Payload::encode(value).map_err(|e| EngineError::Job(format!("{what} does not encode: {e}")))
+}
+
+impl<K: Kind> JobKind for K {
+    fn name(&self) -> &'static str {
+        K::NAME
+    }
+
+    fn final_dirs(&self) -> &'static [&'static str] {
+        K::FINAL_DIRS
+    }
+
+    fn load(&'static self, file: &str, text: &str) -> Result<Box<dyn JobFile>> {
+        Ok(Box::new(FileOf::<K> {
+            kind: self,
+            file: parse_job_file::<K::File>(file, text)?,
+        }))
+    }
+
+    fn runner(&self) -> Box<dyn TaskRunner> {
+        Box::new(RunnerOf::<K> {
+            runner: Kind::runner(self),
+        })
+    }
+
+    fn describe_finished<'a>(&'a self, output: &'a StoreUrl) -> BoxFuture<'a, Result<Vec<String>>> {
+        Kind::describe_finished(self, output)
+    }
+
+    fn output_check<'a>(
+        &'a self,
+        output: &'a StoreUrl,
+    ) -> BoxFuture<'a, Result<Option<Box<dyn OutputCheck>>>> {
+        Kind::output_check(self, output)
+    }
+
+    fn planned_tasks(
+        &self,
+        spec: &Payload,
+        plan: &Payload,
+        results: &[(TaskId, &Payload)],
+    ) -> Vec<(&'static str, Option<u64>)> {
+        let (Ok(file), Ok(plan)) = (spec.decode::<K::File>(), plan.decode::<K::Plan>()) else {
+            return Vec::new();
+        };
+        let results: Vec<(TaskId, Output<K>)> = results
+            .iter()
+            .filter_map(|(id, body)| {
+                Some((*id, Output::<K>::decode(id.stage.as_str(), body).ok()?))
+            })
+            .collect();
+        Kind::planned_tasks(self, &file, &plan, &results)
+    }
+}
+
+/// A job file of kind `K`.
+struct FileOf<K: Kind> {
+    kind: &'static K,
+    file: K::File,
+}
+
+impl<K: Kind> std::fmt::Debug for FileOf<K> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct(K::NAME).field("file", &self.file).finish()
+    }
+}
+
+impl<K: Kind> JobFile for FileOf<K> {
+    fn output_url(&self) -> &str {
+        self.file.output_url()
+    }
+
+    fn fingerprint(&self) -> String {
+        fingerprint_of(&self.file.identity())
+    }
+
+    fn to_json(&self) -> Result<Payload> {
+        encode("the job file's sections", &self.file)
+    }
+
+    fn inputs(&self) -> Vec<InputSource> {
+        self.file.inputs()
+    }
+
+    fn plan<'a>(
+        &'a self,
+        output: &'a StoreUrl,
+        memory_per_worker: u64,
+        inputs: Vec<ListedFile>,
+    ) -> BoxFuture<'a, Result<Payload>> {
+        Box::pin(async move {
+            let context = PlanContext {
+                output,
+                memory_per_worker,
+                inputs,
+            };
+            let plan = self.kind.plan(&self.file, context).await?;
+            encode("the plan", &plan)
+        })
+    }
+
+    fn open(&self, output: &StoreUrl, plan: &Payload) -> Result<Box<dyn JobDriver>> {
+        let plan: K::Plan = decode_plan("the journaled plan", plan)?;
+        Ok(Box::new(DriverOf::<K> {
+            driver: self.kind.open(&self.file, output, plan)?,
+            kind: PhantomData,
+        }))
+    }
+}
+
+/// A driver of kind `K`: bodies decoded by their stage, results encoded.
+struct DriverOf<K: Kind> {
+    driver: K::Driver,
+    kind: PhantomData<fn() -> K>,
+}
+
+impl<K: Kind> JobDriver for DriverOf<K> {
+    fn settings(&self) -> Result<Payload> {
+        encode("the job's settings", self.driver.settings())
+    }
+
+    fn progress_plan(&self) -> ProgressPlan {
+        self.driver.progress_plan()
+    }
+
+    fn stage(&mut self, stage: usize) -> Result<Option<Vec<TaskSpec>>> {
+        let Some(tasks) = self.driver.stage(stage)? else {
+            return Ok(None);
+        };
+        tasks
+            .into_iter()
+            .map(|(index, task)| {
+                Ok(TaskSpec {
+                    id: TaskId::new(task.stage(), index),
+                    body: task.encode()?,
+                })
+            })
+            .collect::<Result<Vec<_>>>()
+            .map(Some)
+    }
+
+    fn check(
+        &self,
+        task: &TaskSpec,
+        attempt: u32,
+        output: &Payload,
+    ) -> std::result::Result<(), String> {
+        let stage = task.id.stage.as_str();
+        let t = K::Task::decode(stage, &task.body).map_err(|e| e.to_string())?;
+        let o = Output::<K>::decode(stage, output).map_err(|e| e.to_string())?;
+        let done = t
+            .done(&o)
+            .ok_or_else(|| format!("a result of another stage than {stage}"))?;
+        self.driver.check(done, attempt)
+    }
+
+    fn accept(&mut self, task: TaskId, output: &Payload) -> Result<Progressed> {
+        let output = Output::<K>::decode(task.stage.as_str(), output)?;
+        self.driver.accept(task, output)
+    }
+
+    fn record_progress(&mut self, stage_done: Option<usize>) -> Vec<ProgressFile> {
+        self.driver.record_progress(stage_done)
+    }
+
+    fn finish<'a>(&'a mut self, output: &'a StoreUrl) -> BoxFuture<'a, Result<Finished>> {
+        self.driver.finish(output)
+    }
+
+    fn clean_up<'a>(&'a mut self, output: &'a StoreUrl) -> BoxFuture<'a, Result<()>> {
+        self.driver.clean_up(output)
+    }
+
+    fn discard_late<'a>(
+        &'a self,
+        job: &'a JobContext,
+        task: TaskId,
+        attempt: u32,
+    ) -> BoxFuture<'a, Result<bool>> {
+        self.driver.discard_late(job, task, attempt)
+    }
+}
+
+/// A runner of kind `K`: the task and settings decoded, the result encoded.
+struct RunnerOf<K: Kind> {
+    runner: K::Runner,
+}
+
+/// An assignment's task and settings, decoded.
+fn decoded<K: Kind>(a: &Assignment) -> Result<(K::Task, K::Settings)> {
+    let task = K::Task::decode(a.task.id.stage.as_str(), &a.task.body)?;
+    let settings = decode_plan("the job's settings", &a.job.settings)?;
+    Ok((task, settings))
+}
+
+fn call<'a, K: Kind>(
+    a: &'a Assignment,
+    task: &'a K::Task,
+    settings: &'a K::Settings,
+) -> TaskCall<'a, K> {
+    TaskCall {
+        id: a.task.id,
+        task,
+        attempt: a.attempt,
+        job: &a.job,
+        settings,
+    }
+}
+
+impl<K: Kind> TaskRunner for RunnerOf<K> {
+    fn run<'a>(
+        &'a mut self,
+        a: &'a Assignment,
+        env: TaskEnv<'a>,
+    ) -> BoxFuture<'a, Result<RunResult<Payload>>> {
+        Box::pin(async move {
+            let (task, settings) = decoded::<K>(a)?;
+            let ran = self.runner.run(call(a, &task, &settings), env).await?;
+            let stage = task.stage();
+            ran.and_then(move |output| {
+                if output.stage() != stage {
+                    return Err(EngineError::Job(format!(
+                        "a {stage} task gave a {} result",
+                        output.stage()
+                    )));
+                }
+                output.encode()
+            })
+        })
+    }
+
+    fn discard_unreported<'a>(&'a self, a: &'a Assignment) -> BoxFuture<'a, Result<bool>> {
+        Box::pin(async move {
+            let (task, settings) = decoded::<K>(a)?;
+            self.runner
+                .discard_unreported(call(a, &task, &settings))
+                .await
+        })
+    }
+
+    fn simulated(&self, a: &Assignment) -> Option<Result<Payload>> {
+        let (task, settings) = match decoded::<K>(a) {
+            Ok(d) => d,
+            Err(e) => return Some(Err(e)),
+        };
+        let output = self.runner.simulated(call(a, &task, &settings))?;
+        Some(output.encode())
+    }
+
+    fn forged(&self, a: &Assignment, output: Payload) -> Payload {
+        let stage = a.task.id.stage.as_str();
+        let (Ok((task, settings)), Ok(out)) =
+            (decoded::<K>(a), Output::<K>::decode(stage, &output))
+        else {
+            return output;
+        };
+        self.runner
+            .forged(call(a, &task, &settings), out)
+            .encode()
+            .unwrap_or(output)
+    }
+}

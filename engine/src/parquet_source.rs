@@ -1,0 +1,345 @@
+//! Parquet input over `object_store`: an [`AsyncFileReader`] that fetches the footer and
+//! the projected column chunks with range reads, and names its file in every error.
+//!
+//! A file opened with the ETag it was planned with ([`open`]'s `etag`) is read only as
+//! that version: every range read carries `If-Match` and its answer's ETag and size
+//! are checked (for a store that ignores the header), so a file replaced or removed
+//! since the job was planned fails the read with [`EngineError::InputChanged`] (no
+//! separate `HEAD` round trips before and after), and its footer, parsed once, is kept
+//! for the next task on the same file ([`FOOTERS_KEPT`] files per process): a map
+//! task over one row group of a file already seen costs one request, not three.
+
+use std::ops::Range;
+use std::sync::Arc;
+
+use arrow::datatypes::{DataType, Field, FieldRef, Schema};
+use bytes::Bytes;
+use futures::future::BoxFuture;
+use futures::FutureExt;
+use object_store::path::Path;
+use object_store::{GetOptions, ObjectStore};
+use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions};
+use parquet::arrow::async_reader::{AsyncFileReader, ParquetRecordBatchStreamBuilder};
+use parquet::errors::ParquetError;
+use parquet::file::metadata::{PageIndexPolicy, ParquetMetaData, ParquetMetaDataReader};
+
+use crate::error::{EngineError, Result};
+use crate::store::StoreUrl;
+
+/// One input Parquet file in an object store.
+pub struct ParquetSource {
+    store: Arc<dyn ObjectStore>,
+    path: Path,
+    url: String,
+    size: u64,
+    /// The ETag every read must match (`If-Match`), when the file was pinned with one.
+    etag: Option<String>,
+    /// Whether to load the offset index (page locations), when the file has one: it
+    /// lets a row range be read without fetching its row group's whole column chunks.
+    pages: bool,
+}
+
+impl ParquetSource {
+    /// Bytes `range` of the file, of the pinned version only.
+    async fn read(&self, range: Range<u64>) -> parquet::errors::Result<Bytes> {
+        let options = GetOptions {
+            range: Some(range.into()),
+            if_match: self.etag.clone(),
+            ..GetOptions::default()
+        };
+        let pinned = |e: object_store::Error| {
+            let changed = |what: &str| {
+                ParquetError::External(Box::new(EngineError::InputChanged {
+                    file: self.url.clone(),
+                    what: what.to_string(),
+                }))
+            };
+            match e {
+                object_store::Error::Precondition { .. } if self.etag.is_some() => changed(
+                    "changed since the job was planned (its ETag no longer matches); its rows \
+                     would mix two versions: start a new output",
+                ),
+                object_store::Error::NotFound { .. } if self.etag.is_some() => {
+                    changed("removed since the job was planned; start a new output")
+                }
+                e => ParquetError::External(Box::new(EngineError::store(&self.url, e))),
+            }
+        };
+        let got = self
+            .store
+            .get_opts(&self.path, options)
+            .await
+            .map_err(pinned)?;
+        // A store that ignores If-Match still names the version it answered with.
+        if let Some(etag) = &self.etag {
+            if got.meta.e_tag.as_deref() != Some(etag.as_str()) || got.meta.size != self.size {
+                return Err(ParquetError::External(Box::new(
+                    EngineError::InputChanged {
+                        file: self.url.clone(),
+                        what: format!(
+                        "changed since the job was planned ({} bytes, etag {etag:?} → {} bytes, \
+                         etag {:?}); its rows would mix two versions: start a new output",
+                        self.size, got.meta.size, got.meta.e_tag
+                    ),
+                    },
+                )));
+            }
+        }
+        got.bytes().await.map_err(pinned)
+    }
+}
+
+impl AsyncFileReader for ParquetSource {
+    fn get_bytes(&mut self, range: Range<u64>) -> BoxFuture<'_, parquet::errors::Result<Bytes>> {
+        async move { self.read(range).await }.boxed()
+    }
+
+    fn get_byte_ranges(
+        &mut self,
+        ranges: Vec<Range<u64>>,
+    ) -> BoxFuture<'_, parquet::errors::Result<Vec<Bytes>>> {
+        async move {
+            let this = &*self;
+            object_store::coalesce_ranges(
+                &ranges,
+                |range| this.read(range),
+                object_store::OBJECT_STORE_COALESCE_DEFAULT,
+            )
+            .await
+        }
+        .boxed()
+    }
+
+    fn get_metadata<'a>(
+        &'a mut self,
+        _options: Option<&'a ArrowReaderOptions>,
+    ) -> BoxFuture<'a, parquet::errors::Result<Arc<ParquetMetaData>>> {
+        async move {
+            let size = self.size;
+            let pages = if self.pages {
+                PageIndexPolicy::Optional
+            } else {
+                PageIndexPolicy::Skip
+            };
+            let metadata = ParquetMetaDataReader::new()
+                .with_prefetch_hint(Some(64 * 1024))
+                .with_offset_index_policy(pages)
+                .load_and_finish(self, size)
+                .await?;
+            Ok(Arc::new(metadata))
+        }
+        .boxed()
+    }
+}
+
+/// Parsed footers kept per process (the last files opened with an ETag).
+pub const FOOTERS_KEPT: usize = 8;
+
+/// A file's identity for its kept footer: URL, size, ETag, whether with page locations.
+type FooterKey = (String, u64, String, bool);
+
+/// The footers of the last [`FOOTERS_KEPT`] pinned files opened, most recent last.
+static FOOTERS: std::sync::Mutex<Vec<(FooterKey, ArrowReaderMetadata)>> =
+    std::sync::Mutex::new(Vec::new());
+
+fn kept_footer(key: &FooterKey) -> Option<ArrowReaderMetadata> {
+    let kept = FOOTERS.lock().unwrap_or_else(|p| p.into_inner());
+    kept.iter().find(|(k, _)| k == key).map(|(_, m)| m.clone())
+}
+
+fn keep_footer(key: FooterKey, metadata: &ArrowReaderMetadata) {
+    let mut kept = FOOTERS.lock().unwrap_or_else(|p| p.into_inner());
+    kept.retain(|(k, _)| *k != key);
+    if kept.len() >= FOOTERS_KEPT {
+        kept.remove(0);
+    }
+    kept.push((key, metadata.clone()));
+}
+
+/// The error of reading Parquet file `file`: [`EngineError::InputChanged`] when a read
+/// found the file replaced, otherwise [`EngineError::Parquet`] naming the file.
+pub fn parquet_error(file: &str, e: ParquetError) -> EngineError {
+    if let ParquetError::External(inner) = e {
+        return match inner.downcast::<EngineError>() {
+            Ok(worker) => *worker,
+            Err(other) => EngineError::Parquet {
+                file: file.to_string(),
+                what: other.to_string(),
+            },
+        };
+    }
+    EngineError::Parquet {
+        file: file.to_string(),
+        what: e.to_string(),
+    }
+}
+
+/// Opens an input file (reads its footer) as a record-batch stream builder. Utf8
+/// columns named in `as_dictionary` are read as `Dictionary(Int32, Utf8)`, keeping
+/// Parquet's dictionary encoding so each distinct value can be handled once, where the
+/// file's pages of that column are dictionary-encoded throughout
+/// ([`dictionary_encoded_throughout`]). With
+/// `etag` (the one the file was planned with) every read is of that version only and
+/// the parsed footer is kept for the next open of the same file.
+pub async fn open(
+    url: &str,
+    size: u64,
+    etag: Option<&str>,
+    as_dictionary: &[&str],
+    pages: bool,
+) -> Result<ParquetRecordBatchStreamBuilder<ParquetSource>> {
+    let parquet_err = |e: ParquetError| parquet_error(url, e);
+    let loc = StoreUrl::parse(url)?;
+    let mut source = ParquetSource {
+        store: loc.store.clone(),
+        path: loc.root.clone(),
+        url: url.to_string(),
+        size,
+        etag: etag.map(str::to_string),
+        pages,
+    };
+    let key = etag.map(|e| (url.to_string(), size, e.to_string(), pages));
+    let plain = match key.as_ref().and_then(kept_footer) {
+        Some(kept) => kept,
+        None => {
+            let read = ArrowReaderMetadata::load_async(&mut source, ArrowReaderOptions::new())
+                .await
+                .map_err(parquet_err)?;
+            if let Some(key) = key {
+                keep_footer(key, &read);
+            }
+            read
+        }
+    };
+    let schema = plain.schema();
+    let fields: Vec<FieldRef> = schema
+        .fields()
+        .iter()
+        .map(|f| {
+            if as_dictionary.contains(&f.name().as_str())
+                && f.data_type() == &DataType::Utf8
+                && dictionary_encoded_throughout(plain.metadata(), f.name())
+            {
+                Arc::new(
+                    Field::new(
+                        f.name(),
+                        DataType::Dictionary(Box::new(DataType::Int32), Box::new(DataType::Utf8)),
+                        f.is_nullable(),
+                    )
+                    .with_metadata(f.metadata().clone()),
+                )
+            } else {
+                f.clone()
+            }
+        })
+        .collect();
+    let wanted = Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()));
+    let metadata = ArrowReaderMetadata::try_new(
+        plain.metadata().clone(),
+        ArrowReaderOptions::new().with_schema(wanted),
+    )
+    .map_err(parquet_err)?;
+    Ok(ParquetRecordBatchStreamBuilder::new_with_metadata(
+        source, metadata,
+    ))
+}
+
+/// Whether every data page of column `name`, in every row group of the file, is
+/// dictionary-encoded, as far as the footer's page encoding statistics say (a file
+/// without them is taken to be). A writer falls back to plain pages once a column
+/// chunk's dictionary outgrows its limit (about a megabyte: some 60 000 IPv4 address
+/// texts), and a dictionary-typed read of such a chunk must build a dictionary of the
+/// plain values by hashing them, which costs more than reading them as plain strings
+/// does. So such a column is read as plain strings.
+fn dictionary_encoded_throughout(metadata: &ParquetMetaData, name: &str) -> bool {
+    use parquet::basic::Encoding;
+    metadata.row_groups().iter().all(|group| {
+        group
+            .columns()
+            .iter()
+            .filter(|c| c.column_path().string() == name)
+            .all(|c| match c.page_encoding_stats_mask() {
+                None => true,
+                Some(mask) => {
+                    c.dictionary_page_offset().is_some()
+                        && (mask.is_only(Encoding::RLE_DICTIONARY)
+                            || mask.is_only(Encoding::PLAIN_DICTIONARY))
+                }
+            })
+    })
+}
+
+/// The index of column `name` in `schema` (of Parquet file `file`); a schema error
+/// naming the file and listing the columns it has when there is none.
+pub fn column_index(schema: &Schema, file: &str, name: &str) -> Result<usize> {
+    schema.index_of(name).map_err(|_| EngineError::Schema {
+        file: file.to_string(),
+        what: format!(
+            "no column {name:?} (columns: {:?})",
+            schema.fields().iter().map(|f| f.name()).collect::<Vec<_>>()
+        ),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The footer of a Parquet file of `rows` texts, of which `distinct` differ, written
+    /// with a dictionary page limit of `dictionary_limit` bytes.
+    fn footer(rows: usize, distinct: usize, dictionary_limit: usize) -> ParquetMetaData {
+        use arrow::array::{ArrayRef, RecordBatch, StringArray};
+        let texts: ArrayRef =
+            Arc::new(StringArray::from_iter_values((0..rows).map(|i| {
+                format!("10.0.{}.{}", i % distinct / 256, i % distinct % 256)
+            })));
+        let batch = RecordBatch::try_from_iter([("src_addr", texts)]).unwrap();
+        let props = parquet::file::properties::WriterProperties::builder()
+            .set_dictionary_page_size_limit(dictionary_limit)
+            .set_max_row_group_row_count(Some(rows / 2))
+            .build();
+        let mut file = Vec::new();
+        let mut writer =
+            parquet::arrow::ArrowWriter::try_new(&mut file, batch.schema(), Some(props)).unwrap();
+        writer.write(&batch).unwrap();
+        writer.close().unwrap();
+        ParquetMetaDataReader::new()
+            .parse_and_finish(&Bytes::from(file))
+            .unwrap()
+    }
+
+    #[test]
+    fn a_column_read_as_dictionary_only_where_its_pages_are_dictionary_encoded() {
+        // Few distinct values: every page of both row groups uses the dictionary.
+        let fits = footer(20_000, 300, 1 << 20);
+        assert_eq!(fits.num_row_groups(), 2);
+        assert!(fits
+            .row_group(1)
+            .column(0)
+            .page_encoding_stats_mask()
+            .is_some());
+        assert!(dictionary_encoded_throughout(&fits, "src_addr"));
+        // Many distinct values past a small dictionary limit: the writer falls back to
+        // plain pages.
+        let overflows = footer(20_000, 20_000, 4 << 10);
+        assert!(!dictionary_encoded_throughout(&overflows, "src_addr"));
+        // A column the file lacks is left to the reader's own error.
+        assert!(dictionary_encoded_throughout(&fits, "dst_addr"));
+    }
+
+    #[test]
+    fn a_missing_column_names_the_file_and_the_columns_there_are() {
+        let schema = Schema::new(vec![
+            Field::new("text", DataType::Utf8, true),
+            Field::new("id", DataType::Int64, true),
+        ]);
+        assert_eq!(column_index(&schema, "s3://b/x.parquet", "id").unwrap(), 1);
+        match column_index(&schema, "s3://b/x.parquet", "body") {
+            Err(EngineError::Schema { file, what }) => {
+                assert_eq!(file, "s3://b/x.parquet");
+                assert_eq!(what, r#"no column "body" (columns: ["text", "id"])"#);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+}

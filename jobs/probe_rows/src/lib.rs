@@ -1,0 +1,446 @@
+//! The probe-rows job: RIPE-Atlas-style measurements (Parquet) → one row per probe
+//! (source address) in `train`/`test` ArrayRecord shards, plus `manifest.json`.
+//!
+//! ```text
+//! plan: list + pin the input, read footers ─► map tasks (row ranges of one file)
+//! map:    scan ─► validate ─► partition by source ─► shuffle file (+ rejects)
+//! reduce: a partition's segments ─► sort (spilling) ─► rows per source ─► shards
+//! finish: manifest.json, the engine's _SUCCESS, then shuffle files removed
+//! ```
+//!
+//! * [`spec`]: the job file's `[input]`, `[output]`, `[split]`.
+//! * [`plan`]: input listing and Parquet footers → map tasks; map results → reduce tasks.
+//! * [`map`], [`validate`], [`key`]: the map task (Parquet through
+//!   [`probeflow_engine::parquet_source`]).
+//! * [`reduce`]: the reduce task.
+//! * [`result_check`]: results checked against the plan.
+//! * [`manifest`]: the manifest, written when the job finishes.
+//! * [`synthetic`]: RIPE-Atlas-like demo input (`coordinator generate`).
+//! * [`inspect`]: a shard's facts and rows (`coordinator inspect`).
+//! * `output_check`: the manifest and the shards' row counts for `coordinator verify`.
+
+pub mod error;
+pub mod inspect;
+pub mod key;
+pub mod manifest;
+pub mod map;
+mod output_check;
+pub mod plan;
+pub mod protocol;
+pub mod reduce;
+pub mod result_check;
+mod source_table;
+pub mod spec;
+pub mod synthetic;
+pub mod validate;
+
+use std::collections::BTreeMap;
+
+use serde::{Deserialize, Serialize};
+
+use manifest::{InputFile, Totals};
+use probeflow_engine::error::Result;
+use probeflow_engine::inputs::InputSource;
+use probeflow_engine::kind::{
+    BoxFuture, Done, Driver, Finished, Kind, KindFile, OutputCheck, PlanContext, ProgressPlan,
+    Progressed, RunResult, Runner, StageTasks, TaskCall, TaskEnv,
+};
+use probeflow_engine::protocol::{JobContext, TaskId};
+use probeflow_engine::store::StoreUrl;
+use protocol::{
+    MapOutput, MapTask, Plausible, ProbeDone, ProbeOutput, ProbeTask, ReduceOutput, Settings,
+};
+use spec::ProbeRowsFile;
+
+/// The kind's name in job files (the default kind).
+pub const NAME: &str = "probe_rows";
+
+/// The probe-rows job kind.
+pub struct ProbeRows;
+
+impl Kind for ProbeRows {
+    const NAME: &'static str = NAME;
+    /// The shards of every split and the rejects (`manifest.json` is final too, at the
+    /// root).
+    const FINAL_DIRS: &'static [&'static str] = &["train", "val", "test", "rejects"];
+    type File = ProbeRowsFile;
+    type Plan = Plan;
+    type Settings = Settings;
+    type Task = ProbeTask;
+    type Driver = ProbeRowsDriver;
+    type Runner = ProbeRowsRunner;
+
+    fn plan<'a>(
+        &'a self,
+        file: &'a ProbeRowsFile,
+        context: PlanContext<'a>,
+    ) -> BoxFuture<'a, Result<Plan>> {
+        Box::pin(async move {
+            let listed = match &file.input.synthetic {
+                None => context.inputs,
+                Some(s) => {
+                    let dir = StoreUrl::parse(&format!(
+                        "{}/_job/input",
+                        context.output.url.trim_end_matches('/')
+                    ))?;
+                    tracing::info!(rows = s.rows, seed = s.seed, dir = %dir.url, "generating demo input");
+                    synthetic::ensure(s.rows, s.seed, &dir).await?;
+                    let generated = parquet_source(format!("{}/*.parquet", dir.url));
+                    probeflow_engine::inputs::list_inputs(&[generated]).await?
+                }
+            };
+            let rows_per_task =
+                rows_per_map_task(file.input.rows_per_map_task, context.memory_per_worker);
+            let (inputs, maps) = plan::plan_maps(&listed, rows_per_task).await?;
+            let planned_at = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs());
+            Ok(Plan {
+                plausible: file.plausible(planned_at),
+                inputs,
+                maps,
+                shards: file.output.shards,
+            })
+        })
+    }
+
+    fn open(
+        &self,
+        file: &ProbeRowsFile,
+        _output: &StoreUrl,
+        plan: Plan,
+    ) -> Result<ProbeRowsDriver> {
+        Ok(ProbeRowsDriver {
+            settings: file.settings(plan.plausible),
+            fingerprint: probeflow_engine::job::fingerprint_of(&file.identity()),
+            plan,
+            maps: BTreeMap::new(),
+            reduces: BTreeMap::new(),
+        })
+    }
+
+    fn runner(&self) -> ProbeRowsRunner {
+        ProbeRowsRunner::default()
+    }
+
+    fn output_check<'a>(
+        &'a self,
+        output: &'a StoreUrl,
+    ) -> BoxFuture<'a, Result<Option<Box<dyn OutputCheck>>>> {
+        Box::pin(async move {
+            let check: Box<dyn OutputCheck> =
+                Box::new(output_check::ShardCheck::load(output).await?);
+            Ok(Some(check))
+        })
+    }
+
+    fn describe_finished<'a>(&'a self, output: &'a StoreUrl) -> BoxFuture<'a, Result<Vec<String>>> {
+        Box::pin(async move {
+            let Some(m) = manifest::read_manifest(output).await? else {
+                return Ok(Vec::new());
+            };
+            let t = &m.totals;
+            Ok(vec![
+                format!("rejected by reason: {:?}", t.rejected_by_reason),
+                format!(
+                    "{} shards ({} per split), {:.1} MB",
+                    m.shards.len(),
+                    m.shards_per_split,
+                    t.bytes as f64 / 1e6
+                ),
+            ])
+        })
+    }
+
+    fn planned_tasks(
+        &self,
+        _file: &ProbeRowsFile,
+        plan: &Plan,
+        _results: &[(TaskId, ProbeOutput)],
+    ) -> Vec<(&'static str, Option<u64>)> {
+        vec![
+            (protocol::MAP, Some(plan.maps.len() as u64)),
+            (protocol::REDUCE, Some(u64::from(plan.shards))),
+        ]
+    }
+}
+
+/// The input of a probe-rows job: Parquet files.
+fn parquet_source(url: String) -> InputSource {
+    InputSource {
+        section: "input",
+        paths: vec![url],
+        formats: "a .parquet file",
+        accepts: is_parquet,
+    }
+}
+
+fn is_parquet(name: &str) -> bool {
+    name.ends_with(".parquet")
+}
+
+impl KindFile for ProbeRowsFile {
+    fn validate(&self) -> std::result::Result<(), String> {
+        ProbeRowsFile::validate(self)
+    }
+
+    fn output_url(&self) -> &str {
+        &self.output.url
+    }
+
+    fn identity(&self) -> serde_json::Value {
+        serde_json::json!({
+            "input": self.input,
+            "output": self.output,
+            "split": self.split,
+            "row_format": probeflow_reader::row::codec::ROW_FORMAT_VERSION,
+        })
+    }
+
+    fn inputs(&self) -> Vec<InputSource> {
+        // Generated input is the job's own, made again alike on a resume.
+        self.input
+            .url
+            .clone()
+            .map(parquet_source)
+            .into_iter()
+            .collect()
+    }
+}
+
+/// The journaled plan: the pinned input, the map tasks, the resolved limits.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Plan {
+    pub inputs: Vec<InputFile>,
+    pub maps: Vec<MapTask>,
+    pub shards: u32,
+    /// The plausibility limits, resolved when the job was planned.
+    pub plausible: Plausible,
+}
+
+/// Rows per map task: `[input] rows_per_map_task`, or a tenth of a worker's memory at
+/// ~100 bytes a row, 100k–4M.
+pub fn rows_per_map_task(set: Option<u64>, memory_per_worker: u64) -> u64 {
+    set.unwrap_or_else(|| (memory_per_worker / 1000).clamp(100_000, 4_000_000))
+        .max(1)
+}
+
+/// The one-line summary of a finished job.
+fn summary(t: &Totals) -> String {
+    format!(
+        "{} input rows → {} kept, {} rejected; {} rows from {} sources, {:.1} MB",
+        t.input_rows,
+        t.kept_measurements,
+        t.rejected_rows,
+        t.rows,
+        t.sources,
+        t.bytes as f64 / 1e6
+    )
+}
+
+/// A planned probe-rows job on the coordinator: its accepted map and reduce results.
+pub struct ProbeRowsDriver {
+    settings: Settings,
+    fingerprint: String,
+    plan: Plan,
+    maps: BTreeMap<usize, MapOutput>,
+    reduces: BTreeMap<u32, ReduceOutput>,
+}
+
+impl Driver<ProbeRows> for ProbeRowsDriver {
+    fn settings(&self) -> &Settings {
+        &self.settings
+    }
+
+    fn progress_plan(&self) -> ProgressPlan {
+        ProgressPlan {
+            stages: vec![
+                (protocol::MAP, self.plan.maps.len() as u64),
+                (protocol::REDUCE, u64::from(self.settings.shards)),
+            ],
+            unit: "rows",
+            total_units: self.plan.inputs.iter().map(|f| f.rows).sum(),
+        }
+    }
+
+    fn stage(&mut self, stage: usize) -> Result<Option<StageTasks<ProbeRows>>> {
+        Ok(Some(match stage {
+            0 => self
+                .plan
+                .maps
+                .iter()
+                .map(|m| (m.index as u32, ProbeTask::Map(m.clone())))
+                .collect(),
+            1 => {
+                let maps: Vec<(usize, &MapOutput)> =
+                    self.maps.iter().map(|(i, m)| (*i, m)).collect();
+                plan::plan_reduces(self.settings.shards, &maps)?
+                    .into_iter()
+                    .map(|r| (r.partition, ProbeTask::Reduce(r)))
+                    .collect()
+            }
+            _ => return Ok(None),
+        }))
+    }
+
+    fn check(&self, done: Done<'_, ProbeRows>, attempt: u32) -> std::result::Result<(), String> {
+        match done {
+            ProbeDone::Map(t, m) => result_check::check_map(t, attempt, m),
+            ProbeDone::Reduce(t, r) => result_check::check_reduce(t, &self.settings, r),
+        }
+    }
+
+    fn accept(&mut self, task: TaskId, output: ProbeOutput) -> Result<Progressed> {
+        Ok(match output {
+            ProbeOutput::Map(m) => {
+                let units = m.input_rows;
+                self.maps.insert(task.index as usize, m);
+                Progressed { units, bytes: 0 }
+            }
+            ProbeOutput::Reduce(r) => {
+                let bytes = r.shards.iter().map(|s| s.bytes).sum();
+                self.reduces.insert(task.index, r);
+                Progressed { units: 0, bytes }
+            }
+        })
+    }
+
+    fn finish<'a>(&'a mut self, output: &'a StoreUrl) -> BoxFuture<'a, Result<Finished>> {
+        Box::pin(async move {
+            let (totals, files) = manifest::finalize(
+                output,
+                &self.fingerprint,
+                &self.plan,
+                &self.settings,
+                &self.maps,
+                &self.reduces,
+            )
+            .await?;
+            Ok(Finished {
+                summary: summary(&totals),
+                files,
+            })
+        })
+    }
+
+    fn clean_up<'a>(&'a mut self, output: &'a StoreUrl) -> BoxFuture<'a, Result<()>> {
+        Box::pin(manifest::clean_up(output, &self.maps))
+    }
+
+    fn discard_late<'a>(
+        &'a self,
+        job: &'a JobContext,
+        task: TaskId,
+        attempt: u32,
+    ) -> BoxFuture<'a, Result<bool>> {
+        Box::pin(async move {
+            if task.stage.as_str() != protocol::MAP {
+                return Ok(false);
+            }
+            map::discard_late_output(job, task.index as usize, attempt).await
+        })
+    }
+}
+
+/// Runs probe-rows tasks on a worker; keeps parsed addresses, and the reduce's sort
+/// buffers, from task to task.
+#[derive(Default)]
+pub struct ProbeRowsRunner {
+    addresses: validate::AddressCache,
+    sort_buffers: probeflow_engine::external_sort::SortBuffers<key::SortKey>,
+}
+
+impl Runner<ProbeRows> for ProbeRowsRunner {
+    fn run<'a>(
+        &'a mut self,
+        call: TaskCall<'a, ProbeRows>,
+        env: TaskEnv<'a>,
+    ) -> BoxFuture<'a, Result<RunResult<ProbeOutput>>> {
+        Box::pin(async move {
+            // Each stage keeps its own state from task to task, and frees the other's:
+            // a worker's memory holds one of them at a time.
+            match call.task {
+                ProbeTask::Map(_) => self.sort_buffers = Default::default(),
+                ProbeTask::Reduce(_) => self.addresses = Default::default(),
+            }
+            // Both stages end committing: their files written, their fsyncs (or the
+            // last of their uploads) left, which overlap the worker's next task.
+            Ok(match call.task {
+                ProbeTask::Map(task) => map::run_map(
+                    task,
+                    call.job,
+                    call.settings,
+                    call.attempt,
+                    &mut self.addresses,
+                )
+                .await?
+                .map(ProbeOutput::Map),
+                ProbeTask::Reduce(task) => reduce::run_reduce(
+                    task,
+                    call.job,
+                    call.settings,
+                    env.config,
+                    env.scratch,
+                    call.attempt,
+                    &mut self.sort_buffers,
+                )
+                .await?
+                .map(ProbeOutput::Reduce),
+            })
+        })
+    }
+
+    fn discard_unreported<'a>(
+        &'a self,
+        call: TaskCall<'a, ProbeRows>,
+    ) -> BoxFuture<'a, Result<bool>> {
+        Box::pin(async move {
+            let ProbeTask::Map(task) = call.task else {
+                return Ok(false);
+            };
+            let removed = map::discard_late_output(call.job, task.index, call.attempt).await?;
+            if removed {
+                tracing::info!(task = %call.id, "the job finished without this attempt; its shuffle file is removed (and its rejects file)");
+            }
+            Ok(removed)
+        })
+    }
+
+    fn simulated(&self, call: TaskCall<'_, ProbeRows>) -> Option<ProbeOutput> {
+        Some(match call.task {
+            // Every row "rejected": the counts add up without a shuffle file to read.
+            ProbeTask::Map(task) => ProbeOutput::Map(MapOutput {
+                shuffle_file: map::shuffle_path(task.index, call.attempt),
+                input_rows: task.rows,
+                kept_rows: 0,
+                rejected: BTreeMap::from([("simulated".to_string(), task.rows)]),
+                rejects_file: Some(map::rejects_path(task.index, call.attempt)),
+                // Nothing written: the entry of an empty file.
+                rejects_written: Some(probeflow_engine::completion::OutputFile::of(
+                    map::rejects_path(task.index, call.attempt),
+                    b"",
+                )),
+            }),
+            ProbeTask::Reduce(_) => ProbeOutput::Reduce(ReduceOutput {
+                shards: Vec::new(),
+                input_rows: 0,
+            }),
+        })
+    }
+
+    fn forged(&self, _call: TaskCall<'_, ProbeRows>, output: ProbeOutput) -> ProbeOutput {
+        match output {
+            ProbeOutput::Map(mut m) => {
+                m.shuffle_file = "manifest.json".into();
+                m.rejects_file = Some("manifest.json".into());
+                ProbeOutput::Map(m)
+            }
+            ProbeOutput::Reduce(mut r) => {
+                for s in &mut r.shards {
+                    s.path = "../../elsewhere.array_record".into();
+                }
+                ProbeOutput::Reduce(r)
+            }
+        }
+    }
+}
