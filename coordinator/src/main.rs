@@ -11,7 +11,8 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use probeflow_engine::coordinator::{run_job, status, verify, JobSpec, Mode, RunOutcome};
+use probeflow_engine::coordinator::{run_job, status, verify, JobSpec, RunOutcome};
+use probeflow_engine::settings::Mode;
 use probeflow_engine::store::StoreUrl;
 use probeflow_engine::EngineError;
 use probeflow_jobs::KINDS;

@@ -20,8 +20,8 @@ use ractor_cluster::{IncomingEncryptionMode, NodeServer, NodeServerMessage};
 
 use crate::error::{EngineError, Result};
 use crate::listener::ClusterListener;
+use crate::messages::CoordinatorMsg;
 use crate::tls::ClusterTls;
-use crate::worker::actor::CoordinatorMsg;
 
 /// The process group the coordinator actor joins.
 pub const COORDINATOR_GROUP: &str = "probeflow.coordinator";

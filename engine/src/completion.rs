@@ -190,6 +190,21 @@ pub fn another_jobs_output(output: &StoreUrl, why: &str) -> EngineError {
     ))
 }
 
+/// Removes an attempt's planned files (`files`, [`crate::kind::Kind::attempt_files`])
+/// from `output` when the job finished without that attempt: only once the output has
+/// its completion record (before that, a resumed coordinator may still accept the
+/// attempt, and the finishing job removes its work directories itself). True if the
+/// files were removed (deleting a file that is not there is not an error).
+pub(crate) async fn discard_attempt(output: &StoreUrl, files: &[String]) -> Result<bool> {
+    if files.is_empty() || !exists(output).await? {
+        return Ok(false);
+    }
+    for f in files {
+        output.delete(&output.child(f)).await?;
+    }
+    Ok(true)
+}
+
 /// The error of `coordinator verify` on `output` of kind `kind` (empty: not known yet).
 pub fn verification_failed(output: &StoreUrl, kind: &str, what: String) -> EngineError {
     EngineError::Verify {
@@ -228,6 +243,25 @@ pub trait OutputCheck: Send {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn an_attempts_files_are_removed_only_once_the_job_is_complete() {
+        let dir = tempfile::tempdir().unwrap();
+        let output = StoreUrl::parse(&dir.path().display().to_string()).unwrap();
+        let files = vec!["_job/work/a-00003-a2".to_string()];
+        let file = dir.path().join(&files[0]);
+        std::fs::create_dir_all(file.parent().unwrap()).unwrap();
+        std::fs::write(&file, b"late").unwrap();
+        // The job still runs: the file may be the one a resumed coordinator accepts.
+        assert!(!discard_attempt(&output, &files).await.unwrap());
+        assert!(file.exists());
+        std::fs::write(dir.path().join(COMPLETION_MARKER), b"{}").unwrap();
+        assert!(discard_attempt(&output, &files).await.unwrap());
+        assert!(!file.exists());
+        // Already gone: still fine; no files: nothing to do.
+        assert!(discard_attempt(&output, &files).await.unwrap());
+        assert!(!discard_attempt(&output, &[]).await.unwrap());
+    }
 
     fn record() -> CompletionRecord {
         CompletionRecord {

@@ -18,13 +18,35 @@
 
 use crate::error::{EngineError, Result};
 
+/// What a kind's runner does under the faults that need the kind (test builds only: the
+/// trait exists only with the `fault-injection` feature, so a release build of a kind
+/// carries no fault code). Every kind's runner implements it in test builds, under its
+/// own `fault-injection` feature.
+#[cfg(feature = "fault-injection")]
+pub trait FaultHooks<K: crate::kind::Kind> {
+    /// `simulate-tasks`: the result this task would give, without doing its work
+    /// (`None`: the kind cannot simulate).
+    fn simulated(&self, _call: crate::kind::TaskCall<'_, K>) -> Option<crate::kind::Output<K>> {
+        None
+    }
+    /// `forge-results`: the result with paths this attempt was not given. The default
+    /// forges nothing.
+    fn forged(
+        &self,
+        _call: crate::kind::TaskCall<'_, K>,
+        output: crate::kind::Output<K>,
+    ) -> crate::kind::Output<K> {
+        output
+    }
+}
+
 /// The environment variable that names the fault.
 pub const FAULT_ENV: &str = "PROBEFLOW_FAULT";
 
 /// One injected fault.
 #[cfg(feature = "fault-injection")]
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Fault {
+pub enum InjectedFault {
     ParkBeforeReport,
     SlowReport(std::time::Duration),
     ScratchFull,
@@ -36,7 +58,7 @@ pub enum Fault {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Faults {
     #[cfg(feature = "fault-injection")]
-    fault: Option<Fault>,
+    fault: Option<InjectedFault>,
 }
 
 impl Faults {
@@ -56,15 +78,15 @@ impl Faults {
     #[cfg(feature = "fault-injection")]
     fn parse(name: &str) -> Result<Faults> {
         let fault = match name {
-            "park-before-report" => Fault::ParkBeforeReport,
-            "scratch-full" => Fault::ScratchFull,
-            "forge-results" => Fault::ForgeResults,
-            "simulate-tasks" => Fault::SimulateTasks,
+            "park-before-report" => InjectedFault::ParkBeforeReport,
+            "scratch-full" => InjectedFault::ScratchFull,
+            "forge-results" => InjectedFault::ForgeResults,
+            "simulate-tasks" => InjectedFault::SimulateTasks,
             other => match other
                 .strip_prefix("slow-report:")
                 .and_then(|ms| ms.parse().ok())
             {
-                Some(ms) => Fault::SlowReport(std::time::Duration::from_millis(ms)),
+                Some(ms) => InjectedFault::SlowReport(std::time::Duration::from_millis(ms)),
                 None => {
                     return Err(EngineError::Cluster(format!(
                         "{FAULT_ENV}={other:?}: the faults are park-before-report, \
@@ -85,14 +107,14 @@ impl Faults {
 
     /// The injected fault, if any.
     #[cfg(feature = "fault-injection")]
-    pub fn get(&self) -> Option<Fault> {
+    pub fn get(&self) -> Option<InjectedFault> {
         self.fault
     }
 
     /// Before a task runs: `scratch-full` fails it as a full disk would.
     pub fn before_task(&self, _scratch: &std::path::Path) -> Result<()> {
         #[cfg(feature = "fault-injection")]
-        if self.fault == Some(Fault::ScratchFull) {
+        if self.fault == Some(InjectedFault::ScratchFull) {
             return Err(EngineError::Scratch {
                 path: _scratch.display().to_string(),
                 source: std::io::Error::from_raw_os_error(28), // ENOSPC
@@ -106,11 +128,11 @@ impl Faults {
     pub async fn before_report(&self) {
         #[cfg(feature = "fault-injection")]
         match self.fault {
-            Some(Fault::SlowReport(d)) => {
+            Some(InjectedFault::SlowReport(d)) => {
                 tracing::warn!(ms = d.as_millis() as u64, "fault injection: slow report");
                 tokio::time::sleep(d).await;
             }
-            Some(Fault::ParkBeforeReport) => {
+            Some(InjectedFault::ParkBeforeReport) => {
                 tracing::warn!("fault injection: parked before reporting");
                 std::future::pending::<()>().await;
             }
@@ -120,19 +142,15 @@ impl Faults {
 
     /// Whether this worker simulates its tasks instead of running them
     /// (`simulate-tasks`).
+    #[cfg(feature = "fault-injection")]
     pub fn simulates_tasks(&self) -> bool {
-        #[cfg(feature = "fault-injection")]
-        return self.fault == Some(Fault::SimulateTasks);
-        #[cfg(not(feature = "fault-injection"))]
-        false
+        self.fault == Some(InjectedFault::SimulateTasks)
     }
 
     /// Whether this worker forges results (`forge-results`).
+    #[cfg(feature = "fault-injection")]
     pub fn forges_results(&self) -> bool {
-        #[cfg(feature = "fault-injection")]
-        return self.fault == Some(Fault::ForgeResults);
-        #[cfg(not(feature = "fault-injection"))]
-        false
+        self.fault == Some(InjectedFault::ForgeResults)
     }
 }
 
@@ -151,11 +169,13 @@ mod tests {
     fn faults_parse() {
         assert_eq!(
             Faults::parse("slow-report:1500").unwrap().get(),
-            Some(Fault::SlowReport(std::time::Duration::from_millis(1500)))
+            Some(InjectedFault::SlowReport(std::time::Duration::from_millis(
+                1500
+            )))
         );
         assert_eq!(
             Faults::parse("scratch-full").unwrap().get(),
-            Some(Fault::ScratchFull)
+            Some(InjectedFault::ScratchFull)
         );
         assert!(Faults::parse("simulate-tasks").unwrap().simulates_tasks());
     }

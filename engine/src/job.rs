@@ -16,14 +16,21 @@ use crate::error::{EngineError, Result};
 use crate::inputs::{InputSource, ListedFile};
 use crate::kind::{
     BoxFuture, Driver, Finished, Kind, KindFile, Output, OutputCheck, PlanContext, ProgressFile,
-    ProgressPlan, Progressed, RunResult, Runner, TaskCall, TaskEnv,
+    ProgressTotals, Progressed, RunResult, Runner, Stage, StageOf, TaskCall, TaskEnv,
 };
-use crate::protocol::{Assignment, JobContext, Payload, TaskId, TaskSpec};
+use crate::protocol::{Assignment, Payload, TaskId, TaskSpec};
 use crate::stages::{StageSet, Stages};
 use crate::store::StoreUrl;
 
-/// A kind of job the engine can run, its types erased (every [`Kind`] is one).
-pub trait JobKind: Sync {
+/// Only the adapter below implements the erased traits: a kind implements [`Kind`].
+mod sealed {
+    pub trait Sealed {}
+}
+pub(crate) use sealed::Sealed;
+
+/// A kind of job the engine can run, its types erased (every [`Kind`] is one; sealed:
+/// implement [`Kind`]).
+pub trait JobKind: Sync + Sealed {
     /// Its name in job files (`kind = "..."`).
     fn name(&self) -> &'static str;
     /// The directories of its final output files ([`Kind::FINAL_DIRS`]).
@@ -40,9 +47,10 @@ pub trait JobKind: Sync {
         &'a self,
         output: &'a StoreUrl,
     ) -> BoxFuture<'a, Result<Option<Box<dyn OutputCheck>>>>;
-    /// For `coordinator status`: each stage's task count in a journaled job (`spec`:
-    /// the journaled job file sections, `plan`: its plan) given its journaled results.
-    fn planned_tasks(
+    /// See [`Kind::task_counts`]: each stage's name and task count in a journaled job
+    /// (`spec`: the journaled job file sections, `plan`: its plan) given its journaled
+    /// results; none when they do not decode.
+    fn task_counts(
         &self,
         spec: &Payload,
         plan: &Payload,
@@ -57,7 +65,7 @@ impl std::fmt::Debug for dyn JobKind {
 }
 
 /// A validated job file of some kind.
-pub trait JobFile: Send + Sync + std::fmt::Debug {
+pub trait JobFile: Send + Sync + std::fmt::Debug + Sealed {
     /// The output root URL.
     fn output_url(&self) -> &str;
     /// blake3 (hex) of what determines the output bytes ([`KindFile::identity`]).
@@ -78,11 +86,13 @@ pub trait JobFile: Send + Sync + std::fmt::Debug {
 }
 
 /// A planned job on the coordinator, its types erased.
-pub trait JobDriver: Send {
+pub trait JobDriver: Send + Sealed {
     /// The settings every task gets ([`JobContext::settings`]).
     fn settings(&self) -> Result<Payload>;
-    fn progress_plan(&self) -> ProgressPlan;
-    /// See [`Driver::stage`].
+    /// See [`Driver::progress_totals`].
+    fn progress_totals(&self) -> ProgressTotals;
+    /// See [`Driver::stage`]: the tasks of the kind's stage number `stage` (from 0, in
+    /// the order of [`Stage::ALL`]); `None` after the last.
     fn stage(&mut self, stage: usize) -> Result<Option<Vec<TaskSpec>>>;
     /// See [`Driver::check`]; a result that does not decode is refused too.
     fn check(
@@ -93,23 +103,18 @@ pub trait JobDriver: Send {
     ) -> std::result::Result<(), String>;
     /// See [`Driver::accept`].
     fn accept(&mut self, task: TaskId, output: &Payload) -> Result<Progressed>;
-    /// See [`Driver::record_progress`].
+    /// See [`Driver::record_progress`] (`stage_done`: the stage's number).
     fn record_progress(&mut self, stage_done: Option<usize>) -> Vec<ProgressFile>;
     /// See [`Driver::finish`].
     fn finish<'a>(&'a mut self, output: &'a StoreUrl) -> BoxFuture<'a, Result<Finished>>;
     /// See [`Driver::clean_up`].
     fn clean_up<'a>(&'a mut self, output: &'a StoreUrl) -> BoxFuture<'a, Result<()>>;
-    /// See [`Driver::discard_late`].
-    fn discard_late<'a>(
-        &'a self,
-        job: &'a JobContext,
-        task: TaskId,
-        attempt: u32,
-    ) -> BoxFuture<'a, Result<bool>>;
+    /// See [`Kind::attempt_files`].
+    fn attempt_files(&self, task: TaskId, attempt: u32) -> Result<Vec<String>>;
 }
 
 /// Runs one kind's tasks on a worker, its types erased.
-pub trait TaskRunner: Send {
+pub trait TaskRunner: Send + Sealed {
     /// Runs `task`: its encoded result, or the commit that gives it
     /// ([`RunResult::Committing`]).
     fn run<'a>(
@@ -117,12 +122,20 @@ pub trait TaskRunner: Send {
         task: &'a Assignment,
         env: TaskEnv<'a>,
     ) -> BoxFuture<'a, Result<RunResult<Payload>>>;
-    /// See [`Runner::discard_unreported`].
-    fn discard_unreported<'a>(&'a self, task: &'a Assignment) -> BoxFuture<'a, Result<bool>>;
-    /// See [`Runner::simulated`].
+    /// See [`Kind::attempt_files`].
+    fn attempt_files(&self, task: TaskId, attempt: u32) -> Result<Vec<String>>;
+    /// See [`crate::fault::FaultHooks::simulated`].
+    #[cfg(feature = "fault-injection")]
     fn simulated(&self, task: &Assignment) -> Option<Result<Payload>>;
-    /// See [`Runner::forged`].
+    /// See [`crate::fault::FaultHooks::forged`].
+    #[cfg(feature = "fault-injection")]
     fn forged(&self, task: &Assignment, output: Payload) -> Payload;
+}
+
+/// The planned files of attempt `attempt` of `task` of kind `K` ([`Kind::attempt_files`]).
+fn attempt_files_of<K: Kind>(task: TaskId, attempt: u32) -> Result<Vec<String>> {
+    let stage = StageOf::<K>::named(task.stage.as_str())?;
+    Ok(K::attempt_files(stage, task.index, attempt))
 }
 
 /// The job kinds a program runs: its registry, passed to the engine's entry points
@@ -194,6 +207,8 @@ fn encode<T: serde::Serialize>(what: &str, value: &T) -> Result<Payload> {
     Payload::encode(value).map_err(|e| EngineError::Job(format!("{what} does not encode: {e}")))
 }
 
+impl<K: Kind> Sealed for K {}
+
 impl<K: Kind> JobKind for K {
     fn name(&self) -> &'static str {
         K::NAME
@@ -217,17 +232,17 @@ impl<K: Kind> JobKind for K {
     }
 
     fn describe_finished<'a>(&'a self, output: &'a StoreUrl) -> BoxFuture<'a, Result<Vec<String>>> {
-        Kind::describe_finished(self, output)
+        Box::pin(Kind::describe_finished(self, output))
     }
 
     fn output_check<'a>(
         &'a self,
         output: &'a StoreUrl,
     ) -> BoxFuture<'a, Result<Option<Box<dyn OutputCheck>>>> {
-        Kind::output_check(self, output)
+        Box::pin(Kind::output_check(self, output))
     }
 
-    fn planned_tasks(
+    fn task_counts(
         &self,
         spec: &Payload,
         plan: &Payload,
@@ -242,7 +257,10 @@ impl<K: Kind> JobKind for K {
                 Some((*id, Output::<K>::decode(id.stage.as_str(), body).ok()?))
             })
             .collect();
-        Kind::planned_tasks(self, &file, &plan, &results)
+        Kind::task_counts(self, &file, &plan, &results)
+            .into_iter()
+            .map(|(stage, count)| (stage.name(), count))
+            .collect()
     }
 }
 
@@ -257,6 +275,8 @@ impl<K: Kind> std::fmt::Debug for FileOf<K> {
         f.debug_struct(K::NAME).field("file", &self.file).finish()
     }
 }
+
+impl<K: Kind> Sealed for FileOf<K> {}
 
 impl<K: Kind> JobFile for FileOf<K> {
     fn output_url(&self) -> &str {
@@ -307,16 +327,21 @@ struct DriverOf<K: Kind> {
     kind: PhantomData<fn() -> K>,
 }
 
+impl<K: Kind> Sealed for DriverOf<K> {}
+
 impl<K: Kind> JobDriver for DriverOf<K> {
     fn settings(&self) -> Result<Payload> {
         encode("the job's settings", self.driver.settings())
     }
 
-    fn progress_plan(&self) -> ProgressPlan {
-        self.driver.progress_plan()
+    fn progress_totals(&self) -> ProgressTotals {
+        self.driver.progress_totals()
     }
 
     fn stage(&mut self, stage: usize) -> Result<Option<Vec<TaskSpec>>> {
+        let Some(&stage) = StageOf::<K>::ALL.get(stage) else {
+            return Ok(None);
+        };
         let Some(tasks) = self.driver.stage(stage)? else {
             return Ok(None);
         };
@@ -353,24 +378,26 @@ impl<K: Kind> JobDriver for DriverOf<K> {
     }
 
     fn record_progress(&mut self, stage_done: Option<usize>) -> Vec<ProgressFile> {
-        self.driver.record_progress(stage_done)
+        let stage = match stage_done {
+            None => None,
+            Some(k) => match StageOf::<K>::ALL.get(k) {
+                Some(&stage) => Some(stage),
+                None => return Vec::new(),
+            },
+        };
+        self.driver.record_progress(stage)
     }
 
     fn finish<'a>(&'a mut self, output: &'a StoreUrl) -> BoxFuture<'a, Result<Finished>> {
-        self.driver.finish(output)
+        Box::pin(self.driver.finish(output))
     }
 
     fn clean_up<'a>(&'a mut self, output: &'a StoreUrl) -> BoxFuture<'a, Result<()>> {
-        self.driver.clean_up(output)
+        Box::pin(self.driver.clean_up(output))
     }
 
-    fn discard_late<'a>(
-        &'a self,
-        job: &'a JobContext,
-        task: TaskId,
-        attempt: u32,
-    ) -> BoxFuture<'a, Result<bool>> {
-        self.driver.discard_late(job, task, attempt)
+    fn attempt_files(&self, task: TaskId, attempt: u32) -> Result<Vec<String>> {
+        attempt_files_of::<K>(task, attempt)
     }
 }
 
@@ -400,6 +427,8 @@ fn call<'a, K: Kind>(
     }
 }
 
+impl<K: Kind> Sealed for RunnerOf<K> {}
+
 impl<K: Kind> TaskRunner for RunnerOf<K> {
     fn run<'a>(
         &'a mut self,
@@ -422,24 +451,21 @@ impl<K: Kind> TaskRunner for RunnerOf<K> {
         })
     }
 
-    fn discard_unreported<'a>(&'a self, a: &'a Assignment) -> BoxFuture<'a, Result<bool>> {
-        Box::pin(async move {
-            let (task, settings) = decoded::<K>(a)?;
-            self.runner
-                .discard_unreported(call(a, &task, &settings))
-                .await
-        })
+    fn attempt_files(&self, task: TaskId, attempt: u32) -> Result<Vec<String>> {
+        attempt_files_of::<K>(task, attempt)
     }
 
+    #[cfg(feature = "fault-injection")]
     fn simulated(&self, a: &Assignment) -> Option<Result<Payload>> {
         let (task, settings) = match decoded::<K>(a) {
             Ok(d) => d,
             Err(e) => return Some(Err(e)),
         };
-        let output = self.runner.simulated(call(a, &task, &settings))?;
+        let output = crate::fault::FaultHooks::simulated(&self.runner, call(a, &task, &settings))?;
         Some(output.encode())
     }
 
+    #[cfg(feature = "fault-injection")]
     fn forged(&self, a: &Assignment, output: Payload) -> Payload {
         let stage = a.task.id.stage.as_str();
         let (Ok((task, settings)), Ok(out)) =
@@ -447,8 +473,7 @@ impl<K: Kind> TaskRunner for RunnerOf<K> {
         else {
             return output;
         };
-        self.runner
-            .forged(call(a, &task, &settings), out)
+        crate::fault::FaultHooks::forged(&self.runner, call(a, &task, &settings), out)
             .encode()
             .unwrap_or(output)
     }

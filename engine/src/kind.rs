@@ -27,7 +27,8 @@ use crate::error::Result;
 use crate::inputs::{InputSource, ListedFile};
 use crate::protocol::{JobContext, TaskId};
 use crate::scratch::JobScratch;
-use crate::stages::Stages;
+pub use crate::settings::WorkerResources;
+pub use crate::stages::{Stage, Stages};
 use crate::store::StoreUrl;
 
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
@@ -49,15 +50,21 @@ pub trait Kind: Send + Sync + Sized + 'static {
     /// The kind's stages: its tasks, one variant per stage, with their results
     /// ([`crate::stages!`]).
     type Task: Stages;
+    /// Its coordinator side: a planned job's stages, checks and final outputs.
     type Driver: Driver<Self>;
+    /// Its worker side: runs one task (with the fault hooks in test builds).
+    #[cfg(not(feature = "fault-injection"))]
     type Runner: Runner<Self>;
+    /// Its worker side: runs one task (with the fault hooks in test builds).
+    #[cfg(feature = "fault-injection")]
+    type Runner: Runner<Self> + crate::fault::FaultHooks<Self>;
 
     /// Plans a new job from its listed and pinned input.
     fn plan<'a>(
         &'a self,
         file: &'a Self::File,
         context: PlanContext<'a>,
-    ) -> BoxFuture<'a, Result<Self::Plan>>;
+    ) -> impl Future<Output = Result<Self::Plan>> + Send + 'a;
     /// The driver of a planned job (the engine has refused input that changed).
     fn open(&self, file: &Self::File, output: &StoreUrl, plan: Self::Plan) -> Result<Self::Driver>;
     /// A worker's runner of this kind's tasks (one per worker actor: it may keep
@@ -68,29 +75,41 @@ pub trait Kind: Send + Sync + Sized + 'static {
     fn describe_finished<'a>(
         &'a self,
         _output: &'a StoreUrl,
-    ) -> BoxFuture<'a, Result<Vec<String>>> {
-        Box::pin(async { Ok(Vec::new()) })
+    ) -> impl Future<Output = Result<Vec<String>>> + Send + 'a {
+        async { Ok(Vec::new()) }
     }
     /// For `coordinator verify`: the kind's own check of a finished output (read from
     /// `output`), run besides the completion record's. The default has none.
     fn output_check<'a>(
         &'a self,
         _output: &'a StoreUrl,
-    ) -> BoxFuture<'a, Result<Option<Box<dyn OutputCheck>>>> {
-        Box::pin(async { Ok(None) })
+    ) -> impl Future<Output = Result<Option<Box<dyn OutputCheck>>>> + Send + 'a {
+        async { Ok(None) }
     }
-    /// For `coordinator status`: each stage's task count in a journaled job given the
-    /// results journaled so far; `None` for a count not known yet.
-    fn planned_tasks(
+    /// Each stage's task count in a planned job given the results accepted so far
+    /// (`None`: not known until an earlier stage is done); a stage the job leaves out
+    /// is not listed. The one place a kind counts its tasks: for the progress display
+    /// (the engine replaces a count by the stage's real one when it makes the stage)
+    /// and for `coordinator status`.
+    fn task_counts(
         &self,
         file: &Self::File,
         plan: &Self::Plan,
         results: &[(TaskId, Output<Self>)],
-    ) -> Vec<(&'static str, Option<u64>)>;
+    ) -> Vec<(StageOf<Self>, Option<u64>)>;
+    /// The files attempt `attempt` of task `index` of stage `stage` writes outside the
+    /// final directories, by their planned names (relative to the output root): the
+    /// engine removes them when the job finished without that attempt (a late result
+    /// on the coordinator, an unreported one on its worker). The default: none.
+    fn attempt_files(_stage: StageOf<Self>, _index: u32, _attempt: u32) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 /// A kind's results, one variant per stage.
 pub type Output<K> = <<K as Kind>::Task as Stages>::Output;
+/// A kind's stages (a plain enum, one variant per stage).
+pub type StageOf<K> = <<K as Kind>::Task as Stages>::Stage;
 /// A stage's tasks, each with its index in the stage.
 pub type StageTasks<K> = Vec<(u32, <K as Kind>::Task)>;
 /// A kind's task paired with its result of the same stage.
@@ -129,11 +148,9 @@ pub struct Progressed {
     pub bytes: u64,
 }
 
-/// The size of a job, for progress displays.
+/// The size of a job in its own work units, for progress displays.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ProgressPlan {
-    /// Each stage's name and task count (when known before it starts).
-    pub stages: Vec<(&'static str, u64)>,
+pub struct ProgressTotals {
     /// What a unit is ("rows", "records") and how many the job has.
     pub unit: &'static str,
     pub total_units: u64,
@@ -151,12 +168,13 @@ pub struct ProgressFile {
 pub trait Driver<K: Kind>: Send + 'static {
     /// What every task gets.
     fn settings(&self) -> &K::Settings;
-    /// The size of the job, for progress.
-    fn progress_plan(&self) -> ProgressPlan;
-    /// The tasks of stage `stage` (from 0) with their indices in the stage, given every
-    /// result accepted so far (all of the stages before it); `None` when the job has
-    /// no more stages.
-    fn stage(&mut self, stage: usize) -> Result<Option<StageTasks<K>>>;
+    /// The job's work units, for progress (its stages' task counts are
+    /// [`Kind::task_counts`]).
+    fn progress_totals(&self) -> ProgressTotals;
+    /// The tasks of stage `stage` with their indices in the stage, given every result
+    /// accepted so far (all of the stages before it); `None` when the job ends before
+    /// this stage (a last stage its settings leave out).
+    fn stage(&mut self, stage: StageOf<K>) -> Result<Option<StageTasks<K>>>;
     /// Checks a result against its task before it counts (a refused result is a
     /// failed attempt): it may name only what was planned for this task and attempt.
     fn check(&self, done: Done<'_, K>, attempt: u32) -> std::result::Result<(), String>;
@@ -165,33 +183,27 @@ pub trait Driver<K: Kind>: Send + 'static {
     fn accept(&mut self, task: TaskId, output: Output<K>) -> Result<Progressed>;
     /// The kind's own progress files, if it keeps any: asked after each accepted
     /// result (`stage_done` = `None`; not for results replayed on resume) and when
-    /// stage `k` is complete (`Some(k)`, also on resume). The engine writes them off
+    /// a stage is complete (`Some(stage)`, also on resume). The engine writes them off
     /// the coordinator's actor, in the order asked, all before [`Self::finish`].
-    fn record_progress(&mut self, _stage_done: Option<usize>) -> Vec<ProgressFile> {
+    fn record_progress(&mut self, _stage_done: Option<StageOf<K>>) -> Vec<ProgressFile> {
         Vec::new()
     }
     /// After the last stage: writes the job's final outputs and returns a one-line
     /// summary and every final output file with its size and blake3 (the engine then
     /// writes the completion record, which lists them). Intermediate files stay until
     /// [`Self::clean_up`].
-    fn finish<'a>(&'a mut self, output: &'a StoreUrl) -> BoxFuture<'a, Result<Finished>>;
-    /// After the completion marker: removes the job's intermediate files (and a late
-    /// attempt's, by planned names). After the marker, so that a worker that lost the
-    /// coordinator, which removes its files once the marker exists, leaves none behind.
-    /// The default removes nothing.
-    fn clean_up<'a>(&'a mut self, _output: &'a StoreUrl) -> BoxFuture<'a, Result<()>> {
-        Box::pin(async { Ok(()) })
-    }
-    /// A refused result of attempt `attempt` of `task` arrived after the job finished:
-    /// removes what that attempt wrote (by its planned names only). True if anything
-    /// was removed. The default removes nothing.
-    fn discard_late<'a>(
-        &'a self,
-        _job: &'a JobContext,
-        _task: TaskId,
-        _attempt: u32,
-    ) -> BoxFuture<'a, Result<bool>> {
-        Box::pin(async { Ok(false) })
+    fn finish<'a>(
+        &'a mut self,
+        output: &'a StoreUrl,
+    ) -> impl Future<Output = Result<Finished>> + Send + 'a;
+    /// After the completion marker: removes the job's intermediate files. After the
+    /// marker, so that a worker that lost the coordinator, which removes its attempt's
+    /// files once the marker exists, leaves none behind. The default removes nothing.
+    fn clean_up<'a>(
+        &'a mut self,
+        _output: &'a StoreUrl,
+    ) -> impl Future<Output = Result<()>> + Send + 'a {
+        async { Ok(()) }
     }
 }
 
@@ -214,22 +226,9 @@ impl<K: Kind> Copy for TaskCall<'_, K> {}
 
 /// What a worker gives a task besides the task.
 pub struct TaskEnv<'a> {
-    pub config: &'a WorkerConfig,
+    pub resources: &'a WorkerResources,
     /// This job run's local scratch directory on the worker.
     pub scratch: &'a JobScratch,
-}
-
-/// A worker's memory when nothing says otherwise (`[run] memory_per_worker`, the
-/// `worker` binary's `--memory`).
-pub const DEFAULT_MEMORY_PER_WORKER: &str = "2GiB";
-
-/// A worker's resources.
-#[derive(Debug, Clone)]
-pub struct WorkerConfig {
-    /// Local scratch root (each job run gets its own directory under it).
-    pub scratch: std::path::PathBuf,
-    /// Memory per task (sorts spill beyond it).
-    pub memory_bytes: usize,
 }
 
 /// What running a task gives: its result, or the work left to make its outputs
@@ -282,25 +281,11 @@ impl<T: Send + 'static> RunResult<T> {
 
 /// Runs kind `K`'s tasks on a worker.
 pub trait Runner<K: Kind>: Send + Sync + 'static {
+    /// Runs one task: its result, or the commit that gives it once its outputs are
+    /// durable ([`RunResult::Committing`]).
     fn run<'a>(
         &'a mut self,
         call: TaskCall<'a, K>,
         env: TaskEnv<'a>,
-    ) -> BoxFuture<'a, Result<RunResult<Output<K>>>>;
-    /// The result of the task could not be delivered (the coordinator is gone) and
-    /// the job finished without it: removes what the attempt wrote. True if anything
-    /// was removed. The default removes nothing.
-    fn discard_unreported<'a>(&'a self, _call: TaskCall<'a, K>) -> BoxFuture<'a, Result<bool>> {
-        Box::pin(async { Ok(false) })
-    }
-    /// Fault injection (`simulate-tasks`, test builds): the result this task would
-    /// give, without doing its work (`None`: the kind cannot simulate).
-    fn simulated(&self, _call: TaskCall<'_, K>) -> Option<Output<K>> {
-        None
-    }
-    /// Fault injection (`forge-results`, test builds): the result with paths this
-    /// attempt was not given. The default forges nothing.
-    fn forged(&self, _call: TaskCall<'_, K>, output: Output<K>) -> Output<K> {
-        output
-    }
+    ) -> impl Future<Output = Result<RunResult<Output<K>>>> + Send + 'a;
 }

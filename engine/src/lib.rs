@@ -7,10 +7,13 @@
 //!  the seam          kind (Kind, Driver, Runner), stages (stages!), job (the erased adapter, Kinds)
 //!  the kit           store, shuffle, external_sort, parquet_source, inputs, scratch, completion,
 //!                    allocator, thread_cpu, units
-//!  the wire          protocol (ids, bodies, assignments, registration), cluster, listener, tls
-//!  the runtimes      coordinator: run_job, status, verify (leases, schedule, journal, output
-//!                    lock, the run's state machine and its actor: private)
+//!  the wire          protocol (ids, bodies, assignments, registration), messages (the actors'),
+//!                    cluster, listener, tls
+//!  the runtimes      coordinator: run_job, status, verify (leases, schedule, output lock, the
+//!                    run's state machine and its actor: private); journal (written by the
+//!                    coordinator, read by both)
 //!                    worker: join (the worker actor and its store gate: private)
+//!  settings          settings ([run], a worker's resources) and every default
 //!  errors            error (EngineError, its Fault, the exit code), fault (injection, test builds)
 //! ```
 //!
@@ -35,11 +38,14 @@ pub mod external_sort;
 pub mod fault;
 pub mod inputs;
 pub mod job;
+pub(crate) mod journal;
 pub mod kind;
 pub(crate) mod listener;
+pub(crate) mod messages;
 pub mod parquet_source;
 pub mod protocol;
 pub mod scratch;
+pub mod settings;
 pub mod shuffle;
 pub mod stages;
 pub mod store;

@@ -264,13 +264,6 @@ impl std::fmt::Display for TaskFailure {
     }
 }
 
-/// The journal entry of finished task `task`, relative to the output root: written by
-/// the coordinator when it accepts the task's result (a JSON object whose `attempt` is
-/// the accepted attempt); read by a worker that cannot tell whether its report arrived.
-pub fn journal_entry_path(task: TaskId) -> String {
-    format!("_job/journal/{task}.json")
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

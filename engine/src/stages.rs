@@ -27,11 +27,36 @@ pub trait StageSet: Sized + Send + Sync + std::fmt::Debug + Clone + 'static {
     fn decode(stage: &str, body: &Payload) -> Result<Self>;
 }
 
+/// A kind's stages as a plain enum, one variant per stage (no payload): what a driver
+/// is asked for ([`crate::kind::Driver::stage`]), what a stage's progress and an
+/// attempt's files are keyed by. Declared by [`stages!`](crate::stages).
+pub trait Stage: Copy + Eq + Ord + Send + Sync + std::fmt::Debug + 'static {
+    /// Every stage, in the order the stages run.
+    const ALL: &'static [Self];
+    /// Its name (in task ids, journals and messages).
+    fn name(self) -> &'static str;
+    /// The stage named `name`.
+    fn named(name: &str) -> Result<Self> {
+        Self::ALL
+            .iter()
+            .copied()
+            .find(|s| s.name() == name)
+            .ok_or_else(|| {
+                unknown_stage(
+                    name,
+                    &Self::ALL.iter().map(|s| s.name()).collect::<Vec<_>>(),
+                )
+            })
+    }
+}
+
 /// A kind's tasks, with the results they give: [`Stages::Done`] pairs a task with its
 /// result of the same stage, so a kind checks a result without an "other stage" arm.
 pub trait Stages: StageSet {
     /// The results, one variant per stage.
     type Output: StageSet;
+    /// The stages, one variant each.
+    type Stage: Stage;
     /// A task and its result, one variant per stage.
     type Done<'a>;
     /// `self` and `output` paired; `None` when they are of different stages (the engine
@@ -99,7 +124,7 @@ macro_rules! stages {
     };
     (
         $(#[$meta:meta])*
-        $vis:vis enum $Task:ident, $Output:ident, $Done:ident {
+        $vis:vis enum $Task:ident, $Output:ident, $Done:ident, $Stage:ident {
             $( $Variant:ident($name:expr): $T:ty => $O:ty ),+ $(,)?
         }
     ) => {
@@ -115,11 +140,23 @@ macro_rules! stages {
         #[derive(Debug, Clone, Copy)]
         $vis enum $Done<'a> { $( $Variant(&'a $T, &'a $O), )+ }
 
+        #[doc = concat!("The stages of [`", stringify!($Task), "`], in the order they run.")]
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+        $vis enum $Stage { $( $Variant, )+ }
+
+        impl $crate::stages::Stage for $Stage {
+            const ALL: &'static [Self] = &[$( Self::$Variant ),+];
+            fn name(self) -> &'static str {
+                match self { $( Self::$Variant => $name, )+ }
+            }
+        }
+
         $crate::stages!(@set $Task, "task", $( $Variant($name) ),+);
         $crate::stages!(@set $Output, "result", $( $Variant($name) ),+);
 
         impl $crate::stages::Stages for $Task {
             type Output = $Output;
+            type Stage = $Stage;
             type Done<'a> = $Done<'a>;
             #[allow(unreachable_patterns)]
             fn done<'a>(&'a self, output: &'a $Output) -> Option<$Done<'a>> {
@@ -149,7 +186,7 @@ mod tests {
 
     crate::stages! {
         /// Test stages.
-        enum Task, Output, Done {
+        enum Task, Output, Done, Step {
             Split(SPLIT): Split => Counted,
             Sum("sum"): u32 => u64,
         }
@@ -173,6 +210,13 @@ mod tests {
         ));
         assert_eq!(Task::STAGES, ["split", "sum"]);
         assert_eq!(Output::STAGES, Task::STAGES);
+        assert_eq!(Step::ALL, [Step::Split, Step::Sum]);
+        assert_eq!(Step::Sum.name(), "sum");
+        assert_eq!(Step::named("split").unwrap(), Step::Split);
+        assert!(Step::named("merge")
+            .unwrap_err()
+            .to_string()
+            .contains("\"merge\""));
     }
 
     #[test]

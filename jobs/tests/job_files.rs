@@ -1,7 +1,8 @@
 //! The job files shipped in `jobs/` read as valid job files of the production kinds,
 //! and a job file without `kind` is a probe_rows job.
 
-use probeflow_engine::coordinator::{JobSpec, Mode};
+use probeflow_engine::coordinator::JobSpec;
+use probeflow_engine::settings::Mode;
 use probeflow_jobs::KINDS;
 
 #[test]

@@ -15,7 +15,7 @@ journaled and restarts it: the time to replay the journal and to finish.
 DIR must hold binaries built with the fault-injection feature, e.g.
 
     CARGO_TARGET_DIR=target/sim cargo build --release --bins \\
-        --features probeflow-engine/fault-injection
+        --features probeflow-jobs/fault-injection
     .venv/bin/python tests/bench/scale.py --bin target/sim/release
 """
 

@@ -110,7 +110,7 @@ def start_job(bed: Bed, inputs: Path, lease: int = 60, env: dict | None = None, 
         f'listen = "{coord.address}:{COORDINATOR_PORT}"\nallow_plaintext = true\n'
         f'scratch = "{coord.home / "scratch"}"', lease, lock, map_rows))
     env = {"PROBEFLOW_COOKIE": COOKIE, "NO_COLOR": "1",
-           "RUST_LOG": "info,probeflow_coordinator=debug,ractor_cluster=warn", **(env or {})}
+           "RUST_LOG": "info,probeflow_engine::coordinator=debug,ractor_cluster=warn", **(env or {})}
     return bed.spawn(host, [str(COORDINATOR), "run", str(spec)], log=log, env=env)
 
 
@@ -438,7 +438,7 @@ def start_overlap_job(bed: Bed, inputs: Path, eval_files: list[Path], through: d
         'listen = "127.0.0.1:0"',
         f'listen = "{coord.address}:{COORDINATOR_PORT}"\nallow_plaintext = true'))
     env = {"PROBEFLOW_COOKIE": COOKIE, "NO_COLOR": "1",
-           "RUST_LOG": "info,probeflow_coordinator=debug,ractor_cluster=warn", **through}
+           "RUST_LOG": "info,probeflow_engine::coordinator=debug,ractor_cluster=warn", **through}
     return bed.spawn("coord", [str(COORDINATOR), "run", str(spec)], log="coordinator", env=env), eval_urls
 
 

@@ -19,10 +19,12 @@ use std::time::Duration;
 use anyhow::{bail, Context};
 use clap::Parser;
 use probeflow_engine::fault::Faults;
-use probeflow_engine::kind::{WorkerConfig, DEFAULT_MEMORY_PER_WORKER};
+use probeflow_engine::settings::{
+    default_worker_scratch, WorkerResources, DEFAULT_MEMORY_PER_WORKER,
+};
 use probeflow_engine::tls::TlsFiles;
 use probeflow_engine::units::parse_bytes;
-use probeflow_engine::worker::{JoinPlan, WorkerTls};
+use probeflow_engine::worker::{JoinConfig, WorkerTls};
 
 /// Joins a probeflow preprocessing job (coordinator started with `[run] mode = "cluster"`).
 ///
@@ -35,7 +37,7 @@ struct Args {
     #[arg(long, value_name = "HOST:PORT")]
     join: String,
     /// Local directory for sort spills and shards before upload.
-    #[arg(long, default_value_os_t = std::env::temp_dir().join("probeflow-worker"))]
+    #[arg(long, default_value_os_t = default_worker_scratch())]
     scratch: PathBuf,
     /// Memory for one task's sort before it spills (e.g. `2GiB`).
     #[arg(long, default_value = DEFAULT_MEMORY_PER_WORKER)]
@@ -73,7 +75,7 @@ struct Args {
 }
 
 /// The flags, checked: what `worker` is asked to do.
-fn plan(args: Args) -> anyhow::Result<JoinPlan> {
+fn plan(args: Args) -> anyhow::Result<JoinConfig> {
     let memory = parse_bytes(&args.memory)
         .with_context(|| format!("--memory {:?}: expected a size such as 2GiB", args.memory))?;
     if args.threads == 0 {
@@ -109,9 +111,9 @@ fn plan(args: Args) -> anyhow::Result<JoinPlan> {
     if name.is_empty() || name.contains('/') {
         bail!("--name {name:?}: must be non-empty and without '/'");
     }
-    Ok(JoinPlan {
+    Ok(JoinConfig {
         join: args.join,
-        config: WorkerConfig {
+        resources: WorkerResources {
             scratch: args.scratch,
             memory_bytes: memory as usize,
         },
@@ -148,7 +150,7 @@ fn main() -> ExitCode {
             return ExitCode::from(2);
         }
     };
-    probeflow_engine::allocator::tune(plan.threads, plan.config.memory_bytes as u64);
+    probeflow_engine::allocator::tune(plan.threads, plan.resources.memory_bytes as u64);
     let runtime = match tokio::runtime::Builder::new_multi_thread()
         .enable_all()
         .build()

@@ -11,19 +11,19 @@
 
 use std::time::{Duration, Instant};
 
-use crate::completion::CompletionRecord;
+use crate::completion::{self, CompletionRecord};
+use crate::messages::{CoordinatorMsg, Wire};
 use crate::protocol::{Payload, TaskFailure, TaskId};
 use crate::store::StoreUrl;
-use crate::worker::actor::{CoordinatorMsg, Wire};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tokio::sync::oneshot;
 
-use crate::coordinator::journal;
 use crate::coordinator::open::write_final_outputs;
 use crate::coordinator::output_writer::OutputWriter;
 use crate::coordinator::progress::Progress;
 use crate::coordinator::run::{Effect, JobRun};
 use crate::error::{EngineError, Result};
+use crate::journal;
 
 /// The coordinator actor's state: the job's run ([`JobRun`], the pure part) and what
 /// carries out its effects.
@@ -92,8 +92,11 @@ impl CoordinatorState {
                     }
                 }
                 Effect::DiscardLate { task, attempt } => {
-                    let job = self.run.job().clone();
-                    match self.run.driver().discard_late(&job, task, attempt).await {
+                    let discarded = match self.run.driver().attempt_files(task, attempt) {
+                        Ok(files) => completion::discard_attempt(&self.output, &files).await,
+                        Err(e) => Err(e),
+                    };
+                    match discarded {
                         Ok(true) => {
                             tracing::info!(%task, attempt, "removed a late attempt's files")
                         }

@@ -1,10 +1,15 @@
-//! The coordinator side of the engine, independent of what the tasks do: the job kind
-//! is reached only through `crate::job::JobDriver`.
+//! The coordinator runtime, independent of what the tasks do: the job kind is reached
+//! only through `crate::job::JobDriver`. Its entry points are [`run_job`], [`status`]
+//! and [`verify`], with the job file read once into a [`JobSpec`]; everything else is
+//! private to the engine.
 //!
-//! * [`driver`]: runs a job under the output lock, in local or cluster mode.
+//! * `run_job`: runs a job under the output lock, in local or cluster mode.
+//! * `spec`: the job file (`kind`, `[run]` as `crate::settings::RunConfig`, the kind's
+//!   sections).
+//! * `status`, `verify`: a job's state; a finished output checked against its record.
 //! * [`open`]: an output already complete, or the job planned or resumed from its
 //!   journal; its final outputs and completion marker.
-//! * [`coordinator_actor`]: the actor that steps a job's run with its workers'
+//! * [`actor`]: the actor that steps a job's run with its workers'
 //!   messages and carries out the run's effects.
 //! * [`run`]: a job's run as a state machine (stage advance, pending, journaled and
 //!   accepted tasks, finish; pure: events in, effects out), which the actor carries out.
@@ -12,13 +17,11 @@
 //!   failure, give up (pure: events in, decisions out).
 //! * [`schedule`]: which pending task a worker gets next (backoff, another worker
 //!   after a failure, exclusion of a worker that keeps failing), used by [`leases`].
-//! * [`journal`]: the per-task journal under `<output>/_job/journal/` (resume).
 //! * [`output_lock`]: one coordinator per output (an atomic, renewed lock object).
 //! * [`progress`]: the progress bar or log lines.
 //! * [`output_writer`]: the job kind's progress files, written off the actor, in order.
 
 pub(crate) mod actor;
-pub(crate) mod journal;
 pub(crate) mod leases;
 pub(crate) mod open;
 pub(crate) mod output_lock;
@@ -32,6 +35,6 @@ mod status;
 mod verify;
 
 pub use run_job::{run_job, RunOutcome};
-pub use spec::{JobSpec, Mode, RunPlan};
+pub use spec::JobSpec;
 pub use status::status;
 pub use verify::{verify, Verified};

@@ -16,15 +16,15 @@ use std::time::Instant;
 use crate::completion::{self, Completion, CompletionRecord, FinalOutputs, Finished};
 use crate::inputs::{list_inputs, refuse_changed_inputs};
 use crate::job::JobDriver;
-use crate::kind::{ProgressPlan, Progressed};
-use crate::protocol::{JobContext, TaskId};
+use crate::kind::{ProgressTotals, Progressed};
+use crate::protocol::{JobContext, Payload, TaskId};
 use crate::store::StoreUrl;
 
-use crate::coordinator::journal::{self, JobRecord, Journal};
 use crate::coordinator::run::JobRun;
 use crate::coordinator::schedule::RetryPolicy;
 use crate::coordinator::spec::JobSpec;
 use crate::error::{EngineError, Result};
+use crate::journal::{self, JobRecord, Journal};
 
 /// The summary of `output` if it is already complete: its completion marker is
 /// this job's (same kind and fingerprint) over the same input; a conflict if the job
@@ -54,8 +54,10 @@ pub async fn already_complete(spec: &JobSpec, output: &StoreUrl) -> Result<Optio
 /// A job planned, or resumed from its journal: its run, ready to start.
 pub struct OpenedJob {
     pub run: JobRun,
-    /// The size of the job, for progress.
-    pub progress_plan: ProgressPlan,
+    /// The size of the job, for progress: its work units, and each stage's task count
+    /// as far as it is known ([`crate::kind::Kind::task_counts`]).
+    pub totals: ProgressTotals,
+    pub stages: Vec<(&'static str, Option<u64>)>,
     /// The results replayed from the journal, for progress.
     pub replayed: Vec<(TaskId, Progressed)>,
     /// The completion record, but for the summary and the final outputs.
@@ -111,7 +113,13 @@ pub async fn open_job(spec: &JobSpec, output: &StoreUrl) -> Result<OpenedJob> {
     };
     let replay_started = Instant::now();
     let driver = spec.file.open(output, &record.plan)?;
-    let progress_plan = driver.progress_plan();
+    let totals = driver.progress_totals();
+    let results: Vec<(TaskId, &Payload)> = journal
+        .tasks
+        .iter()
+        .map(|(task, entry)| (*task, &entry.output))
+        .collect();
+    let stages = spec.kind.task_counts(&record.spec, &record.plan, &results);
     let job = JobContext {
         job_id: fingerprint.clone(),
         kind: spec.kind.name().to_string(),
@@ -143,7 +151,8 @@ pub async fn open_job(spec: &JobSpec, output: &StoreUrl) -> Result<OpenedJob> {
     }
     Ok(OpenedJob {
         run,
-        progress_plan,
+        totals,
+        stages,
         replayed,
         completion: CompletionRecord {
             kind: spec.kind.name().to_string(),

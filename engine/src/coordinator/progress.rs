@@ -5,7 +5,7 @@ use std::io::IsTerminal;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
-use crate::kind::{ProgressPlan, Progressed};
+use crate::kind::{ProgressTotals, Progressed};
 use indicatif::{ProgressBar, ProgressStyle};
 
 struct Counts {
@@ -24,8 +24,10 @@ pub struct Progress {
 }
 
 impl Progress {
-    pub fn new(plan: &ProgressPlan) -> Self {
-        let total: u64 = plan.stages.iter().map(|(_, n)| n).sum();
+    /// The progress of a job of `totals` whose stages have `stages` tasks (`None`: not
+    /// known yet; [`Self::stage_planned`] gives it when the stage is made).
+    pub fn new(totals: &ProgressTotals, stages: &[(&'static str, Option<u64>)]) -> Self {
+        let total: u64 = stages.iter().filter_map(|(_, n)| *n).sum();
         let bar = std::io::stderr().is_terminal().then(|| {
             let bar = ProgressBar::new(total);
             bar.set_style(
@@ -39,13 +41,12 @@ impl Progress {
         });
         Progress {
             bar,
-            unit: plan.unit,
-            total_units: plan.total_units,
+            unit: totals.unit,
+            total_units: totals.total_units,
             counts: Mutex::new(Counts {
-                stages: plan
-                    .stages
+                stages: stages
                     .iter()
-                    .map(|(name, n)| (name.to_string(), 0, *n))
+                    .map(|(name, n)| (name.to_string(), 0, n.unwrap_or(0)))
                     .collect(),
                 units: 0,
                 bytes: 0,

@@ -25,11 +25,11 @@ use std::time::{Duration, Instant};
 use crate::error::EngineError;
 use crate::job::JobDriver;
 use crate::kind::{ProgressFile, Progressed};
+use crate::messages::TaskReply;
 use crate::protocol::{
     Assignment, JobContext, Payload, Registration, StageName, TaskFailure, TaskId, WorkerTiming,
     PROTOCOL_VERSION, RELEASE,
 };
-use crate::worker::actor::TaskReply;
 
 use crate::coordinator::leases::{AfterFailure, Grant, Lease, LeaseBoard, Refused, Revoked};
 use crate::coordinator::schedule::{worker_of, RetryPolicy};
@@ -57,7 +57,7 @@ pub enum Effect {
     /// Record the workers excluded from the job (for `coordinator status`).
     RecordExcluded(BTreeMap<String, String>),
     /// Remove what attempt `attempt` of `task` wrote: its result came after the job
-    /// finished ([`JobDriver::discard_late`]).
+    /// finished (its planned files, [`JobDriver::attempt_files`]).
     DiscardLate { task: TaskId, attempt: u32 },
     /// Every stage is done: write the job's final outputs, then call
     /// [`JobRun::finished`].
@@ -146,11 +146,6 @@ impl JobRun {
         let mut effects = Vec::new();
         self.advance(&mut effects);
         effects
-    }
-
-    /// The job as tasks see it.
-    pub fn job(&self) -> &JobContext {
-        &self.job
     }
 
     /// The timing workers get.

@@ -19,22 +19,24 @@ use std::time::{Duration, Instant};
 use crate::cluster;
 use crate::fault::Faults;
 use crate::job::Kinds;
-use crate::kind::WorkerConfig;
+use crate::messages::CoordinatorMsg;
 use crate::protocol::{Registration, WorkerTiming, PROTOCOL_VERSION};
+use crate::settings::WorkerResources;
 use crate::store::StoreUrl;
 use crate::tls::{ClusterTls, TlsFiles};
-use crate::worker::actor::{CoordinatorMsg, WorkerActor, WorkerArgs};
+use crate::worker::actor::{WorkerActor, WorkerArgs};
 use ractor::{Actor, ActorRef};
 use tokio::sync::oneshot;
 
 use crate::coordinator::actor::{CoordinatorActor, CoordinatorState};
-use crate::coordinator::journal::Journal;
 use crate::coordinator::open::{already_complete, open_job, OpenedJob};
 use crate::coordinator::output_lock::{OutputLock, LOCK_PATH};
 use crate::coordinator::output_writer::OutputWriter;
 use crate::coordinator::progress::Progress;
-use crate::coordinator::spec::{JobSpec, Mode};
+use crate::coordinator::spec::JobSpec;
 use crate::error::{EngineError, Result};
+use crate::journal::Journal;
+use crate::settings::Mode;
 
 /// What a run did.
 #[derive(Debug, Clone, PartialEq)]
@@ -203,11 +205,12 @@ async fn run_owned(
 ) -> Result<RunOutcome> {
     let OpenedJob {
         mut run,
-        progress_plan,
+        totals,
+        stages,
         replayed,
         completion,
     } = open_job(spec, &output).await?;
-    let progress = Progress::new(&progress_plan);
+    let progress = Progress::new(&totals, &stages);
     for (task, p) in &replayed {
         progress.task_done(task.stage.as_str(), *p);
     }
@@ -261,8 +264,7 @@ async fn run_owned(
         let (node, result) = serve_cluster(coordinator, coordinator_handle, rx, settings).await?;
         node.stop(None);
         tracing::info!(
-            bytes =
-                crate::worker::actor::LARGEST_MESSAGE.load(std::sync::atomic::Ordering::Relaxed),
+            bytes = crate::messages::LARGEST_MESSAGE.load(std::sync::atomic::Ordering::Relaxed),
             "largest message field sent"
         );
         let (tasks_run, summary) = result??;
@@ -279,7 +281,7 @@ async fn run_owned(
         let args = WorkerArgs {
             name,
             coordinator: coordinator.clone(),
-            config: WorkerConfig {
+            resources: WorkerResources {
                 scratch: spec.run.scratch.clone(),
                 memory_bytes: memory,
             },

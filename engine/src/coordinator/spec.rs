@@ -3,26 +3,23 @@
 //! engine runs it), turned once into a validated [`JobSpec`].
 //!
 //! ```text
-//! text ─► EngineKeys { kind, [run] as written (RawRun) } ─► RunPlan (typed, defaults filled, checked)
+//! text ─► EngineKeys { kind, [run] as written (RawRun) } ─► RunConfig (typed, defaults filled, checked)
 //!      └► the kind's sections (the kind's type) ─► Box<dyn JobFile>
 //! ```
 //!
 //! Unknown keys are errors (with line and column). Relative local paths are relative
-//! to the current directory. Every `[run]` default is [`RunPlan::default`]'s, defined
-//! once; the *fingerprint* is the kind's: everything that determines the output bytes,
+//! to the current directory. Every `[run]` default is [`RunConfig::default`]'s, defined
+//! once in [`crate::settings`]; the *fingerprint* is the kind's: everything that determines the output bytes,
 //! not how the job runs (`[run]`), so a job can resume with a different number of
 //! workers.
 
-use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::time::Duration;
+use std::path::Path;
 
-use crate::job::{JobFile, JobKind, Kinds};
-use crate::kind::DEFAULT_MEMORY_PER_WORKER;
-use crate::units::{format_bytes, parse_bytes};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 use crate::error::{EngineError, Result};
+use crate::job::{JobFile, JobKind, Kinds};
+use crate::settings::{RawRun, RunConfig};
 
 /// The keys of a job file the engine reads (the kind's sections are ignored here).
 #[derive(Deserialize)]
@@ -40,195 +37,7 @@ pub struct JobSpec {
     /// The kind's sections, validated.
     pub file: Box<dyn JobFile>,
     /// How the engine runs it.
-    pub run: RunPlan,
-}
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Mode {
-    Local,
-    Cluster,
-}
-
-/// `[run]` as written: every key optional. [`RunPlan::from_raw`] fills the defaults
-/// and checks the values.
-#[derive(Debug, Default, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawRun {
-    mode: Option<Mode>,
-    workers: Option<usize>,
-    memory_per_worker: Option<String>,
-    scratch: Option<PathBuf>,
-    max_attempts: Option<u32>,
-    lease_seconds: Option<u64>,
-    output_lock_seconds: Option<u64>,
-    listen: Option<String>,
-    tls: Option<RawTls>,
-    allow_plaintext: Option<bool>,
-    /// Moved to `[input] rows_per_map_task` (a setting of the probe_rows kind): here
-    /// only to say so.
-    rows_per_map_task: Option<toml::Value>,
-}
-
-/// `[run.tls]` as written.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-struct RawTls {
-    cert: PathBuf,
-    key: PathBuf,
-    ca: PathBuf,
-    handshake_timeout_seconds: Option<u64>,
-}
-
-/// `[run]`, validated: how the engine runs a job.
-#[derive(Debug, Clone, PartialEq)]
-pub struct RunPlan {
-    /// Local (worker actors in-process) or cluster (`worker --join` processes).
-    pub mode: Mode,
-    /// Local mode: the worker actors.
-    pub workers: usize,
-    /// Local mode: each worker's sort memory (bytes); also sizes planning.
-    pub memory_per_worker: u64,
-    /// Local spill and staging space (each job run gets its own directory in it).
-    pub scratch: PathBuf,
-    /// Attempts per task before the job fails.
-    pub max_attempts: u32,
-    /// A task's lease; heartbeats renew it every quarter.
-    pub lease: Duration,
-    /// The output lock lapses this long after its owner's last renewal (renewed every
-    /// third of it); a dead coordinator's lock on another host is taken over after it.
-    pub output_lock: Duration,
-    /// Cluster mode: the address the coordinator listens on for workers.
-    pub listen: SocketAddr,
-    /// Cluster mode: mutual TLS between the coordinator and the workers.
-    pub tls: Option<TlsPlan>,
-    /// Cluster mode without TLS on a non-loopback `listen`: refused unless set (for
-    /// private networks only: the traffic is plaintext).
-    pub allow_plaintext: bool,
-}
-
-/// `[run.tls]`: the coordinator's certificate and key, and the CA that signs every
-/// node's certificate (PEM files; relative paths are relative to the current directory).
-#[derive(Debug, Clone, PartialEq)]
-pub struct TlsPlan {
-    pub cert: PathBuf,
-    pub key: PathBuf,
-    pub ca: PathBuf,
-    /// A connection that has not finished its TLS handshake by then is closed.
-    pub handshake_timeout: Duration,
-}
-
-/// `[run.tls] handshake_timeout_seconds`' default.
-pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
-
-impl Default for RunPlan {
-    /// Every `[run]` default (docs/job.md's table states the same; a test checks).
-    fn default() -> Self {
-        RunPlan {
-            mode: Mode::Local,
-            workers: 2,
-            memory_per_worker: parse_bytes(DEFAULT_MEMORY_PER_WORKER).unwrap_or(2 << 30),
-            scratch: std::env::temp_dir().join("probeflow"),
-            max_attempts: 3,
-            lease: Duration::from_secs(60),
-            output_lock: Duration::from_secs(60),
-            listen: SocketAddr::from(([0, 0, 0, 0], 7077)),
-            tls: None,
-            allow_plaintext: false,
-        }
-    }
-}
-
-impl RunPlan {
-    /// The smallest `memory_per_worker`.
-    pub const MIN_MEMORY: u64 = 64 << 20;
-    /// The shortest output lock (renewed every third of it).
-    pub const MIN_OUTPUT_LOCK: Duration = Duration::from_secs(3);
-
-    /// `[run]` as written, with the defaults filled in and every value checked.
-    fn from_raw(raw: RawRun) -> std::result::Result<RunPlan, String> {
-        let d = RunPlan::default();
-        if raw.rows_per_map_task.is_some() {
-            return Err(
-                "[run] rows_per_map_task is now [input] rows_per_map_task (a setting \
-                        of the probe_rows kind, not of the engine): move it there"
-                    .into(),
-            );
-        }
-        let at_least_one = |key: &str, v: Option<u64>, default: u64| match v {
-            Some(0) => Err(format!("[run] {key} must be at least 1")),
-            v => Ok(v.unwrap_or(default)),
-        };
-        let memory_per_worker = match raw.memory_per_worker {
-            None => d.memory_per_worker,
-            Some(text) => match parse_bytes(&text) {
-                Some(b) if b >= Self::MIN_MEMORY => b,
-                Some(_) => {
-                    return Err(format!(
-                        "[run] memory_per_worker must be at least {}",
-                        format_bytes(Self::MIN_MEMORY)
-                    ))
-                }
-                None => {
-                    return Err(format!(
-                        "[run] memory_per_worker {text:?} is not a size like \"2GiB\""
-                    ))
-                }
-            },
-        };
-        let output_lock = match raw.output_lock_seconds {
-            None => d.output_lock,
-            Some(s) if Duration::from_secs(s) >= Self::MIN_OUTPUT_LOCK => Duration::from_secs(s),
-            Some(_) => {
-                return Err(format!(
-                    "[run] output_lock_seconds must be at least {}",
-                    Self::MIN_OUTPUT_LOCK.as_secs()
-                ))
-            }
-        };
-        let listen = match raw.listen {
-            None => d.listen,
-            Some(text) => text
-                .parse()
-                .map_err(|e| format!("[run] listen {text:?}: expected ip:port ({e})"))?,
-        };
-        let tls = match raw.tls {
-            None => None,
-            Some(t) => Some(TlsPlan {
-                cert: t.cert,
-                key: t.key,
-                ca: t.ca,
-                handshake_timeout: match t.handshake_timeout_seconds {
-                    None => DEFAULT_HANDSHAKE_TIMEOUT,
-                    Some(0) => {
-                        return Err("[run.tls] handshake_timeout_seconds must be at least 1".into())
-                    }
-                    Some(s) => Duration::from_secs(s),
-                },
-            }),
-        };
-        Ok(RunPlan {
-            mode: raw.mode.unwrap_or(d.mode),
-            workers: at_least_one("workers", raw.workers.map(|w| w as u64), d.workers as u64)?
-                as usize,
-            memory_per_worker,
-            scratch: raw.scratch.unwrap_or(d.scratch),
-            max_attempts: at_least_one(
-                "max_attempts",
-                raw.max_attempts.map(u64::from),
-                u64::from(d.max_attempts),
-            )? as u32,
-            lease: Duration::from_secs(at_least_one(
-                "lease_seconds",
-                raw.lease_seconds,
-                d.lease.as_secs(),
-            )?),
-            output_lock,
-            listen,
-            tls,
-            allow_plaintext: raw.allow_plaintext.unwrap_or(d.allow_plaintext),
-        })
-    }
+    pub run: RunConfig,
 }
 
 impl JobSpec {
@@ -267,7 +76,7 @@ impl JobSpec {
                 kinds.names()
             ))
         })?;
-        let run = RunPlan::from_raw(keys.run).map_err(spec_error)?;
+        let run = RunConfig::from_raw(keys.run).map_err(spec_error)?;
         let file_sections = kind.load(file, text)?;
         Ok(JobSpec {
             kind,
@@ -291,7 +100,13 @@ impl JobSpec {
 mod tests {
     use super::*;
 
+    use std::time::Duration;
+
+    use crate::settings::{
+        default_scratch, Mode, DEFAULT_HANDSHAKE_TIMEOUT, DEFAULT_MEMORY_PER_WORKER,
+    };
     use crate::tests::TEST_KINDS;
+    use crate::units::parse_bytes;
 
     const FULL: &str = r#"
 [input]
@@ -391,8 +206,8 @@ scratch = "/tmp/probeflow"
     #[test]
     fn the_docs_run_table_states_the_defaults_of_the_code() {
         let doc = include_str!("../../../docs/job.md");
-        let d = RunPlan::default();
-        let scratch = if d.scratch == std::env::temp_dir().join("probeflow") {
+        let d = RunConfig::default();
+        let scratch = if d.scratch == default_scratch() {
             "system temp dir + `/probeflow`".to_string()
         } else {
             format!("{:?}", d.scratch)

@@ -10,8 +10,8 @@ use crate::protocol::{Payload, TaskId};
 use crate::store::StoreUrl;
 
 use crate::coordinator::actor::EXCLUDED_WORKERS;
-use crate::coordinator::journal::Journal;
 use crate::error::Result;
+use crate::journal::Journal;
 
 /// The state of the job whose output is at `output_url`, as lines; `kinds`: the kinds
 /// this program knows.
@@ -73,7 +73,7 @@ pub async fn status(output_url: &str, kinds: Kinds) -> Result<String> {
         .iter()
         .map(|(task, record)| (*task, &record.output))
         .collect();
-    let planned = kind.planned_tasks(&job.spec, &job.plan, &results);
+    let planned = kind.task_counts(&job.spec, &job.plan, &results);
     let mut stages: Vec<String> = planned
         .iter()
         .map(|(stage, n)| {

@@ -11,16 +11,16 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use crate::completion::CompletionRecord;
-use crate::coordinator::journal;
 use crate::coordinator::open::{open_job, write_final_outputs, OpenedJob};
 use crate::coordinator::run::{Effect, JobRun};
 use crate::coordinator::JobSpec;
 use crate::job::TaskRunner;
-use crate::kind::{TaskEnv, WorkerConfig};
+use crate::journal;
+use crate::kind::{TaskEnv, WorkerResources};
+use crate::messages::TaskReply;
 use crate::protocol::{Assignment, Payload, Registration, TaskFailure, TaskId, PROTOCOL_VERSION};
 use crate::scratch::JobScratch;
 use crate::store::StoreUrl;
-use crate::worker::actor::TaskReply;
 
 /// A job's lease in the bed.
 pub const LEASE: Duration = Duration::from_secs(10);
@@ -42,7 +42,7 @@ pub struct Bed {
     completion: CompletionRecord,
     runner: Box<dyn TaskRunner>,
     scratch: JobScratch,
-    config: WorkerConfig,
+    resources: WorkerResources,
     /// The bed's clock.
     pub now: Instant,
     tokens: u64,
@@ -87,7 +87,7 @@ impl Bed {
         let scratch = JobScratch::create(&dir.path().join("scratch"), "bed").unwrap();
         let mut bed = Bed {
             runner: spec.kind.runner(),
-            config: WorkerConfig {
+            resources: WorkerResources {
                 scratch: dir.path().join("scratch"),
                 memory_bytes: 64 << 20,
             },
@@ -166,7 +166,7 @@ impl Bed {
     /// Runs `a` with the kind's runner: its result.
     pub async fn execute(&mut self, a: &Assignment) -> Payload {
         let env = TaskEnv {
-            config: &self.config,
+            resources: &self.resources,
             scratch: &self.scratch,
         };
         self.runner
@@ -269,8 +269,8 @@ impl Bed {
                 }
                 Effect::RecordExcluded(excluded) => self.excluded = excluded,
                 Effect::DiscardLate { task, attempt } => {
-                    let job = self.run.job().clone();
-                    let removed = self.run.driver().discard_late(&job, task, attempt).await;
+                    let files = self.run.driver().attempt_files(task, attempt).unwrap();
+                    let removed = crate::completion::discard_attempt(&self.output, &files).await;
                     if removed.unwrap() {
                         self.discarded.push((task, attempt));
                     }

@@ -14,15 +14,14 @@ use std::time::Duration;
 
 use crate::error::{EngineError, Result};
 use crate::fault::Faults;
-use crate::job::{JobFile, JobKind, Kinds, TaskRunner};
-use crate::kind::{BoxFuture, OutputCheck, RunResult, TaskEnv, WorkerConfig};
+use crate::job::{JobFile, JobKind, Kinds, Sealed, TaskRunner};
+use crate::kind::{BoxFuture, OutputCheck, RunResult, TaskEnv, WorkerResources};
+use crate::messages::{CoordinatorMsg, TaskReply, Wire};
 use crate::protocol::{
     Assignment, JobContext, Payload, TaskFailure, TaskId, TaskSpec, WorkerTiming,
 };
 use crate::store::StoreUrl;
-use crate::worker::actor::{
-    CoordinatorMsg, JobOutput, TaskReply, Wire, WorkerActor, WorkerArgs, COMMITS_BEHIND,
-};
+use crate::worker::actor::{JobOutput, WorkerActor, WorkerArgs, COMMITS_BEHIND};
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tokio::sync::{mpsc, oneshot};
 
@@ -65,6 +64,10 @@ struct GatedKind;
 static GATED: GatedKind = GatedKind;
 static KINDS: Kinds = Kinds::new(&[&GATED]);
 
+// The gated kind is written against the erased seam (the worker actor's side of it),
+// which only engine code may implement.
+impl Sealed for GatedKind {}
+
 impl JobKind for GatedKind {
     fn name(&self) -> &'static str {
         "gated"
@@ -92,7 +95,7 @@ impl JobKind for GatedKind {
     ) -> BoxFuture<'a, Result<Option<Box<dyn OutputCheck>>>> {
         Box::pin(async { Ok(None) })
     }
-    fn planned_tasks(
+    fn task_counts(
         &self,
         _spec: &Payload,
         _plan: &Payload,
@@ -103,6 +106,8 @@ impl JobKind for GatedKind {
 }
 
 struct GatedRunner;
+
+impl Sealed for GatedRunner {}
 
 impl TaskRunner for GatedRunner {
     fn run<'a>(
@@ -129,12 +134,14 @@ impl TaskRunner for GatedRunner {
             })))
         })
     }
-    fn discard_unreported<'a>(&'a self, _task: &'a Assignment) -> BoxFuture<'a, Result<bool>> {
-        Box::pin(async { Ok(false) })
+    fn attempt_files(&self, _task: TaskId, _attempt: u32) -> Result<Vec<String>> {
+        Ok(Vec::new())
     }
+    #[cfg(feature = "fault-injection")]
     fn simulated(&self, _task: &Assignment) -> Option<Result<Payload>> {
         None
     }
+    #[cfg(feature = "fault-injection")]
     fn forged(&self, _task: &Assignment, output: Payload) -> Payload {
         output
     }
@@ -256,7 +263,7 @@ async fn the_next_task_runs_while_commits_wait_and_each_result_is_reported_when_
     let args = WorkerArgs {
         name: "w".into(),
         coordinator: coordinator.clone(),
-        config: WorkerConfig {
+        resources: WorkerResources {
             scratch: scratch.path().to_path_buf(),
             memory_bytes: 64 << 20,
         },

@@ -25,7 +25,7 @@ async fn the_intermediate_files_go_only_after_the_completion_marker() {
     else {
         panic!("{effects:?}");
     };
-    crate::coordinator::journal::write_entry(&bed.output, *task, *attempt, output)
+    crate::journal::write_entry(&bed.output, *task, *attempt, output)
         .await
         .unwrap();
     let effects = bed.run.journaled(*task, nonce, None);

@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::worker::actor::TaskReply;
+use crate::messages::TaskReply;
 
 use super::bed::{Bed, LEASE};
 

@@ -49,7 +49,7 @@ async fn a_crash_after_the_last_task_finishes_the_job_on_restart() {
     else {
         panic!("{effects:?}");
     };
-    crate::coordinator::journal::write_entry(&bed.output, *task, *attempt, output)
+    crate::journal::write_entry(&bed.output, *task, *attempt, output)
         .await
         .unwrap();
     assert!(!bed.out("_SUCCESS").exists());

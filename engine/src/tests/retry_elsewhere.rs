@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::worker::actor::TaskReply;
+use crate::messages::TaskReply;
 
 use super::bed::{flaky, Bed, Ended};
 

@@ -40,10 +40,7 @@ async fn a_journal_of_another_version_is_refused() {
     let mut bed = Bed::new(3).await;
     let record = bed.out("_job/journal/job.json");
     let text = std::fs::read_to_string(&record).unwrap();
-    let version = format!(
-        "\"version\": {}",
-        crate::coordinator::journal::JOURNAL_VERSION
-    );
+    let version = format!("\"version\": {}", crate::journal::JOURNAL_VERSION);
     assert!(text.contains(&version), "{text}");
     std::fs::write(&record, text.replace(&version, "\"version\": 1")).unwrap();
     let err = crate::coordinator::open::open_job(&bed.spec, &bed.output)

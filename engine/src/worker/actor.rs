@@ -1,4 +1,5 @@
-//! The worker actor and the messages it exchanges with the coordinator actor.
+//! The worker actor: it pulls tasks from the coordinator actor ([`crate::messages`]) and
+//! runs them with its kind's runner.
 //!
 //! A worker pulls: it asks the coordinator for a task ([`CoordinatorMsg::RequestTask`]),
 //! runs it while a side task sends [`CoordinatorMsg::Heartbeat`]s that extend its lease,
@@ -17,120 +18,24 @@
 //! A task that failed on a store error closes the worker's [`StoreGate`]: it asks for
 //! no task until a probe of the job's output answers (a worker cut off from the store
 //! but not from the coordinator would otherwise take task after task and fail each).
-//!
-//! The same messages travel between processes in cluster mode (`ractor_cluster`): their
-//! payloads are [`Wire`] values, JSON on the wire, carrying only metadata and URIs.
 
 use std::panic::AssertUnwindSafe;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use futures::FutureExt;
-use ractor::{Actor, ActorProcessingErr, ActorRef, BytesConvertable, RpcReplyPort};
-use ractor_cluster::{RactorClusterMessage, RactorMessage};
-use serde::{de::DeserializeOwned, Deserialize, Serialize};
+use ractor::{Actor, ActorProcessingErr, ActorRef};
+use ractor_cluster::RactorMessage;
 
 use crate::fault::Faults;
 use crate::job::{Kinds, TaskRunner};
-use crate::kind::{RunResult, TaskEnv, WorkerConfig};
-use crate::protocol::{
-    Assignment, Payload, Registration, TaskFailure, TaskId, TaskOutput, WorkerTiming,
-};
+use crate::kind::{RunResult, TaskEnv, WorkerResources};
+use crate::messages::{CoordinatorMsg, TaskReply, Wire};
+use crate::protocol::{Assignment, Payload, TaskFailure, WorkerTiming};
+#[cfg(feature = "fault-injection")]
+use crate::protocol::{TaskId, TaskOutput};
 use crate::scratch::JobScratch;
-
-/// A message payload that may have crossed the network: JSON on the wire. Bytes from a
-/// peer that do not decode give `Err` (with the reason), which the receiver refuses,
-/// instead of a panic inside the actor system.
-#[derive(Debug, Clone)]
-pub struct Wire<T>(pub Result<T, String>);
-
-impl<T> Wire<T> {
-    pub fn new(value: T) -> Self {
-        Wire(Ok(value))
-    }
-}
-
-/// The largest message field this process encoded for the network, in bytes (logged
-/// when a job ends; ractor_cluster refuses frames beyond 16 MiB).
-pub static LARGEST_MESSAGE: AtomicUsize = AtomicUsize::new(0);
-
-impl<T: Serialize + DeserializeOwned> BytesConvertable for Wire<T> {
-    fn into_bytes(self) -> Vec<u8> {
-        let bytes = serde_json::to_vec(&self.0).unwrap_or_else(|e| {
-            serde_json::to_vec(&Err::<(), _>(format!("unencodable message: {e}")))
-                .unwrap_or_default()
-        });
-        LARGEST_MESSAGE.fetch_max(bytes.len(), Ordering::Relaxed);
-        bytes
-    }
-
-    fn from_bytes(bytes: Vec<u8>) -> Self {
-        Wire(
-            serde_json::from_slice::<Result<T, String>>(&bytes)
-                .unwrap_or_else(|e| Err(format!("undecodable message: {e}"))),
-        )
-    }
-}
-
-/// Messages to the coordinator actor (local or across the network).
-#[derive(RactorClusterMessage)]
-pub enum CoordinatorMsg {
-    /// A worker process joins (cluster mode) and learns the job's timing; refused with
-    /// the reason for a duplicate name or another protocol version.
-    #[rpc]
-    Register {
-        registration: Wire<Registration>,
-        reply: RpcReplyPort<Wire<Result<WorkerTiming, String>>>,
-    },
-    #[rpc]
-    RequestTask {
-        worker: String,
-        reply: RpcReplyPort<Wire<TaskReply>>,
-    },
-    /// Extends a lease; `lease` is the token of the [`Assignment`].
-    Heartbeat {
-        worker: String,
-        task: Wire<TaskId>,
-        attempt: u32,
-        lease: String,
-    },
-    /// A task's result; accepted only with the lease's token, from the worker holding it.
-    Finished {
-        worker: String,
-        task: Wire<TaskId>,
-        attempt: u32,
-        lease: String,
-        result: Wire<Result<TaskOutput, TaskFailure>>,
-    },
-    /// A result's journal entry was written (`error`: or could not be): sent by the
-    /// coordinator to itself, with the secret `nonce` it gave that write, so the
-    /// result is only taken once it is journaled and the journal write does not hold
-    /// up the actor. The job kind's progress files are written off the actor too (in
-    /// order, by the coordinator's output writer), so heartbeats never wait on the
-    /// store while tasks run; the actor awaits the store only at the end, for the
-    /// kind's final outputs, when no task is left to lease.
-    Journaled {
-        task: Wire<TaskId>,
-        nonce: String,
-        error: Wire<Option<String>>,
-    },
-    /// A worker node's session ended (cluster mode): its leases are re-queued at once
-    /// instead of waiting for them to expire.
-    NodeLost { node: String },
-    /// Periodic lease check (sent by the coordinator to itself).
-    Tick,
-}
-
-/// The coordinator's answer to a task request.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub enum TaskReply {
-    Task(Box<Assignment>),
-    Wait,
-    Done,
-    /// This worker failed too often: it gets no more tasks (the reason).
-    Excluded(String),
-}
 
 /// Messages to a worker actor.
 #[derive(RactorMessage)]
@@ -175,7 +80,7 @@ pub struct JobOutput {
 pub struct WorkerArgs {
     pub name: String,
     pub coordinator: ActorRef<CoordinatorMsg>,
-    pub config: WorkerConfig,
+    pub resources: WorkerResources,
     /// Heartbeat period and request timeout (from the job's lease).
     pub timing: WorkerTiming,
     /// Set when the coordinator said the job is done (the other way a worker stops is
@@ -469,11 +374,12 @@ impl Actor for WorkerActor {
                 let runner = runners.entry(kind.name()).or_insert_with(|| kind.runner());
                 let result = match JobScratch::for_job(
                     scratch,
-                    &state.config.scratch,
+                    &state.resources.scratch,
                     &assignment.job.job_id,
                 ) {
                     Ok(s) => match state.faults.before_task(s.path()) {
                         Err(e) => Ok(Err(e)),
+                        #[cfg(feature = "fault-injection")]
                         Ok(()) if state.faults.simulates_tasks() => Ok(runner
                             .simulated(&assignment)
                             .unwrap_or_else(|| {
@@ -485,7 +391,7 @@ impl Actor for WorkerActor {
                             .map(RunResult::Durable)),
                         Ok(()) => {
                             let env = TaskEnv {
-                                config: &state.config,
+                                resources: &state.resources,
                                 scratch: s,
                             };
                             AssertUnwindSafe(runner.run(&assignment, env))
@@ -642,6 +548,7 @@ async fn report(
         }),
     };
     let succeeded = result.is_ok();
+    #[cfg(feature = "fault-injection")]
     let result = if state.faults.forges_results() {
         forge_results(&state.coordinator, name, &assignment, &*runner, result)
     } else {
@@ -656,7 +563,7 @@ async fn report(
     };
     if state.coordinator.cast(msg).is_err() {
         if succeeded {
-            match runner.discard_unreported(&assignment).await {
+            match discard(&*runner, &assignment).await {
                 Ok(true) => {
                     tracing::debug!(worker = %name, task = %assignment.task.id(), "the job finished without this attempt")
                 }
@@ -674,10 +581,25 @@ async fn report(
     true
 }
 
+/// Removes the planned files of the attempt `task` ([`crate::kind::Kind::attempt_files`])
+/// if the job finished without it (its output has the completion record).
+fn discard(
+    runner: &dyn TaskRunner,
+    task: &Assignment,
+) -> impl std::future::Future<Output = crate::error::Result<bool>> + Send + 'static {
+    let planned = runner
+        .attempt_files(task.task.id(), task.attempt)
+        .and_then(|files| Ok((crate::store::StoreUrl::parse(&task.job.output)?, files)));
+    async move {
+        let (output, files) = planned?;
+        crate::completion::discard_attempt(&output, &files).await
+    }
+}
+
 /// The coordinator went away after `task`'s successful result was sent, so whether it
 /// arrived is unknown. If the job is complete (its kind's completion marker exists, so
 /// its journal is final) and the journal names another attempt of the task (or none),
-/// this attempt lost: its files are removed ([`TaskRunner::discard_unreported`]),
+/// this attempt lost: its planned files are removed ([`discard`]),
 /// which leaves nothing of a fenced attempt on the store. An accepted attempt, or a
 /// job not complete (a resumed coordinator removes what it does not accept), is left
 /// alone.
@@ -695,20 +617,14 @@ async fn discard_if_not_accepted(
     };
     let id = task.task.id();
     // Made here, run only if the attempt lost (futures do nothing until awaited).
-    let discard = runner.discard_unreported(task);
+    let discard = discard(&**runner, task);
     let checked = async {
         let output = crate::store::StoreUrl::parse(&task.job.output)?;
         if !crate::completion::exists(&output).await? {
             return Ok::<_, crate::error::EngineError>(false);
         }
-        let entry: Option<serde_json::Value> = output
-            .get_json(&crate::protocol::journal_entry_path(id))
-            .await?;
-        let accepted = entry
-            .as_ref()
-            .and_then(|e| e.get("attempt"))
-            .and_then(serde_json::Value::as_u64);
-        if accepted == Some(u64::from(task.attempt)) {
+        let entry = crate::journal::read_entry(&output, id).await?;
+        if entry.is_some_and(|e| e.attempt == task.attempt) {
             return Ok(false);
         }
         discard.await
@@ -724,6 +640,7 @@ async fn discard_if_not_accepted(
     }
 }
 
+#[cfg(feature = "fault-injection")]
 /// Fault injection (`forge-results`): first reports a result for a task this worker
 /// holds no lease on; then returns its own task's result with paths it was not given
 /// (the job kind forges them). The coordinator must refuse both.

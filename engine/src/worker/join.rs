@@ -1,7 +1,7 @@
 //! A worker process's life in cluster mode: join the coordinator, run tasks, rejoin.
 //!
 //! ```text
-//! JoinPlan (validated flags) ─► node listening ─► dial the coordinator (TLS or not)
+//! JoinConfig (validated flags) ─► node listening ─► dial the coordinator (TLS or not)
 //!   ─► find its actor ─► Register (protocol, release) ─► refused: stop (exit 2)
 //!                                                     └► accepted: `threads` WorkerActors pull tasks
 //!   actors stop ─► the job is done: return │ the coordinator was lost: dial again, with a
@@ -22,13 +22,12 @@ use crate::cluster;
 use crate::error::{EngineError, Result};
 use crate::fault::Faults;
 use crate::job::Kinds;
-use crate::kind::WorkerConfig;
+use crate::messages::{CoordinatorMsg, Wire, LARGEST_MESSAGE};
 use crate::protocol::{Registration, PROTOCOL_VERSION, RELEASE};
+use crate::settings::WorkerResources;
 use crate::store::StoreUrl;
 use crate::tls::{self, ClusterTls, TlsFiles};
-use crate::worker::actor::{
-    CoordinatorMsg, JobOutput, Wire, WorkerActor, WorkerArgs, LARGEST_MESSAGE,
-};
+use crate::worker::actor::{JobOutput, WorkerActor, WorkerArgs};
 
 /// How long dialling the coordinator plus the TLS handshake may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -58,12 +57,12 @@ impl WorkerTls {
 }
 
 /// What a worker process is asked to do, checked.
-pub struct JoinPlan {
+pub struct JoinConfig {
     /// The coordinator's address (`host:port`).
     pub join: String,
     /// This worker's name, unique in the cluster.
     pub name: String,
-    pub config: WorkerConfig,
+    pub resources: WorkerResources,
     /// Tasks run at once (each with `config.memory_bytes`).
     pub threads: usize,
     /// Where this worker's node listens.
@@ -78,7 +77,7 @@ pub struct JoinPlan {
 /// Joins the coordinator of `plan` with `cookie` and runs tasks of `kinds` until the
 /// job is done. Errors: [`EngineError::Refused`] when the coordinator refuses this
 /// worker (no retry), [`EngineError::Runtime`] when it stays unreachable.
-pub async fn join(plan: JoinPlan, cookie: String, kinds: Kinds) -> Result<()> {
+pub async fn join(plan: JoinConfig, cookie: String, kinds: Kinds) -> Result<()> {
     let joined = join_and_work(&plan, cookie, kinds).await;
     tracing::info!(
         bytes = LARGEST_MESSAGE.load(Ordering::Relaxed),
@@ -87,7 +86,7 @@ pub async fn join(plan: JoinPlan, cookie: String, kinds: Kinds) -> Result<()> {
     joined
 }
 
-async fn join_and_work(plan: &JoinPlan, cookie: String, kinds: Kinds) -> Result<()> {
+async fn join_and_work(plan: &JoinConfig, cookie: String, kinds: Kinds) -> Result<()> {
     let node_name = cluster::unique_node_name(&plan.name);
     let tls = plan.tls.as_ref().map(|t| &t.tls);
     // The worker dials out; its own socket admits only peers that authenticate in time.
@@ -153,7 +152,7 @@ async fn join_and_work(plan: &JoinPlan, cookie: String, kinds: Kinds) -> Result<
             worker: plan.name.clone(),
             node: node_name.clone(),
             capacity: plan.threads as u32,
-            memory_bytes: plan.config.memory_bytes as u64,
+            memory_bytes: plan.resources.memory_bytes as u64,
             version: PROTOCOL_VERSION,
             release: RELEASE.into(),
         };
@@ -195,7 +194,7 @@ async fn join_and_work(plan: &JoinPlan, cookie: String, kinds: Kinds) -> Result<
             let args = WorkerArgs {
                 name,
                 coordinator: coordinator.clone(),
-                config: plan.config.clone(),
+                resources: plan.resources.clone(),
                 timing,
                 done: done.clone(),
                 faults: plan.faults,

@@ -7,4 +7,4 @@ pub(crate) mod actor;
 mod join;
 
 pub use crate::cluster::load_cookie;
-pub use join::{join, JoinPlan, WorkerTls};
+pub use join::{join, JoinConfig, WorkerTls};

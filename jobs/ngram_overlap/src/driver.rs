@@ -4,22 +4,22 @@
 //! attempts' files removed.
 
 use std::collections::{BTreeMap, BTreeSet};
+use std::future::Future;
 
 use futures::StreamExt;
 use serde::Serialize;
 
 use probeflow_engine::error::{EngineError, Result};
 use probeflow_engine::kind::{
-    BoxFuture, Done, Driver, Finished, OutputFile, ProgressFile, ProgressPlan, Progressed,
-    StageTasks,
+    Done, Driver, Finished, OutputFile, ProgressFile, ProgressTotals, Progressed, Stage, StageTasks,
 };
-use probeflow_engine::protocol::{JobContext, TaskId};
+use probeflow_engine::protocol::TaskId;
 use probeflow_engine::store::StoreUrl;
 use protocol::{
     edits_path, events_path, index_shuffle_path, instances_path, rejects_path, CleanOutput,
     CleanTask, EvalFile, IndexGroups, IndexOutput, IndexTask, OverlapDone, OverlapOutput,
-    OverlapTask, ReportOutput, ReportTask, ScanOutput, ScanTask, Settings, CLEAN, CLEANED_DIR,
-    CLEAN_MANIFEST, DETAILS, HOT, INDEX, PROGRESS_SUMMARY, REPORT, SCAN, STATS, WORK_DIR,
+    OverlapStage, OverlapTask, ReportOutput, ReportTask, ScanOutput, ScanTask, Settings,
+    CLEANED_DIR, CLEAN_MANIFEST, DETAILS, HOT, PROGRESS_SUMMARY, STATS, WORK_DIR,
 };
 
 use super::*;
@@ -355,27 +355,18 @@ impl Driver<NgramOverlap> for OverlapDriver {
         &self.settings
     }
 
-    fn progress_plan(&self) -> ProgressPlan {
+    fn progress_totals(&self) -> ProgressTotals {
         let bytes = self.plan.eval.iter().map(|e| e.file.size).sum::<u64>()
             + self.plan.train.iter().map(|f| f.size).sum::<u64>();
-        let mut stages = vec![
-            (INDEX, self.plan.eval.len() as u64),
-            (SCAN, self.plan.train.len() as u64),
-            (REPORT, 1),
-        ];
-        if self.settings.clean.is_some() {
-            stages.push((CLEAN, self.plan.train.len() as u64));
-        }
-        ProgressPlan {
-            stages,
+        ProgressTotals {
             unit: "input bytes",
             total_units: bytes,
         }
     }
 
-    fn stage(&mut self, stage: usize) -> Result<Option<StageTasks<NgramOverlap>>> {
+    fn stage(&mut self, stage: OverlapStage) -> Result<Option<StageTasks<NgramOverlap>>> {
         Ok(Some(match stage {
-            0 => self
+            OverlapStage::Index => self
                 .plan
                 .eval
                 .iter()
@@ -388,10 +379,11 @@ impl Driver<NgramOverlap> for OverlapDriver {
                     (i as u32, OverlapTask::Index(task))
                 })
                 .collect(),
-            1 => self.scan_tasks(),
-            2 => vec![self.report_task()?],
-            3 if self.settings.clean.is_some() => self.clean_tasks(),
-            _ => return Ok(None),
+            OverlapStage::Scan => self.scan_tasks(),
+            OverlapStage::Report => vec![self.report_task()?],
+            OverlapStage::Clean if self.settings.clean.is_some() => self.clean_tasks(),
+            // Without [clean] the job ends after its report.
+            OverlapStage::Clean => return Ok(None),
         }))
     }
 
@@ -518,7 +510,7 @@ impl Driver<NgramOverlap> for OverlapDriver {
         Ok(progressed)
     }
 
-    fn record_progress(&mut self, stage_done: Option<usize>) -> Vec<ProgressFile> {
+    fn record_progress(&mut self, stage_done: Option<OverlapStage>) -> Vec<ProgressFile> {
         let mut files = Vec::new();
         match stage_done {
             None => {
@@ -532,11 +524,7 @@ impl Driver<NgramOverlap> for OverlapDriver {
             }
             Some(stage) => {
                 files.extend(self.snapshot());
-                let name = [INDEX, SCAN, REPORT, CLEAN]
-                    .get(stage)
-                    .copied()
-                    .unwrap_or("?");
-                match serde_json::to_vec_pretty(&self.progress_summary(name)) {
+                match serde_json::to_vec_pretty(&self.progress_summary(stage.name())) {
                     Ok(bytes) => {
                         self.summary_written = Some(OutputFile::of(PROGRESS_SUMMARY, &bytes));
                         files.push(ProgressFile {
@@ -551,71 +539,40 @@ impl Driver<NgramOverlap> for OverlapDriver {
         files
     }
 
-    fn finish<'a>(&'a mut self, output: &'a StoreUrl) -> BoxFuture<'a, Result<Finished>> {
-        Box::pin(async move {
-            if self.report.is_none() {
-                return Err(EngineError::Job("finished without a report".into()));
-            }
-            if let (Some(_), Some(report)) = (&self.settings.clean, &self.report) {
-                // Every file cleaned, with the edits the report decided: no more, no fewer.
-                let applied = self
-                    .cleans
-                    .values()
-                    .fold((0, 0), |(d, c), o| (d + o.dropped, c + o.cut));
-                if self.cleans.len() != self.plan.train.len()
-                    || applied != (report.dropped, report.cut)
-                {
-                    return Err(EngineError::Job(format!(
-                        "{} of {} training files cleaned, {} documents dropped and {} cut \
+    async fn finish(&mut self, output: &StoreUrl) -> Result<Finished> {
+        if self.report.is_none() {
+            return Err(EngineError::Job("finished without a report".into()));
+        }
+        if let (Some(_), Some(report)) = (&self.settings.clean, &self.report) {
+            // Every file cleaned, with the edits the report decided: no more, no fewer.
+            let applied = self
+                .cleans
+                .values()
+                .fold((0, 0), |(d, c), o| (d + o.dropped, c + o.cut));
+            if self.cleans.len() != self.plan.train.len() || applied != (report.dropped, report.cut)
+            {
+                return Err(EngineError::Job(format!(
+                    "{} of {} training files cleaned, {} documents dropped and {} cut \
                          of the report's {} and {}",
-                        self.cleans.len(),
-                        self.plan.train.len(),
-                        applied.0,
-                        applied.1,
-                        report.dropped,
-                        report.cut
-                    )));
-                }
+                    self.cleans.len(),
+                    self.plan.train.len(),
+                    applied.0,
+                    applied.1,
+                    report.dropped,
+                    report.cut
+                )));
             }
-            Ok(Finished {
-                summary: self.summary(),
-                files: self.final_files(output).await?,
-            })
+        }
+        Ok(Finished {
+            summary: self.summary(),
+            files: self.final_files(output).await?,
         })
     }
 
-    fn clean_up<'a>(&'a mut self, output: &'a StoreUrl) -> BoxFuture<'a, Result<()>> {
-        Box::pin(output.delete_prefix(WORK_DIR))
+    fn clean_up<'a>(
+        &'a mut self,
+        output: &'a StoreUrl,
+    ) -> impl Future<Output = Result<()>> + Send + 'a {
+        output.delete_prefix(WORK_DIR)
     }
-
-    fn discard_late<'a>(
-        &'a self,
-        job: &'a JobContext,
-        task: TaskId,
-        attempt: u32,
-    ) -> BoxFuture<'a, Result<bool>> {
-        Box::pin(async move { discard_attempt(job, task, attempt).await })
-    }
-}
-
-/// Removes what attempt `attempt` of `task` wrote under [`WORK_DIR`], once the job is
-/// complete (before that, the finishing job removes the whole directory). By the
-/// planned names only.
-pub(super) async fn discard_attempt(job: &JobContext, task: TaskId, attempt: u32) -> Result<bool> {
-    let output = StoreUrl::parse(&job.output)?;
-    if !probeflow_engine::completion::exists(&output).await? {
-        return Ok(false);
-    }
-    let files = match task.stage.as_str() {
-        INDEX => vec![
-            index_shuffle_path(task.index, attempt),
-            probeflow_engine::shuffle::index_path(&index_shuffle_path(task.index, attempt)),
-        ],
-        SCAN => vec![events_path(task.index, attempt)],
-        _ => return Ok(false),
-    };
-    for f in files {
-        output.delete(&output.child(&f)).await?;
-    }
-    Ok(true)
 }

@@ -64,12 +64,12 @@ mod runner;
 
 use probeflow_engine::error::Result;
 use probeflow_engine::inputs::InputSource;
-use probeflow_engine::kind::{BoxFuture, Kind, KindFile, PlanContext};
+use probeflow_engine::kind::{Kind, KindFile, PlanContext};
 use probeflow_engine::protocol::TaskId;
 use probeflow_engine::store::StoreUrl;
 use protocol::{
-    IndexOutput, OverlapOutput, OverlapTask, Settings, CLEAN, CLEANED_DIR, DETAILS, INDEX,
-    INTERMEDIATE_FORMAT_VERSION, REPORT, SCAN, STATS,
+    IndexOutput, OverlapOutput, OverlapStage, OverlapTask, Settings, CLEANED_DIR, DETAILS,
+    INTERMEDIATE_FORMAT_VERSION, STATS,
 };
 use spec::OverlapFile;
 
@@ -97,37 +97,31 @@ impl Kind for NgramOverlap {
     type Driver = OverlapDriver;
     type Runner = OverlapRunner;
 
-    fn plan<'a>(
-        &'a self,
-        file: &'a OverlapFile,
-        context: PlanContext<'a>,
-    ) -> BoxFuture<'a, Result<Plan>> {
-        Box::pin(async move {
-            let mut eval = Vec::new();
-            let mut train = Vec::new();
-            for listed in context.inputs {
-                match listed.source {
-                    EVAL_SOURCE => eval.push(EvalInput {
-                        dataset: records::eval_dataset_name(&listed.path),
-                        file: listed.file,
-                    }),
-                    _ => train.push(listed.file),
-                }
+    async fn plan(&self, file: &OverlapFile, context: PlanContext<'_>) -> Result<Plan> {
+        let mut eval = Vec::new();
+        let mut train = Vec::new();
+        for listed in context.inputs {
+            match listed.source {
+                EVAL_SOURCE => eval.push(EvalInput {
+                    dataset: records::eval_dataset_name(&listed.path),
+                    file: listed.file,
+                }),
+                _ => train.push(listed.file),
             }
-            let memory = context.memory_per_worker;
-            let index_budget = file
-                .index
-                .memory
-                .as_deref()
-                .and_then(probeflow_engine::units::parse_bytes)
-                .unwrap_or(memory / 2);
-            Ok(Plan {
-                eval,
-                train,
-                index_budget,
-                whole_gzip_max: (memory / 16).min(WHOLE_GZIP_CAP),
-                intermediate_format: INTERMEDIATE_FORMAT_VERSION,
-            })
+        }
+        let memory = context.memory_per_worker;
+        let index_budget = file
+            .index
+            .memory
+            .as_deref()
+            .and_then(probeflow_engine::units::parse_bytes)
+            .unwrap_or(memory / 2);
+        Ok(Plan {
+            eval,
+            train,
+            index_budget,
+            whole_gzip_max: (memory / 16).min(WHOLE_GZIP_CAP),
+            intermediate_format: INTERMEDIATE_FORMAT_VERSION,
         })
     }
 
@@ -144,19 +138,16 @@ impl Kind for NgramOverlap {
         OverlapRunner::default()
     }
 
-    fn describe_finished<'a>(
-        &'a self,
-        _output: &'a StoreUrl,
-    ) -> BoxFuture<'a, Result<Vec<String>>> {
-        Box::pin(async { Ok(vec![format!("statistics in {STATS}, records in {DETAILS}")]) })
+    async fn describe_finished(&self, _output: &StoreUrl) -> Result<Vec<String>> {
+        Ok(vec![format!("statistics in {STATS}, records in {DETAILS}")])
     }
 
-    fn planned_tasks(
+    fn task_counts(
         &self,
         file: &OverlapFile,
         plan: &Plan,
         results: &[(TaskId, OverlapOutput)],
-    ) -> Vec<(&'static str, Option<u64>)> {
+    ) -> Vec<(OverlapStage, Option<u64>)> {
         // One scan task per training file and index group; the groups are known once
         // every index task is done.
         let index: Vec<&IndexOutput> = results
@@ -176,14 +167,28 @@ impl Kind for NgramOverlap {
                 ))
         });
         let mut stages = vec![
-            (INDEX, Some(plan.eval.len() as u64)),
-            (SCAN, scans),
-            (REPORT, Some(1)),
+            (OverlapStage::Index, Some(plan.eval.len() as u64)),
+            (OverlapStage::Scan, scans),
+            (OverlapStage::Report, Some(1)),
         ];
         if file.clean.is_some() {
-            stages.push((CLEAN, Some(plan.train.len() as u64)));
+            stages.push((OverlapStage::Clean, Some(plan.train.len() as u64)));
         }
         stages
+    }
+
+    /// An index attempt's shuffle file (and its index), a scan attempt's events file;
+    /// the report and the clean tasks write final files only.
+    fn attempt_files(stage: OverlapStage, index: u32, attempt: u32) -> Vec<String> {
+        match stage {
+            OverlapStage::Index => {
+                let shuffle_file = protocol::index_shuffle_path(index, attempt);
+                let index_file = probeflow_engine::shuffle::index_path(&shuffle_file);
+                vec![shuffle_file, index_file]
+            }
+            OverlapStage::Scan => vec![protocol::events_path(index, attempt)],
+            OverlapStage::Report | OverlapStage::Clean => Vec::new(),
+        }
     }
 }
 

@@ -57,7 +57,7 @@ pub const WORK_DIR: &str = "_job/overlap";
 probeflow_engine::stages! {
     /// An overlap task: an index (task index: its eval file), a scan (task index:
     /// `group * training files + training file`) or the report (task index 0).
-    pub enum OverlapTask, OverlapOutput, OverlapDone {
+    pub enum OverlapTask, OverlapOutput, OverlapDone, OverlapStage {
         Index(INDEX): IndexTask => IndexOutput,
         Scan(SCAN): ScanTask => ScanOutput,
         Report(REPORT): ReportTask => ReportOutput,

@@ -5,12 +5,11 @@
 use std::sync::Arc;
 
 use probeflow_engine::error::{EngineError, Result};
-use probeflow_engine::kind::{BoxFuture, Output, RunResult, Runner, TaskCall, TaskEnv};
+use probeflow_engine::kind::{RunResult, Runner, TaskCall, TaskEnv};
 use probeflow_engine::store::StoreUrl;
 use probeflow_engine::thread_cpu::ThreadCpuTimer;
 use protocol::{OverlapOutput, OverlapTask};
 
-use super::driver::discard_attempt;
 use super::*;
 
 /// The index group a scan loaded: (job, group, groups, index files).
@@ -34,39 +33,38 @@ pub(super) type Ran = (
 );
 
 impl Runner<NgramOverlap> for OverlapRunner {
-    fn run<'a>(
-        &'a mut self,
-        call: TaskCall<'a, NgramOverlap>,
-        _env: TaskEnv<'a>,
-    ) -> BoxFuture<'a, Result<RunResult<OverlapOutput>>> {
-        Box::pin(async move {
-            let settings = call.settings.clone();
-            let output = StoreUrl::parse(&call.job.output)?;
-            let handle = tokio::runtime::Handle::current();
-            let task = call.task.clone();
-            let attempt = call.attempt;
-            let group: Option<GroupKey> = match &task {
-                OverlapTask::Scan(t) => Some((
-                    call.job.job_id.clone(),
-                    t.group,
-                    t.groups,
-                    t.index_files.clone(),
-                )),
-                _ => None,
-            };
-            // The group this scan needs, if it is the one kept; any other is dropped
-            // now, before the task loads a group of its own (two groups at once could
-            // take the whole worker's memory).
-            let cached = match (self.index.take(), &group) {
-                (Some((key, index)), Some(want)) if key == *want => Some(index),
-                _ => None,
-            };
-            let mut whole = std::mem::take(&mut self.whole);
-            if whole.max != settings.whole_gzip_max {
-                whole = source::WholeFiles::new(settings.whole_gzip_max);
-            }
-            let task_id = call.id;
-            let joined = tokio::task::spawn_blocking(move || -> Result<Ran> {
+    async fn run(
+        &mut self,
+        call: TaskCall<'_, NgramOverlap>,
+        _env: TaskEnv<'_>,
+    ) -> Result<RunResult<OverlapOutput>> {
+        let settings = call.settings.clone();
+        let output = StoreUrl::parse(&call.job.output)?;
+        let handle = tokio::runtime::Handle::current();
+        let task = call.task.clone();
+        let attempt = call.attempt;
+        let group: Option<GroupKey> = match &task {
+            OverlapTask::Scan(t) => Some((
+                call.job.job_id.clone(),
+                t.group,
+                t.groups,
+                t.index_files.clone(),
+            )),
+            _ => None,
+        };
+        // The group this scan needs, if it is the one kept; any other is dropped
+        // now, before the task loads a group of its own (two groups at once could
+        // take the whole worker's memory).
+        let cached = match (self.index.take(), &group) {
+            (Some((key, index)), Some(want)) if key == *want => Some(index),
+            _ => None,
+        };
+        let mut whole = std::mem::take(&mut self.whole);
+        if whole.max != settings.whole_gzip_max {
+            whole = source::WholeFiles::new(settings.whole_gzip_max);
+        }
+        let task_id = call.id;
+        let joined = tokio::task::spawn_blocking(move || -> Result<Ran> {
                 let cpu = ThreadCpuTimer::start();
                 let done = |out| {
                     tracing::debug!(task = %task_id, attempt, cpu_ms = cpu.elapsed_ms(), "task CPU time");
@@ -107,28 +105,19 @@ impl Runner<NgramOverlap> for OverlapRunner {
                 }
             })
             .await;
-            let (out, index, whole) = joined
-                .map_err(|e| EngineError::Job(format!("the task's thread failed: {e}")))??;
-            self.whole = whole;
-            if let (Some(key), Some(index)) = (group, index) {
-                self.index = Some((key, index));
-            }
-            Ok(RunResult::Durable(out))
-        })
+        let (out, index, whole) =
+            joined.map_err(|e| EngineError::Job(format!("the task's thread failed: {e}")))??;
+        self.whole = whole;
+        if let (Some(key), Some(index)) = (group, index) {
+            self.index = Some((key, index));
+        }
+        Ok(RunResult::Durable(out))
     }
+}
 
-    fn discard_unreported<'a>(
-        &'a self,
-        call: TaskCall<'a, NgramOverlap>,
-    ) -> BoxFuture<'a, Result<bool>> {
-        Box::pin(async move { discard_attempt(call.job, call.id, call.attempt).await })
-    }
-
-    fn forged(
-        &self,
-        _call: TaskCall<'_, NgramOverlap>,
-        output: OverlapOutput,
-    ) -> Output<NgramOverlap> {
+#[cfg(feature = "fault-injection")]
+impl probeflow_engine::fault::FaultHooks<NgramOverlap> for OverlapRunner {
+    fn forged(&self, _call: TaskCall<'_, NgramOverlap>, output: OverlapOutput) -> OverlapOutput {
         match output {
             OverlapOutput::Index(mut o) => {
                 o.shuffle_file = "../../elsewhere".into();

@@ -35,6 +35,7 @@ pub mod synthetic;
 pub mod validate;
 
 use std::collections::BTreeMap;
+use std::future::Future;
 
 use serde::{Deserialize, Serialize};
 
@@ -42,13 +43,15 @@ use manifest::{InputFile, Totals};
 use probeflow_engine::error::Result;
 use probeflow_engine::inputs::InputSource;
 use probeflow_engine::kind::{
-    BoxFuture, Done, Driver, Finished, Kind, KindFile, OutputCheck, PlanContext, ProgressPlan,
-    Progressed, RunResult, Runner, StageTasks, TaskCall, TaskEnv,
+    Done, Driver, Finished, Kind, KindFile, OutputCheck, PlanContext, ProgressTotals, Progressed,
+    RunResult, Runner, StageTasks, TaskCall, TaskEnv,
 };
-use probeflow_engine::protocol::{JobContext, TaskId};
+use probeflow_engine::protocol::TaskId;
+use probeflow_engine::shuffle;
 use probeflow_engine::store::StoreUrl;
 use protocol::{
-    MapOutput, MapTask, Plausible, ProbeDone, ProbeOutput, ProbeTask, ReduceOutput, Settings,
+    MapOutput, MapTask, Plausible, ProbeDone, ProbeOutput, ProbeStage, ProbeTask, ReduceOutput,
+    Settings,
 };
 use spec::ProbeRowsFile;
 
@@ -70,37 +73,31 @@ impl Kind for ProbeRows {
     type Driver = ProbeRowsDriver;
     type Runner = ProbeRowsRunner;
 
-    fn plan<'a>(
-        &'a self,
-        file: &'a ProbeRowsFile,
-        context: PlanContext<'a>,
-    ) -> BoxFuture<'a, Result<Plan>> {
-        Box::pin(async move {
-            let listed = match &file.input.synthetic {
-                None => context.inputs,
-                Some(s) => {
-                    let dir = StoreUrl::parse(&format!(
-                        "{}/_job/input",
-                        context.output.url.trim_end_matches('/')
-                    ))?;
-                    tracing::info!(rows = s.rows, seed = s.seed, dir = %dir.url, "generating demo input");
-                    synthetic::ensure(s.rows, s.seed, &dir).await?;
-                    let generated = parquet_source(format!("{}/*.parquet", dir.url));
-                    probeflow_engine::inputs::list_inputs(&[generated]).await?
-                }
-            };
-            let rows_per_task =
-                rows_per_map_task(file.input.rows_per_map_task, context.memory_per_worker);
-            let (inputs, maps) = plan::plan_maps(&listed, rows_per_task).await?;
-            let planned_at = std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs());
-            Ok(Plan {
-                plausible: file.plausible(planned_at),
-                inputs,
-                maps,
-                shards: file.output.shards,
-            })
+    async fn plan(&self, file: &ProbeRowsFile, context: PlanContext<'_>) -> Result<Plan> {
+        let listed = match &file.input.synthetic {
+            None => context.inputs,
+            Some(s) => {
+                let dir = StoreUrl::parse(&format!(
+                    "{}/_job/input",
+                    context.output.url.trim_end_matches('/')
+                ))?;
+                tracing::info!(rows = s.rows, seed = s.seed, dir = %dir.url, "generating demo input");
+                synthetic::ensure(s.rows, s.seed, &dir).await?;
+                let generated = parquet_source(format!("{}/*.parquet", dir.url));
+                probeflow_engine::inputs::list_inputs(&[generated]).await?
+            }
+        };
+        let rows_per_task =
+            rows_per_map_task(file.input.rows_per_map_task, context.memory_per_worker);
+        let (inputs, maps) = plan::plan_maps(&listed, rows_per_task).await?;
+        let planned_at = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_secs());
+        Ok(Plan {
+            plausible: file.plausible(planned_at),
+            inputs,
+            maps,
+            shards: file.output.shards,
         })
     }
 
@@ -123,45 +120,54 @@ impl Kind for ProbeRows {
         ProbeRowsRunner::default()
     }
 
-    fn output_check<'a>(
-        &'a self,
-        output: &'a StoreUrl,
-    ) -> BoxFuture<'a, Result<Option<Box<dyn OutputCheck>>>> {
-        Box::pin(async move {
-            let check: Box<dyn OutputCheck> =
-                Box::new(output_check::ShardCheck::load(output).await?);
-            Ok(Some(check))
-        })
+    async fn output_check(&self, output: &StoreUrl) -> Result<Option<Box<dyn OutputCheck>>> {
+        let check: Box<dyn OutputCheck> = Box::new(output_check::ShardCheck::load(output).await?);
+        Ok(Some(check))
     }
 
-    fn describe_finished<'a>(&'a self, output: &'a StoreUrl) -> BoxFuture<'a, Result<Vec<String>>> {
-        Box::pin(async move {
-            let Some(m) = manifest::read_manifest(output).await? else {
-                return Ok(Vec::new());
-            };
-            let t = &m.totals;
-            Ok(vec![
-                format!("rejected by reason: {:?}", t.rejected_by_reason),
-                format!(
-                    "{} shards ({} per split), {:.1} MB",
-                    m.shards.len(),
-                    m.shards_per_split,
-                    t.bytes as f64 / 1e6
-                ),
-            ])
-        })
+    async fn describe_finished(&self, output: &StoreUrl) -> Result<Vec<String>> {
+        let Some(m) = manifest::read_manifest(output).await? else {
+            return Ok(Vec::new());
+        };
+        let t = &m.totals;
+        Ok(vec![
+            format!("rejected by reason: {:?}", t.rejected_by_reason),
+            format!(
+                "{} shards ({} per split), {:.1} MB",
+                m.shards.len(),
+                m.shards_per_split,
+                t.bytes as f64 / 1e6
+            ),
+        ])
     }
 
-    fn planned_tasks(
+    fn task_counts(
         &self,
         _file: &ProbeRowsFile,
         plan: &Plan,
         _results: &[(TaskId, ProbeOutput)],
-    ) -> Vec<(&'static str, Option<u64>)> {
+    ) -> Vec<(ProbeStage, Option<u64>)> {
         vec![
-            (protocol::MAP, Some(plan.maps.len() as u64)),
-            (protocol::REDUCE, Some(u64::from(plan.shards))),
+            (ProbeStage::Map, Some(plan.maps.len() as u64)),
+            (ProbeStage::Reduce, Some(u64::from(plan.shards))),
         ]
+    }
+
+    /// A map attempt's shuffle file (and its index) and rejects file; a reduce writes
+    /// final shards only.
+    fn attempt_files(stage: ProbeStage, index: u32, attempt: u32) -> Vec<String> {
+        match stage {
+            ProbeStage::Map => {
+                let shuffle_file = map::shuffle_path(index as usize, attempt);
+                let index_file = shuffle::index_path(&shuffle_file);
+                vec![
+                    shuffle_file,
+                    index_file,
+                    map::rejects_path(index as usize, attempt),
+                ]
+            }
+            ProbeStage::Reduce => Vec::new(),
+        }
     }
 }
 
@@ -252,26 +258,22 @@ impl Driver<ProbeRows> for ProbeRowsDriver {
         &self.settings
     }
 
-    fn progress_plan(&self) -> ProgressPlan {
-        ProgressPlan {
-            stages: vec![
-                (protocol::MAP, self.plan.maps.len() as u64),
-                (protocol::REDUCE, u64::from(self.settings.shards)),
-            ],
+    fn progress_totals(&self) -> ProgressTotals {
+        ProgressTotals {
             unit: "rows",
             total_units: self.plan.inputs.iter().map(|f| f.rows).sum(),
         }
     }
 
-    fn stage(&mut self, stage: usize) -> Result<Option<StageTasks<ProbeRows>>> {
+    fn stage(&mut self, stage: ProbeStage) -> Result<Option<StageTasks<ProbeRows>>> {
         Ok(Some(match stage {
-            0 => self
+            ProbeStage::Map => self
                 .plan
                 .maps
                 .iter()
                 .map(|m| (m.index as u32, ProbeTask::Map(m.clone())))
                 .collect(),
-            1 => {
+            ProbeStage::Reduce => {
                 let maps: Vec<(usize, &MapOutput)> =
                     self.maps.iter().map(|(i, m)| (*i, m)).collect();
                 plan::plan_reduces(self.settings.shards, &maps)?
@@ -279,7 +281,6 @@ impl Driver<ProbeRows> for ProbeRowsDriver {
                     .map(|r| (r.partition, ProbeTask::Reduce(r)))
                     .collect()
             }
-            _ => return Ok(None),
         }))
     }
 
@@ -305,40 +306,27 @@ impl Driver<ProbeRows> for ProbeRowsDriver {
         })
     }
 
-    fn finish<'a>(&'a mut self, output: &'a StoreUrl) -> BoxFuture<'a, Result<Finished>> {
-        Box::pin(async move {
-            let (totals, files) = manifest::finalize(
-                output,
-                &self.fingerprint,
-                &self.plan,
-                &self.settings,
-                &self.maps,
-                &self.reduces,
-            )
-            .await?;
-            Ok(Finished {
-                summary: summary(&totals),
-                files,
-            })
+    async fn finish(&mut self, output: &StoreUrl) -> Result<Finished> {
+        let (totals, files) = manifest::finalize(
+            output,
+            &self.fingerprint,
+            &self.plan,
+            &self.settings,
+            &self.maps,
+            &self.reduces,
+        )
+        .await?;
+        Ok(Finished {
+            summary: summary(&totals),
+            files,
         })
     }
 
-    fn clean_up<'a>(&'a mut self, output: &'a StoreUrl) -> BoxFuture<'a, Result<()>> {
-        Box::pin(manifest::clean_up(output, &self.maps))
-    }
-
-    fn discard_late<'a>(
-        &'a self,
-        job: &'a JobContext,
-        task: TaskId,
-        attempt: u32,
-    ) -> BoxFuture<'a, Result<bool>> {
-        Box::pin(async move {
-            if task.stage.as_str() != protocol::MAP {
-                return Ok(false);
-            }
-            map::discard_late_output(job, task.index as usize, attempt).await
-        })
+    fn clean_up<'a>(
+        &'a mut self,
+        output: &'a StoreUrl,
+    ) -> impl Future<Output = Result<()>> + Send + 'a {
+        manifest::clean_up(output, &self.maps)
     }
 }
 
@@ -351,61 +339,46 @@ pub struct ProbeRowsRunner {
 }
 
 impl Runner<ProbeRows> for ProbeRowsRunner {
-    fn run<'a>(
-        &'a mut self,
-        call: TaskCall<'a, ProbeRows>,
-        env: TaskEnv<'a>,
-    ) -> BoxFuture<'a, Result<RunResult<ProbeOutput>>> {
-        Box::pin(async move {
-            // Each stage keeps its own state from task to task, and frees the other's:
-            // a worker's memory holds one of them at a time.
-            match call.task {
-                ProbeTask::Map(_) => self.sort_buffers = Default::default(),
-                ProbeTask::Reduce(_) => self.addresses = Default::default(),
-            }
-            // Both stages end committing: their files written, their fsyncs (or the
-            // last of their uploads) left, which overlap the worker's next task.
-            Ok(match call.task {
-                ProbeTask::Map(task) => map::run_map(
-                    task,
-                    call.job,
-                    call.settings,
-                    call.attempt,
-                    &mut self.addresses,
-                )
-                .await?
-                .map(ProbeOutput::Map),
-                ProbeTask::Reduce(task) => reduce::run_reduce(
-                    task,
-                    call.job,
-                    call.settings,
-                    env.config,
-                    env.scratch,
-                    call.attempt,
-                    &mut self.sort_buffers,
-                )
-                .await?
-                .map(ProbeOutput::Reduce),
-            })
+    async fn run(
+        &mut self,
+        call: TaskCall<'_, ProbeRows>,
+        env: TaskEnv<'_>,
+    ) -> Result<RunResult<ProbeOutput>> {
+        // Each stage keeps its own state from task to task, and frees the other's:
+        // a worker's memory holds one of them at a time.
+        match call.task {
+            ProbeTask::Map(_) => self.sort_buffers = Default::default(),
+            ProbeTask::Reduce(_) => self.addresses = Default::default(),
+        }
+        // Both stages end committing: their files written, their fsyncs (or the
+        // last of their uploads) left, which overlap the worker's next task.
+        Ok(match call.task {
+            ProbeTask::Map(task) => map::run_map(
+                task,
+                call.job,
+                call.settings,
+                call.attempt,
+                &mut self.addresses,
+            )
+            .await?
+            .map(ProbeOutput::Map),
+            ProbeTask::Reduce(task) => reduce::run_reduce(
+                task,
+                call.job,
+                call.settings,
+                env.resources,
+                env.scratch,
+                call.attempt,
+                &mut self.sort_buffers,
+            )
+            .await?
+            .map(ProbeOutput::Reduce),
         })
     }
+}
 
-    fn discard_unreported<'a>(
-        &'a self,
-        call: TaskCall<'a, ProbeRows>,
-    ) -> BoxFuture<'a, Result<bool>> {
-        Box::pin(async move {
-            let ProbeTask::Map(task) = call.task else {
-                return Ok(false);
-            };
-            let removed = map::discard_late_output(call.job, task.index, call.attempt).await?;
-            if removed {
-                tracing::info!(task = %call.id, "the job finished without this attempt; its shuffle file is removed (and its rejects file)");
-            }
-            Ok(removed)
-        })
-    }
-
+#[cfg(feature = "fault-injection")]
+impl probeflow_engine::fault::FaultHooks<ProbeRows> for ProbeRowsRunner {
     fn simulated(&self, call: TaskCall<'_, ProbeRows>) -> Option<ProbeOutput> {
         Some(match call.task {
             // Every row "rejected": the counts add up without a shuffle file to read.

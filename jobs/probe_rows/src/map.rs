@@ -66,29 +66,6 @@ pub fn parse_rejects_name(name: &str) -> Option<(usize, u32)> {
     (rejects_path(parsed.0, parsed.1) == format!("rejects/{name}")).then_some(parsed)
 }
 
-/// Removes the files of map attempt `(index, attempt)`, a result that was never
-/// accepted, once the job is complete. A late attempt (its worker hung past the lease,
-/// or lost the coordinator) can write its files after the finished job cleaned up; the
-/// coordinator writes `_SUCCESS` before cleaning, so checking `_SUCCESS` after the
-/// write is enough. While the job runs they stay (the coordinator removes the losing
-/// attempts' files when it finishes). The paths are the planned ones for that attempt,
-/// never paths a peer named. Returns whether the job was complete.
-pub async fn discard_late_output(job: &JobContext, index: usize, attempt: u32) -> Result<bool> {
-    let output = StoreUrl::parse(&job.output)?;
-    if !probeflow_engine::completion::exists(&output).await? {
-        return Ok(false);
-    }
-    let shuffle_file = shuffle_path(index, attempt);
-    output.delete(&output.child(&shuffle_file)).await?;
-    output
-        .delete(&output.child(&shuffle::index_path(&shuffle_file)))
-        .await?;
-    output
-        .delete(&output.child(&rejects_path(index, attempt)))
-        .await?;
-    Ok(true)
-}
-
 pub async fn run_map(
     task: &MapTask,
     job: &JobContext,
@@ -476,33 +453,20 @@ mod tests {
         }
     }
 
-    #[tokio::test]
-    async fn a_late_shuffle_file_is_removed_only_once_the_job_is_complete() {
-        let dir = tempfile::tempdir().unwrap();
-        let job = JobContext {
-            job_id: "test".into(),
-            kind: super::super::NAME.into(),
-            output: dir.path().display().to_string(),
-            settings: probeflow_engine::protocol::Payload::null(),
-        };
-        let late = MapOutput {
-            shuffle_file: shuffle_path(3, 2),
-            input_rows: 0,
-            kept_rows: 0,
-            rejected: BTreeMap::new(),
-            rejects_file: None,
-            rejects_written: None,
-        };
-        let file = dir.path().join(&late.shuffle_file);
-        std::fs::create_dir_all(file.parent().unwrap()).unwrap();
-        std::fs::write(&file, b"shuffle").unwrap();
-        // The job still runs: the file is the live one.
-        assert!(!discard_late_output(&job, 3, 2).await.unwrap());
-        assert!(file.exists());
-        std::fs::write(dir.path().join("_SUCCESS"), b"").unwrap();
-        assert!(discard_late_output(&job, 3, 2).await.unwrap());
-        assert!(!file.exists());
-        // Already gone: still fine.
-        assert!(discard_late_output(&job, 3, 2).await.unwrap());
+    #[test]
+    fn a_map_attempts_files_are_the_ones_its_result_names() {
+        use probeflow_engine::kind::Kind;
+        let files = crate::ProbeRows::attempt_files(crate::protocol::ProbeStage::Map, 3, 2);
+        assert_eq!(
+            files,
+            [
+                shuffle_path(3, 2),
+                shuffle::index_path(&shuffle_path(3, 2)),
+                rejects_path(3, 2)
+            ]
+        );
+        assert!(
+            crate::ProbeRows::attempt_files(crate::protocol::ProbeStage::Reduce, 3, 2).is_empty()
+        );
     }
 }

@@ -18,7 +18,7 @@ pub const REDUCE: &str = "reduce";
 probeflow_engine::stages! {
     /// A probe-rows task: a map (task index: its index in the plan) or a reduce (task
     /// index: its partition).
-    pub enum ProbeTask, ProbeOutput, ProbeDone {
+    pub enum ProbeTask, ProbeOutput, ProbeDone, ProbeStage {
         Map(MAP): MapTask => MapOutput,
         Reduce(REDUCE): ReduceTask => ReduceOutput,
     }

@@ -31,7 +31,7 @@ use super::map::shuffle_path;
 use super::protocol::{shard_path, MapAttempts, ReduceOutput, ReduceTask, Settings, ShardInfo};
 use probeflow_engine::error::{EngineError, Result};
 use probeflow_engine::external_sort::{ExternalSort, SortBuffers};
-use probeflow_engine::kind::{BoxFuture, RunResult, WorkerConfig};
+use probeflow_engine::kind::{BoxFuture, RunResult, WorkerResources};
 use probeflow_engine::protocol::JobContext;
 use probeflow_engine::scratch::{JobScratch, TaskDir};
 use probeflow_engine::shuffle;
@@ -187,7 +187,7 @@ pub async fn run_reduce(
     task: &ReduceTask,
     job: &JobContext,
     settings: &Settings,
-    config: &WorkerConfig,
+    config: &WorkerResources,
     job_scratch: &JobScratch,
     attempt: u32,
     buffers: &mut SortBuffers<key::SortKey>,
@@ -242,7 +242,7 @@ pub async fn run_reduce(
 async fn reduce_into(
     task: &ReduceTask,
     job: &Settings,
-    config: &WorkerConfig,
+    config: &WorkerResources,
     scratch: &FsPath,
     output: &StoreUrl,
     read_rows: &Arc<AtomicU64>,

@@ -12,16 +12,17 @@
 //! file (no case folding); a file that is not UTF-8 fails its task, naming it.
 
 use std::collections::BTreeMap;
+use std::future::Future;
 
 use serde::{Deserialize, Serialize};
 
 use probeflow_engine::error::{EngineError, Fault, KindError, Result};
 use probeflow_engine::inputs::{InputSource, PinnedFile};
 use probeflow_engine::kind::{
-    BoxFuture, Done, Driver, Finished, Kind, KindFile, OutputFile, PlanContext, ProgressPlan,
-    Progressed, RunResult, Runner, StageTasks, TaskCall, TaskEnv,
+    Done, Driver, Finished, Kind, KindFile, OutputFile, PlanContext, ProgressTotals, Progressed,
+    RunResult, Runner, StageTasks, TaskCall, TaskEnv,
 };
-use probeflow_engine::protocol::{JobContext, TaskId};
+use probeflow_engine::protocol::TaskId;
 use probeflow_engine::store::{self, StoreUrl};
 
 /// The kind's name in job files.
@@ -132,7 +133,7 @@ pub struct MergeOutput {
 
 probeflow_engine::stages! {
     /// A word-count task: a count (task index: its input file) or the merge (index 0).
-    pub enum WordCountTask, WordCountResult, WordCountDone {
+    pub enum WordCountTask, WordCountResult, WordCountDone, WordCountStage {
         Count(COUNT): CountTask => CountOutput,
         Merge(MERGE): MergeTask => MergeOutput,
     }
@@ -162,9 +163,9 @@ impl Kind for WordCount {
         &'a self,
         _file: &'a WordCountFile,
         context: PlanContext<'a>,
-    ) -> BoxFuture<'a, Result<Plan>> {
+    ) -> impl Future<Output = Result<Plan>> + Send + 'a {
         let inputs = context.inputs.into_iter().map(|f| f.file).collect();
-        Box::pin(async move { Ok(Plan { inputs }) })
+        async move { Ok(Plan { inputs }) }
     }
 
     fn open(
@@ -184,13 +185,23 @@ impl Kind for WordCount {
         WordCountRunner
     }
 
-    fn planned_tasks(
+    fn task_counts(
         &self,
         _file: &WordCountFile,
         plan: &Plan,
         _results: &[(TaskId, WordCountResult)],
-    ) -> Vec<(&'static str, Option<u64>)> {
-        vec![(COUNT, Some(plan.inputs.len() as u64)), (MERGE, Some(1))]
+    ) -> Vec<(WordCountStage, Option<u64>)> {
+        vec![
+            (WordCountStage::Count, Some(plan.inputs.len() as u64)),
+            (WordCountStage::Merge, Some(1)),
+        ]
+    }
+
+    fn attempt_files(stage: WordCountStage, index: u32, attempt: u32) -> Vec<String> {
+        match stage {
+            WordCountStage::Count => vec![counts_path(index, attempt)],
+            WordCountStage::Merge => Vec::new(),
+        }
     }
 }
 
@@ -206,17 +217,16 @@ impl Driver<WordCount> for WordCountDriver {
         &()
     }
 
-    fn progress_plan(&self) -> ProgressPlan {
-        ProgressPlan {
-            stages: vec![(COUNT, self.plan.inputs.len() as u64), (MERGE, 1)],
+    fn progress_totals(&self) -> ProgressTotals {
+        ProgressTotals {
             unit: "input bytes",
             total_units: self.plan.inputs.iter().map(|f| f.size).sum(),
         }
     }
 
-    fn stage(&mut self, stage: usize) -> Result<Option<StageTasks<WordCount>>> {
+    fn stage(&mut self, stage: WordCountStage) -> Result<Option<StageTasks<WordCount>>> {
         Ok(Some(match stage {
-            0 => (0..)
+            WordCountStage::Count => (0..)
                 .zip(&self.plan.inputs)
                 .map(|(file, input)| {
                     let task = CountTask {
@@ -226,7 +236,7 @@ impl Driver<WordCount> for WordCountDriver {
                     (file, WordCountTask::Count(task))
                 })
                 .collect(),
-            1 => {
+            WordCountStage::Merge => {
                 let counts_files = (0..self.plan.inputs.len() as u32)
                     .map(|file| match self.counts.get(&file) {
                         Some(c) => Ok(c.counts_file.clone()),
@@ -235,7 +245,6 @@ impl Driver<WordCount> for WordCountDriver {
                     .collect::<Result<Vec<_>>>()?;
                 vec![(0, WordCountTask::Merge(MergeTask { counts_files }))]
             }
-            _ => return Ok(None),
         }))
     }
 
@@ -267,80 +276,54 @@ impl Driver<WordCount> for WordCountDriver {
         })
     }
 
-    fn finish<'a>(&'a mut self, _output: &'a StoreUrl) -> BoxFuture<'a, Result<Finished>> {
-        Box::pin(async move {
-            let Some(merged) = &self.merged else {
-                return Err(EngineError::Job("finished without a merge".into()));
-            };
-            Ok(Finished {
-                summary: format!(
-                    "{} words, {} distinct, in {} files",
-                    merged.words,
-                    merged.distinct,
-                    self.plan.inputs.len()
-                ),
-                files: vec![OutputFile {
-                    path: COUNTS.into(),
-                    bytes: merged.bytes,
-                    blake3: merged.blake3.clone(),
-                }],
-            })
+    async fn finish(&mut self, _output: &StoreUrl) -> Result<Finished> {
+        let Some(merged) = &self.merged else {
+            return Err(EngineError::Job("finished without a merge".into()));
+        };
+        Ok(Finished {
+            summary: format!(
+                "{} words, {} distinct, in {} files",
+                merged.words,
+                merged.distinct,
+                self.plan.inputs.len()
+            ),
+            files: vec![OutputFile {
+                path: COUNTS.into(),
+                bytes: merged.bytes,
+                blake3: merged.blake3.clone(),
+            }],
         })
     }
 
-    fn clean_up<'a>(&'a mut self, output: &'a StoreUrl) -> BoxFuture<'a, Result<()>> {
-        Box::pin(output.delete_prefix(WORK_DIR))
+    fn clean_up<'a>(
+        &'a mut self,
+        output: &'a StoreUrl,
+    ) -> impl Future<Output = Result<()>> + Send + 'a {
+        output.delete_prefix(WORK_DIR)
     }
-
-    fn discard_late<'a>(
-        &'a self,
-        job: &'a JobContext,
-        task: TaskId,
-        attempt: u32,
-    ) -> BoxFuture<'a, Result<bool>> {
-        Box::pin(discard_attempt(job, task, attempt))
-    }
-}
-
-/// Removes the counts file of a count attempt the finished job did not use.
-async fn discard_attempt(job: &JobContext, task: TaskId, attempt: u32) -> Result<bool> {
-    if task.stage.as_str() != COUNT {
-        return Ok(false);
-    }
-    let output = StoreUrl::parse(&job.output)?;
-    output
-        .delete(&output.child(&counts_path(task.index, attempt)))
-        .await?;
-    Ok(true)
 }
 
 /// Runs word-count tasks.
 pub struct WordCountRunner;
 
 impl Runner<WordCount> for WordCountRunner {
-    fn run<'a>(
-        &'a mut self,
-        call: TaskCall<'a, WordCount>,
-        _env: TaskEnv<'a>,
-    ) -> BoxFuture<'a, Result<RunResult<WordCountResult>>> {
-        Box::pin(async move {
-            let output = StoreUrl::parse(&call.job.output)?;
-            Ok(RunResult::Durable(match call.task {
-                WordCountTask::Count(t) => {
-                    WordCountResult::Count(count(&output, t, call.attempt).await?)
-                }
-                WordCountTask::Merge(t) => WordCountResult::Merge(merge(&output, t).await?),
-            }))
-        })
+    async fn run(
+        &mut self,
+        call: TaskCall<'_, WordCount>,
+        _env: TaskEnv<'_>,
+    ) -> Result<RunResult<WordCountResult>> {
+        let output = StoreUrl::parse(&call.job.output)?;
+        Ok(RunResult::Durable(match call.task {
+            WordCountTask::Count(t) => {
+                WordCountResult::Count(count(&output, t, call.attempt).await?)
+            }
+            WordCountTask::Merge(t) => WordCountResult::Merge(merge(&output, t).await?),
+        }))
     }
+}
 
-    fn discard_unreported<'a>(
-        &'a self,
-        call: TaskCall<'a, WordCount>,
-    ) -> BoxFuture<'a, Result<bool>> {
-        Box::pin(discard_attempt(call.job, call.id, call.attempt))
-    }
-
+#[cfg(feature = "fault-injection")]
+impl probeflow_engine::fault::FaultHooks<WordCount> for WordCountRunner {
     fn forged(&self, _call: TaskCall<'_, WordCount>, output: WordCountResult) -> WordCountResult {
         match output {
             WordCountResult::Count(mut o) => {

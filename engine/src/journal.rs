@@ -3,6 +3,9 @@
 //! The journal lives under `<output>/_job/journal/` as one object per event, written
 //! with atomic puts (object stores cannot append):
 //!
+//! Written by the coordinator; read by it on resume and by a worker that lost the
+//! coordinator after reporting (was its attempt the accepted one?).
+//!
 //! * `job.json`: the job's kind, fingerprint, settings and plan (opaque to the engine);
 //! * `<stage>-NNNNN.json` (e.g. `map-00042.json`): a finished task's winning attempt
 //!   and its result (opaque to the engine too).
@@ -58,9 +61,16 @@ pub fn job_path() -> &'static str {
     "_job/journal/job.json"
 }
 
-/// The journal entry of a finished task.
+/// The journal entry of finished task `task`, relative to the output root: written by
+/// the coordinator when it accepts the task's result; read back on resume, and by a
+/// worker that cannot tell whether its report arrived ([`read_entry`]).
 pub fn task_path(task: TaskId) -> String {
-    crate::protocol::journal_entry_path(task)
+    format!("_job/journal/{task}.json")
+}
+
+/// The journal entry of `task` in the output at `out`, if it has one.
+pub async fn read_entry(out: &StoreUrl, task: TaskId) -> Result<Option<TaskRecord<Payload>>> {
+    out.get_json(&task_path(task)).await
 }
 
 /// Writes the journal entry of attempt `attempt` of `task`, whose result is `output`:
