@@ -45,8 +45,8 @@ pub struct PinnedFile {
 /// last modified.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ListedFile {
-    /// The index of its [`InputSource`].
-    pub source: usize,
+    /// The section of its [`InputSource`] (a kind's sources have distinct sections).
+    pub source: &'static str,
     /// The path (of that source) that listed it.
     pub path: String,
     pub file: PinnedFile,
@@ -66,7 +66,7 @@ pub async fn list_inputs(sources: &[InputSource]) -> Result<Vec<ListedFile>> {
 async fn listed(sources: &[InputSource], require_matches: bool) -> Result<Vec<ListedFile>> {
     let mut out = Vec::new();
     let mut seen = BTreeSet::new();
-    for (index, source) in sources.iter().enumerate() {
+    for source in sources {
         let section = source.section;
         // What the job file's paths list is the job file's problem (exit 2), as a bad
         // key is: nothing has run.
@@ -90,7 +90,7 @@ async fn listed(sources: &[InputSource], require_matches: bool) -> Result<Vec<Li
                     )));
                 }
                 out.push(ListedFile {
-                    source: index,
+                    source: section,
                     path: path.clone(),
                     file: PinnedFile {
                         url,

@@ -139,6 +139,18 @@ pub struct PlanContext<'a> {
     pub inputs: Vec<ListedFile>,
 }
 
+impl PlanContext<'_> {
+    /// The listed files of the source of section `section` ([`InputSource::section`]),
+    /// in listing order, taken out of [`Self::inputs`].
+    pub fn take_source(&mut self, section: &str) -> Vec<ListedFile> {
+        let (source, rest) = std::mem::take(&mut self.inputs)
+            .into_iter()
+            .partition(|f| f.source == section);
+        self.inputs = rest;
+        source
+    }
+}
+
 /// What an accepted result adds to the job's progress.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Progressed {

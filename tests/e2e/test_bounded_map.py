@@ -17,7 +17,7 @@ ROWS = 8_000_000
 MEMORY_MIB = 256
 # memory_per_worker, plus the process itself: runtime, decoded batches, one upload part.
 # (With glibc's default arenas, kept heaps made it 354–422 MiB, reduce after reduce
-# growing past the last; worker/src/engine/allocator.rs.)
+# growing past the last; engine/src/allocator.rs.)
 BOUND_MIB = MEMORY_MIB + 96
 
 

@@ -1,5 +1,5 @@
 """The Rust tokenizer of the n-gram overlap job takes every character property from
-worker/src/jobs/ngram_overlap/python_unicode.rs and is checked against
+jobs/ngram_overlap/src/python_unicode.rs and is checked against
 tests/fixtures/python_text.json; this test checks both files are what this Python says
 (the generator reads str.lower(), re's \\s and the final-sigma rule off Python itself)."""
 
@@ -13,7 +13,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURES = ROOT / "tests" / "fixtures"
-TABLES = ROOT / "worker" / "src" / "jobs" / "ngram_overlap" / "python_unicode.rs"
+TABLES = ROOT / "jobs" / "ngram_overlap" / "src" / "python_unicode.rs"
 
 
 def generate(*args: str) -> str:

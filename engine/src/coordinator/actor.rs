@@ -1,48 +1,62 @@
 //! The coordinator actor: the messages of a job's workers in, the job's run
-//! ([`JobRun`], a pure state machine) stepped with them, and its effects carried out:
-//! journal entries written off the actor (the result counts once its write is
-//! confirmed with its nonce), progress files, excluded workers, late files removed,
-//! the final outputs and the completion marker.
+//! ([`JobRun`], a pure state machine) stepped with them, and its effects carried out
+//! by the engine's one interpreter ([`EffectHandler`]); journal entries are written
+//! off the actor (the result counts once its write is confirmed with its nonce).
 //!
 //! ```text
-//! WorkerActor × N ─ Register/RequestTask/Heartbeat/Finished ─► CoordinatorActor::handle ─► JobRun ─► Effect × N ─► apply
+//! WorkerActor × N ─ Register/RequestTask/Heartbeat/Finished ─► CoordinatorActor::handle ─► JobRun ─► Effect × N ─► EffectHandler
 //!                                               ◄── Journaled (nonce) ◄── journal write task ◄──┘
 //! ```
 
 use std::time::{Duration, Instant};
 
-use crate::completion::{self, CompletionRecord};
-use crate::messages::{CoordinatorMsg, Wire};
-use crate::protocol::{Payload, TaskFailure, TaskId};
-use crate::store::StoreUrl;
 use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tokio::sync::oneshot;
 
-use crate::coordinator::open::write_final_outputs;
-use crate::coordinator::output_writer::OutputWriter;
-use crate::coordinator::progress::Progress;
+use crate::coordinator::effects::{EffectHandler, JobEnd, JournalWrite, JournalWrites};
 use crate::coordinator::run::{Effect, JobRun};
-use crate::error::{EngineError, Result};
+use crate::error::EngineError;
 use crate::journal;
+use crate::messages::{CoordinatorMsg, Wire};
+use crate::protocol::{TaskFailure, TaskId};
 
 /// The coordinator actor's state: the job's run ([`JobRun`], the pure part) and what
 /// carries out its effects.
 pub struct CoordinatorState {
     pub run: JobRun,
-    pub output: StoreUrl,
+    pub effects: EffectHandler,
     /// Told the job's end: the leases granted and the summary, or the error.
-    pub done: Option<oneshot::Sender<Result<(u64, String)>>>,
-    pub progress: Progress,
-    /// Set (with the reason) if this coordinator lost the output lock.
-    pub lock_lost: tokio::sync::watch::Receiver<Option<String>>,
+    pub done: Option<oneshot::Sender<JobEnd>>,
     /// Lease tokens and journal nonces handed out (part of the next one's seed).
     pub tokens: u64,
-    /// Writes the kind's progress files off the actor.
-    pub writer: OutputWriter,
-    /// The kind's final directories, and the completion record but for the summary and
-    /// the final outputs.
-    pub final_dirs: &'static [&'static str],
-    pub completion: CompletionRecord,
+}
+
+/// The actor's journal writes: each off the actor, confirmed by a
+/// [`CoordinatorMsg::Journaled`] with its nonce (the actor goes on granting tasks).
+struct OffActor<'a> {
+    myself: &'a ActorRef<CoordinatorMsg>,
+    output: &'a crate::store::StoreUrl,
+}
+
+impl JournalWrites for OffActor<'_> {
+    fn start(&mut self, write: JournalWrite) {
+        let myself = self.myself.clone();
+        let store = self.output.clone();
+        tokio::spawn(async move {
+            let JournalWrite {
+                task,
+                attempt,
+                output,
+                nonce,
+            } = write;
+            let written = journal::write_entry(&store, task, attempt, &output).await;
+            let _ = myself.send_message(CoordinatorMsg::Journaled {
+                task: Wire::new(task),
+                nonce,
+                error: Wire::new(written.err()),
+            });
+        });
+    }
 }
 
 pub struct CoordinatorActor;
@@ -63,7 +77,7 @@ impl CoordinatorState {
         lease_token(self.tokens)
     }
 
-    fn end(&mut self, result: Result<(u64, String)>) {
+    fn end(&mut self, result: JobEnd) {
         if let Some(tx) = self.done.take() {
             let _ = tx.send(result);
         }
@@ -71,97 +85,24 @@ impl CoordinatorState {
 
     /// Carries out the run's effects, in order.
     async fn apply(&mut self, myself: &ActorRef<CoordinatorMsg>, effects: Vec<Effect>) {
-        for effect in effects {
-            match effect {
-                Effect::StagePlanned { stage, tasks } => {
-                    self.progress.stage_planned(stage.as_str(), tasks)
-                }
-                Effect::TaskDone { stage, progressed } => {
-                    self.progress.task_done(stage.as_str(), progressed)
-                }
-                Effect::Journal {
-                    task,
-                    attempt,
-                    output,
-                    nonce,
-                } => self.journal(myself.clone(), task, attempt, output, nonce),
-                Effect::WriteProgress(files) => self.writer.write(files),
-                Effect::RecordExcluded(excluded) => {
-                    if let Err(e) = self.output.put_json(EXCLUDED_WORKERS, &excluded).await {
-                        tracing::warn!(error = %e, "cannot record the excluded workers");
-                    }
-                }
-                Effect::DiscardLate { task, attempt } => {
-                    let discarded = match self.run.driver().attempt_files(task, attempt) {
-                        Ok(files) => completion::discard_attempt(&self.output, &files).await,
-                        Err(e) => Err(e),
-                    };
-                    match discarded {
-                        Ok(true) => {
-                            tracing::info!(%task, attempt, "removed a late attempt's files")
-                        }
-                        Ok(false) => {}
-                        Err(e) => {
-                            tracing::warn!(%task, error = %e, "cannot remove a late attempt's files")
-                        }
-                    }
-                }
-                Effect::Finish => {
-                    // Not on an output this coordinator no longer owns.
-                    let lost = self.lock_lost.borrow().clone();
-                    let result = match lost {
-                        Some(why) => Err(EngineError::Conflict(why)),
-                        None => self.write_final_outputs().await,
-                    };
-                    self.run.finished(result.is_ok());
-                    self.progress.finish();
-                    let tasks_run = self.run.tasks_run();
-                    self.end(result.map(|summary| (tasks_run, summary)));
-                }
-                Effect::Fail(e) => self.end(Err(e)),
-            }
+        let output = self.effects.output.clone();
+        let mut journal = OffActor {
+            myself,
+            output: &output,
+        };
+        if let Some(end) = self
+            .effects
+            .apply(&mut self.run, effects, &mut journal)
+            .await
+        {
+            self.end(end);
         }
-    }
-
-    /// The kind's progress files, its final outputs, then the completion marker.
-    async fn write_final_outputs(&mut self) -> Result<String> {
-        self.writer.flush().await?;
-        write_final_outputs(
-            self.run.driver(),
-            &self.output,
-            self.final_dirs,
-            &self.completion,
-        )
-        .await
-    }
-
-    /// Writes a checked result's journal entry off the actor: the actor goes on
-    /// granting tasks, and the run takes the result when the write is done (a
-    /// [`CoordinatorMsg::Journaled`] with this write's nonce).
-    fn journal(
-        &mut self,
-        myself: ActorRef<CoordinatorMsg>,
-        task: TaskId,
-        attempt: u32,
-        output: Payload,
-        nonce: String,
-    ) {
-        let store = self.output.clone();
-        tokio::spawn(async move {
-            let written = journal::write_entry(&store, task, attempt, &output).await;
-            let _ = myself.send_message(CoordinatorMsg::Journaled {
-                task: Wire::new(task),
-                nonce,
-                error: Wire::new(written.err()),
-            });
-        });
     }
 
     /// The error for a journal entry that could not be written.
     fn journal_error(&self, task: TaskId, what: String) -> EngineError {
-        let path = self
-            .output
-            .display(&self.output.child(&journal::task_path(task)));
+        let output = &self.effects.output;
+        let path = output.display(&output.child(&journal::task_path(task)));
         // The store's error names the path already.
         let what = what
             .strip_prefix(&format!("{path}: "))
@@ -183,7 +124,7 @@ impl Actor for CoordinatorActor {
         &self,
         myself: ActorRef<Self::Msg>,
         mut state: CoordinatorState,
-    ) -> std::result::Result<CoordinatorState, ActorProcessingErr> {
+    ) -> Result<CoordinatorState, ActorProcessingErr> {
         // The first stage with tasks left; none (a crash after the last task, before
         // the final outputs) finishes the job at once.
         let effects = state.run.start();
@@ -199,7 +140,7 @@ impl Actor for CoordinatorActor {
         myself: ActorRef<Self::Msg>,
         msg: CoordinatorMsg,
         s: &mut CoordinatorState,
-    ) -> std::result::Result<(), ActorProcessingErr> {
+    ) -> Result<(), ActorProcessingErr> {
         let effects = match msg {
             CoordinatorMsg::Register {
                 registration,
@@ -274,13 +215,13 @@ impl Actor for CoordinatorActor {
             }
             CoordinatorMsg::NodeLost { node } => s.run.node_lost(&node),
             CoordinatorMsg::Tick => {
-                let lost = s.lock_lost.borrow().clone();
+                let lost = s.effects.lock_lost.borrow().clone();
                 let mut effects = Vec::new();
                 match lost {
                     Some(why) => s.run.fail(EngineError::Conflict(why), &mut effects),
                     None => effects = s.run.tick(Instant::now()),
                 }
-                s.progress.tick();
+                s.effects.progress.tick();
                 if !s.run.is_over() {
                     myself.send_after(s.tick(), || CoordinatorMsg::Tick);
                 }
@@ -291,9 +232,6 @@ impl Actor for CoordinatorActor {
         Ok(())
     }
 }
-
-/// Where the workers excluded from a job are recorded (shown by `coordinator status`).
-pub const EXCLUDED_WORKERS: &str = "_job/excluded-workers.json";
 
 /// A fresh lease token: 128 bits no other node can guess. The keys of std's
 /// `RandomState` come from the operating system's random source; the counter and the

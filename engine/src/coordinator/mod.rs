@@ -9,8 +9,9 @@
 //! * `status`, `verify`: a job's state; a finished output checked against its record.
 //! * [`open`]: an output already complete, or the job planned or resumed from its
 //!   journal; its final outputs and completion marker.
-//! * [`actor`]: the actor that steps a job's run with its workers'
-//!   messages and carries out the run's effects.
+//! * [`actor`]: the actor that steps a job's run with its workers' messages.
+//! * [`effects`]: the one interpreter of the run's effects (the actor's and the
+//!   engine tests' bed's).
 //! * [`run`]: a job's run as a state machine (stage advance, pending, journaled and
 //!   accepted tasks, finish; pure: events in, effects out), which the actor carries out.
 //! * [`leases`]: the lease state machine: grant, heartbeat, report, expiry, node loss,
@@ -22,6 +23,7 @@
 //! * [`output_writer`]: the job kind's progress files, written off the actor, in order.
 
 pub(crate) mod actor;
+pub(crate) mod effects;
 pub(crate) mod leases;
 pub(crate) mod open;
 pub(crate) mod output_lock;

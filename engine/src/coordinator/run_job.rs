@@ -29,6 +29,7 @@ use ractor::{Actor, ActorRef};
 use tokio::sync::oneshot;
 
 use crate::coordinator::actor::{CoordinatorActor, CoordinatorState};
+use crate::coordinator::effects::EffectHandler;
 use crate::coordinator::open::{already_complete, open_job, OpenedJob};
 use crate::coordinator::output_lock::{OutputLock, LOCK_PATH};
 use crate::coordinator::output_writer::OutputWriter;
@@ -235,14 +236,16 @@ async fn run_owned(
     let (tx, mut rx) = oneshot::channel();
     let state = CoordinatorState {
         run,
-        output: output.clone(),
+        effects: EffectHandler {
+            output: output.clone(),
+            progress,
+            writer: OutputWriter::start(output.clone()),
+            lock_lost,
+            final_dirs: spec.kind.final_dirs(),
+            completion,
+        },
         done: Some(tx),
-        progress,
-        lock_lost,
         tokens: 0,
-        writer: OutputWriter::start(output.clone()),
-        final_dirs: spec.kind.final_dirs(),
-        completion,
     };
 
     let (coordinator, coordinator_handle) = Actor::spawn(None, CoordinatorActor, state)

@@ -9,7 +9,7 @@ use crate::job::Kinds;
 use crate::protocol::{Payload, TaskId};
 use crate::store::StoreUrl;
 
-use crate::coordinator::actor::EXCLUDED_WORKERS;
+use crate::coordinator::effects::EXCLUDED_WORKERS;
 use crate::error::Result;
 use crate::journal::Journal;
 

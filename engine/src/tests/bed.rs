@@ -1,17 +1,21 @@
 //! The engine tests' bed: a word-count job (the engine's smallest kind) over text files
 //! in a temporary directory, planned and journaled by the engine's own functions, its
 //! run ([`JobRun`]) driven event by event with a clock the test moves, and every
-//! effect carried out as the coordinator does: journal entries written to the store
-//! before the result counts, the final outputs and the completion marker, late files
-//! removed. Tasks run with the kind's real runner.
+//! effect carried out by the coordinator's own interpreter ([`EffectHandler`]: the
+//! output lock checked, progress files flushed, the final outputs and the completion
+//! marker, late files removed, excluded workers recorded); journal entries are written
+//! to the store between events, before the result counts. Tasks run with the kind's
+//! real runner.
 
 use super::TEST_KINDS;
 use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use crate::completion::CompletionRecord;
-use crate::coordinator::open::{open_job, write_final_outputs, OpenedJob};
+use crate::coordinator::effects::{EffectHandler, JournalWrite, JournalWrites};
+use crate::coordinator::open::{open_job, OpenedJob};
+use crate::coordinator::output_writer::OutputWriter;
+use crate::coordinator::progress::Progress;
 use crate::coordinator::run::{Effect, JobRun};
 use crate::coordinator::JobSpec;
 use crate::job::TaskRunner;
@@ -39,7 +43,9 @@ pub struct Bed {
     pub spec: JobSpec,
     pub output: StoreUrl,
     pub run: JobRun,
-    completion: CompletionRecord,
+    effects: EffectHandler,
+    /// Sends "the output lock is lost" to the run's effects (as the lock keeper does).
+    pub lock: tokio::sync::watch::Sender<Option<String>>,
     runner: Box<dyn TaskRunner>,
     scratch: JobScratch,
     resources: WorkerResources,
@@ -50,7 +56,7 @@ pub struct Bed {
     pub ended: Option<Ended>,
     /// The stages queued, in order.
     pub stages: Vec<String>,
-    /// The late attempts whose files were removed.
+    /// The late attempts whose files the run had removed.
     pub discarded: Vec<(TaskId, u32)>,
     /// The excluded workers, as last recorded.
     pub excluded: BTreeMap<String, String>,
@@ -85,6 +91,15 @@ impl Bed {
         let output = StoreUrl::parse(spec.output_url()).unwrap();
         let opened = open_job(&spec, &output).await.unwrap();
         let scratch = JobScratch::create(&dir.path().join("scratch"), "bed").unwrap();
+        let (lock, lock_lost) = tokio::sync::watch::channel(None);
+        let effects = EffectHandler {
+            output: output.clone(),
+            progress: Progress::new(&opened.totals, &opened.stages),
+            writer: OutputWriter::start(output.clone()),
+            lock_lost,
+            final_dirs: spec.kind.final_dirs(),
+            completion: opened.completion,
+        };
         let mut bed = Bed {
             runner: spec.kind.runner(),
             resources: WorkerResources {
@@ -93,7 +108,8 @@ impl Bed {
             },
             dir,
             run: opened.run,
-            completion: opened.completion,
+            effects,
+            lock,
             spec,
             output,
             scratch,
@@ -120,7 +136,7 @@ impl Bed {
             ..
         } = open_job(&self.spec, &self.output).await.unwrap();
         self.run = run;
-        self.completion = completion;
+        self.effects.completion = completion;
         self.ended = None;
         self.stages.clear();
         self.join(&["w1", "w2"]);
@@ -250,44 +266,44 @@ impl Bed {
         self.apply(effects).await;
     }
 
-    /// Carries out `effects` as the coordinator does.
+    /// Carries out `effects` with the coordinator's interpreter, and the journal writes
+    /// they start (with the effects their confirmations give) until none is left.
     pub async fn apply(&mut self, effects: Vec<Effect>) {
-        let mut queue: std::collections::VecDeque<Effect> = effects.into();
-        while let Some(effect) = queue.pop_front() {
+        let mut effects = effects;
+        loop {
+            self.observe(&effects);
+            let mut writes = Queued::default();
+            let end = self
+                .effects
+                .apply(&mut self.run, effects, &mut writes)
+                .await;
+            if let Some(end) = end {
+                self.ended = Some(match end {
+                    Ok((_, summary)) => Ended::Finished(summary),
+                    Err(e) => Ended::Failed(e.to_string()),
+                });
+            }
+            if writes.0.is_empty() {
+                return;
+            }
+            effects = Vec::new();
+            for w in writes.0 {
+                let written =
+                    journal::write_entry(&self.output, w.task, w.attempt, &w.output).await;
+                assert_eq!(written, Ok(()));
+                effects.extend(self.run.journaled(w.task, &w.nonce, None));
+            }
+        }
+    }
+
+    /// What the tests look at in `effects`, before they are carried out.
+    fn observe(&mut self, effects: &[Effect]) {
+        for effect in effects {
             match effect {
                 Effect::StagePlanned { stage, .. } => self.stages.push(stage.to_string()),
-                Effect::TaskDone { .. } | Effect::WriteProgress(_) => {}
-                Effect::Journal {
-                    task,
-                    attempt,
-                    output,
-                    nonce,
-                } => {
-                    let written = journal::write_entry(&self.output, task, attempt, &output).await;
-                    assert_eq!(written, Ok(()));
-                    queue.extend(self.run.journaled(task, &nonce, None));
-                }
-                Effect::RecordExcluded(excluded) => self.excluded = excluded,
-                Effect::DiscardLate { task, attempt } => {
-                    let files = self.run.driver().attempt_files(task, attempt).unwrap();
-                    let removed = crate::completion::discard_attempt(&self.output, &files).await;
-                    if removed.unwrap() {
-                        self.discarded.push((task, attempt));
-                    }
-                }
-                Effect::Finish => {
-                    let summary = write_final_outputs(
-                        self.run.driver(),
-                        &self.output,
-                        self.spec.kind.final_dirs(),
-                        &self.completion,
-                    )
-                    .await
-                    .unwrap();
-                    self.run.finished(true);
-                    self.ended = Some(Ended::Finished(summary));
-                }
-                Effect::Fail(e) => self.ended = Some(Ended::Failed(e.to_string())),
+                Effect::RecordExcluded(excluded) => self.excluded = excluded.clone(),
+                Effect::DiscardLate { task, attempt } => self.discarded.push((*task, *attempt)),
+                _ => {}
             }
         }
     }
@@ -300,6 +316,16 @@ impl Bed {
     /// The job's output file.
     pub fn counts(&self) -> String {
         std::fs::read_to_string(self.out("word_counts.tsv")).unwrap()
+    }
+}
+
+/// The bed's journal writes: queued, written between events.
+#[derive(Default)]
+struct Queued(Vec<JournalWrite>);
+
+impl JournalWrites for Queued {
+    fn start(&mut self, write: JournalWrite) {
+        self.0.push(write);
     }
 }
 

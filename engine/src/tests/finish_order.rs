@@ -90,3 +90,28 @@ async fn a_failed_job_removes_no_attempts_files() {
     assert_eq!(bed.discarded, Vec::new());
     assert!(bed.out("_job/counts/count-00000-a1.json").exists());
 }
+
+#[tokio::test]
+async fn a_coordinator_that_lost_the_output_lock_does_not_finish_the_job() {
+    let mut bed = Bed::new(3).await;
+    for _ in 0..3 {
+        bed.complete_one("w1").await;
+    }
+    let merge = bed.lease("w1");
+    let result = bed.execute(&merge).await;
+    // Another coordinator took the output over while the merge ran (the lock keeper
+    // says so): the last result is journaled, but the job is not this coordinator's
+    // to finish.
+    bed.lock
+        .send(Some("the output lock was taken over by host-b".into()))
+        .unwrap();
+    bed.report("w1", &merge, Ok(result)).await;
+    let Some(Ended::Failed(why)) = &bed.ended else {
+        panic!("{:?}", bed.ended);
+    };
+    assert!(why.contains("taken over by host-b"), "{why}");
+    assert!(!bed.out("_SUCCESS").exists());
+    // Nothing of the job is removed either: the new owner finishes it from the journal.
+    assert_eq!(files_under(&bed.out("_job/counts")).len(), 3);
+    assert!(bed.out("_job/journal/merge-00000.json").exists());
+}

@@ -10,7 +10,7 @@ use crate::error::EngineError;
 use super::bed::{EXPECTED_COUNTS, TEXTS};
 
 /// A local-mode word-count job file over [`TEXTS`] (written once) with `extra` in `[run]`.
-fn job_file(dir: &std::path::Path, extra: &str) -> std::path::PathBuf {
+pub(super) fn job_file(dir: &std::path::Path, extra: &str) -> std::path::PathBuf {
     let input = dir.join("in");
     std::fs::create_dir_all(&input).unwrap();
     for (i, text) in TEXTS.iter().enumerate() {

@@ -565,7 +565,7 @@ async fn report(
         if succeeded {
             match discard(&*runner, &assignment).await {
                 Ok(true) => {
-                    tracing::debug!(worker = %name, task = %assignment.task.id(), "the job finished without this attempt")
+                    tracing::info!(worker = %name, task = %assignment.task.id(), attempt = assignment.attempt, "the job finished without this attempt; its files are removed")
                 }
                 Ok(false) => {}
                 Err(e) => {

@@ -97,18 +97,20 @@ impl Kind for NgramOverlap {
     type Driver = OverlapDriver;
     type Runner = OverlapRunner;
 
-    async fn plan(&self, file: &OverlapFile, context: PlanContext<'_>) -> Result<Plan> {
-        let mut eval = Vec::new();
-        let mut train = Vec::new();
-        for listed in context.inputs {
-            match listed.source {
-                EVAL_SOURCE => eval.push(EvalInput {
-                    dataset: records::eval_dataset_name(&listed.path),
-                    file: listed.file,
-                }),
-                _ => train.push(listed.file),
-            }
-        }
+    async fn plan(&self, file: &OverlapFile, mut context: PlanContext<'_>) -> Result<Plan> {
+        let eval = context
+            .take_source(EVAL_SECTION)
+            .into_iter()
+            .map(|listed| EvalInput {
+                dataset: records::eval_dataset_name(&listed.path),
+                file: listed.file,
+            })
+            .collect();
+        let train = context
+            .take_source(TRAIN_SECTION)
+            .into_iter()
+            .map(|listed| listed.file)
+            .collect();
         let memory = context.memory_per_worker;
         let index_budget = file
             .index
@@ -192,8 +194,9 @@ impl Kind for NgramOverlap {
     }
 }
 
-/// The index of the eval side among [`KindFile::inputs`] (the training side follows).
-const EVAL_SOURCE: usize = 0;
+/// The job file sections of the two sides, the names of their input sources.
+const EVAL_SECTION: &str = "eval";
+const TRAIN_SECTION: &str = "train";
 
 /// The formats the job reads.
 const FORMATS: &str = "a .jsonl, .jsonl.gz, .jsonl.zst or .parquet file";
@@ -232,13 +235,13 @@ impl KindFile for OverlapFile {
         }
         vec![
             InputSource {
-                section: "eval",
+                section: EVAL_SECTION,
                 paths: self.eval.paths.clone(),
                 formats: FORMATS,
                 accepts,
             },
             InputSource {
-                section: "train",
+                section: TRAIN_SECTION,
                 paths: self.train.paths.clone(),
                 formats: FORMATS,
                 accepts,
