@@ -1,16 +1,19 @@
-//! The worker crate's errors, by layer and by fault.
+//! The engine's one error type, by layer and by fault, and what a program that stops
+//! on one exits with.
 //!
 //! * [`EngineError`]: the engine's errors (cluster, TLS, stores, scratch, the shuffle,
-//!   job files), and [`EngineError::Kind`]: an error a job kind owns ([`KindError`],
-//!   e.g. `probe_rows::ProbeRowsError`, `ngram_overlap::RecordError`).
+//!   job files, the journal, verification, a refused worker), and
+//!   [`EngineError::Kind`]: an error a job kind owns ([`KindError`], e.g.
+//!   `probe_rows::ProbeRowsError`, `ngram_overlap::RecordError`), which keeps its type
+//!   through the engine ([`EngineError::kind_error`]).
 //! * [`Fault`]: whose fault an error is, which decides whether a failed task is
 //!   tried again: every error says its own ([`EngineError::fault`]), the engine only
 //!   asks.
 
-/// Result alias for the worker crate.
+/// Result alias for the engine and its kinds.
 pub type Result<T, E = EngineError> = std::result::Result<T, E>;
 
-/// Errors of map and reduce tasks and of the object-store layer.
+/// An error of the engine or of a job kind running on it.
 #[derive(Debug, thiserror::Error)]
 pub enum EngineError {
     /// Cluster mode: the cookie, the node, joining the coordinator.

@@ -4,7 +4,7 @@
 //!
 //! ```text
 //! job file ─► K::File (validated) ─► inputs listed and pinned by the engine ─► K::plan ─► journal
-//!   K::open(plan) ─► K::Driver: stage(k) ─► K::Task × N ─► engine: lease, wire, retry ─► K::Runner::run ─► Output
+//!   K::open(plan) ─► K::Driver: stage(Stage) ─► K::Task × N ─► engine: lease, wire, retry ─► K::Runner::run ─► Output
 //!                       ▲ accept(Output) ◄── journal ◄── check(Done = task + result) ◄──────────────────────┘
 //!                    finish ─► the kind's final outputs, listed; the engine writes the completion record
 //! ```
@@ -13,9 +13,10 @@
 //! retries, journal, resume, encoding and decoding of bodies, the unknown-stage error
 //! ([`crate::stages`]), fingerprinting, input pinning and refusal
 //! ([`crate::inputs`]), the completion marker and the conflict message
-//! ([`crate::completion`])). A kind is registered with one line in
-//! `crate::jobs::KINDS`; the engine reaches it through [`crate::job`]'s erased
-//! traits, implemented once for every `K: Kind`.
+//! ([`crate::completion`]), removing an unused attempt's files). A kind is a crate
+//! under `jobs/` and one line in the registry the binaries pass to the engine
+//! (`probeflow_jobs::KINDS`, a [`crate::job::Kinds`]); the engine reaches it through
+//! [`crate::job`]'s erased traits, implemented once for every `K: Kind`.
 
 use std::future::Future;
 use std::pin::Pin;

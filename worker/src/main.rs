@@ -1,15 +1,17 @@
-//! `worker --join host:port`: joins a preprocessing job running in cluster mode.
+//! `worker --join host:port`: joins a job of any kind running in cluster mode.
 //!
-//! Flags → validated plan → node (cookie from the environment) → connect to the
-//! coordinator's node (retrying with backoff, also after the coordinator restarts) →
-//! `--threads` worker actors pull tasks until the coordinator says the job is done.
+//! Flags → validated `JoinConfig` → `probeflow_engine::worker::join` (node, cookie
+//! from the environment, connect to the coordinator's node, retrying with backoff also
+//! after the coordinator restarts, `--threads` worker actors pulling tasks until the
+//! coordinator says the job is done) with the kinds of `probeflow_jobs::KINDS`.
 //!
 //! With `--tls-cert/--tls-key/--tls-ca` the connection is mutual TLS (the coordinator's
 //! job file then has `[run.tls]`).
 //!
 //! Exit codes: 0 the job is done; 1 runtime failure (e.g. the coordinator never came
 //! back); 2 bad flags, no usable cookie or certificates, or refused by the coordinator
-//! (a worker of that name is already connected, or another protocol version).
+//! (a worker of that name is already connected, or another release): the engine's
+//! `EngineError::exit_code`.
 
 use std::net::SocketAddr;
 use std::path::PathBuf;
@@ -26,7 +28,8 @@ use probeflow_engine::tls::TlsFiles;
 use probeflow_engine::units::parse_bytes;
 use probeflow_engine::worker::{JoinConfig, WorkerTls};
 
-/// Joins a probeflow preprocessing job (coordinator started with `[run] mode = "cluster"`).
+/// Joins a probeflow job of any kind (probe_rows, ngram_overlap, word_count) whose
+/// coordinator runs with `[run] mode = "cluster"`, and runs its tasks.
 ///
 /// The shared cookie comes from PROBEFLOW_COOKIE_FILE / PROBEFLOW_COOKIE (or
 /// --cookie-file), never from the command line.
