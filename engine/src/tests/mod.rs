@@ -12,6 +12,7 @@ mod word_count;
 /// The engine tests' registry of kinds.
 pub(crate) static TEST_KINDS: crate::job::Kinds = crate::job::Kinds::new(&[&word_count::WordCount]);
 
+mod adoption;
 mod bed;
 mod commits_behind;
 mod completion_record;
