@@ -47,6 +47,8 @@ pub trait JobKind: Sync + Sealed {
         &'a self,
         output: &'a StoreUrl,
     ) -> BoxFuture<'a, Result<Option<Box<dyn OutputCheck>>>>;
+    /// See [`Kind::attempt_files`].
+    fn attempt_files(&self, task: TaskId, attempt: u32) -> Result<Vec<String>>;
     /// See [`Kind::task_counts`]: each stage's name and task count in a journaled job
     /// (`spec`: the journaled job file sections, `plan`: its plan) given its journaled
     /// results; none when they do not decode.
@@ -122,8 +124,6 @@ pub trait TaskRunner: Send + Sealed {
         task: &'a Assignment,
         env: TaskEnv<'a>,
     ) -> BoxFuture<'a, Result<RunResult<Payload>>>;
-    /// See [`Kind::attempt_files`].
-    fn attempt_files(&self, task: TaskId, attempt: u32) -> Result<Vec<String>>;
     /// See [`crate::fault::FaultHooks::simulated`].
     #[cfg(feature = "fault-injection")]
     fn simulated(&self, task: &Assignment) -> Option<Result<Payload>>;
@@ -240,6 +240,10 @@ impl<K: Kind> JobKind for K {
         output: &'a StoreUrl,
     ) -> BoxFuture<'a, Result<Option<Box<dyn OutputCheck>>>> {
         Box::pin(Kind::output_check(self, output))
+    }
+
+    fn attempt_files(&self, task: TaskId, attempt: u32) -> Result<Vec<String>> {
+        attempt_files_of::<K>(task, attempt)
     }
 
     fn task_counts(
@@ -449,10 +453,6 @@ impl<K: Kind> TaskRunner for RunnerOf<K> {
                 output.encode()
             })
         })
-    }
-
-    fn attempt_files(&self, task: TaskId, attempt: u32) -> Result<Vec<String>> {
-        attempt_files_of::<K>(task, attempt)
     }
 
     #[cfg(feature = "fault-injection")]

@@ -55,6 +55,45 @@ pub struct TaskRecord<T> {
 pub struct Journal {
     pub job: Option<JobRecord>,
     pub tasks: BTreeMap<TaskId, TaskRecord<Payload>>,
+    /// The highest coordinator epoch claimed on this job ([`claim_epoch`]); 0: none.
+    pub epoch: u32,
+}
+
+/// Attempt numbers a coordinator epoch may grant: epoch `e` numbers its attempts of a
+/// task from `(e - 1) × ATTEMPTS_PER_EPOCH + 1`, so a coordinator's attempts (and the
+/// files named by them) never collide with a predecessor's, whose worker may still be
+/// writing them. `[run] max_attempts` is at most this.
+pub const ATTEMPTS_PER_EPOCH: u32 = crate::settings::MAX_ATTEMPTS;
+
+/// The journal's record of the coordinators that ran this job, one object each:
+/// `_job/journal/epochs/NNNNN.json`.
+const EPOCHS: &str = "_job/journal/epochs";
+
+/// Claims the next coordinator epoch of the job at `out` (`last`: the highest one
+/// found in its journal), by creating its record (create-only, so that two
+/// coordinators never get the same one): the epoch, and the attempt base of its
+/// attempts. Called by the owner of the output lock, after the job's record exists.
+pub async fn claim_epoch(out: &StoreUrl, last: u32) -> Result<(u32, u32)> {
+    let mut epoch = last + 1;
+    loop {
+        let base =
+            (epoch - 1)
+                .checked_mul(ATTEMPTS_PER_EPOCH)
+                .ok_or_else(|| EngineError::Journal {
+                    path: out.display(&out.child(EPOCHS)),
+                    what: format!("{epoch} coordinator epochs: no attempt numbers left"),
+                })?;
+        let record = serde_json::json!({ "epoch": epoch, "attempt_base": base });
+        let path = out.child(&format!("{EPOCHS}/{epoch:05}.json"));
+        if out
+            .put_if_absent(&path, record.to_string().into_bytes())
+            .await?
+            .is_some()
+        {
+            return Ok((epoch, base));
+        }
+        epoch += 1;
+    }
 }
 
 pub fn job_path() -> &'static str {
@@ -135,9 +174,20 @@ impl Journal {
         }
         // Entries are read concurrently: resuming from 20 000 of them on an object
         // store takes seconds, not 20 000 round trips one after the other.
-        let entries: Vec<(TaskId, String, object_store::path::Path)> = out
-            .list("_job/journal")
-            .await?
+        let listed = out.list("_job/journal").await?;
+        j.epoch = listed
+            .iter()
+            .filter(|meta| out.relative(&meta.location).starts_with(EPOCHS))
+            .filter_map(|meta| {
+                meta.location
+                    .filename()?
+                    .strip_suffix(".json")?
+                    .parse()
+                    .ok()
+            })
+            .max()
+            .unwrap_or(0);
+        let entries: Vec<(TaskId, String, object_store::path::Path)> = listed
             .into_iter()
             .filter_map(|meta| {
                 let name = meta.location.filename().unwrap_or_default().to_string();

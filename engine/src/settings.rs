@@ -20,6 +20,10 @@ use crate::units::{format_bytes, parse_bytes};
 /// `worker` binary's `--memory`).
 pub const DEFAULT_MEMORY_PER_WORKER: &str = "2GiB";
 
+/// The most attempts `[run] max_attempts` may allow a task (each coordinator that runs
+/// a job numbers its attempts in a range of its own this wide).
+pub const MAX_ATTEMPTS: u32 = 1000;
+
 /// Local mode's scratch root when `[run] scratch` does not say.
 pub fn default_scratch() -> PathBuf {
     std::env::temp_dir().join("probeflow")
@@ -209,11 +213,13 @@ impl RunConfig {
                 as usize,
             memory_per_worker,
             scratch: raw.scratch.unwrap_or(d.scratch),
-            max_attempts: at_least_one(
-                "max_attempts",
-                raw.max_attempts.map(u64::from),
-                u64::from(d.max_attempts),
-            )? as u32,
+            max_attempts: match raw.max_attempts {
+                Some(n) if n > MAX_ATTEMPTS => {
+                    return Err(format!("[run] max_attempts must be at most {MAX_ATTEMPTS}"))
+                }
+                n => at_least_one("max_attempts", n.map(u64::from), u64::from(d.max_attempts))?
+                    as u32,
+            },
             lease: Duration::from_secs(at_least_one(
                 "lease_seconds",
                 raw.lease_seconds,

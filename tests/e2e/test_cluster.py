@@ -293,10 +293,49 @@ def test_coordinator_killed_and_restarted_workers_reconnect(tmp_path, data):
     assert c.coordinator.returncode == 0, stdout[-3000:]
     assert all(w.returncode == 0 for w in c.workers.values()), [c.log(n)[-2000:] for n in c.workers]
     same_output(out, manifest)
-    assert f"{planned - done_before} tasks run, {done_before} resumed from the journal" in stdout, stdout[-2000:]
+    # Attempts in flight when the coordinator died are adopted, or run again (a task
+    # leased again before its first attempt is offered counts as run, too).
+    adopted = stdout.count("a predecessor's attempt adopted")
+    assert planned - done_before - adopted <= tasks_run(stdout) <= planned - done_before, stdout[-2000:]
+    assert f"{done_before} resumed from the journal" in stdout, stdout[-2000:]
     for n in c.workers:
         log = c.log(n)
         assert "lost the coordinator; reconnecting" in log and log.count("joined") == 2, log[-2000:]
+
+
+def test_a_restarted_coordinator_adopts_the_attempts_in_flight(tmp_path, data):
+    """A worker finishes the task it holds when the coordinator dies and offers the
+    result to the restarted coordinator, which takes it instead of running the task
+    again (a restart used to throw away every attempt in flight)."""
+    d, inputs, manifest = data
+    c = Cluster.for_job(tmp_path, inputs, "adopt", lease=120)
+    out = c.out
+    journal = out / "_job" / "journal"
+    try:
+        # Each result is reported 3 s after the task's outputs are written: the
+        # coordinator dies in that window.
+        c.start_worker("slow", fault="slow-report:3000")
+        wait_for(lambda: "fault injection: slow report" in c.log("slow"), timeout=60)
+        c.coordinator.send_signal(signal.SIGKILL)
+        c.coordinator.wait()
+        done_before = len(list(journal.glob("*-*.json")))
+        planned = planned_tasks(out)
+        c.coordinator = c.start_coordinator()
+        stdout = c.finish()
+    finally:
+        c.kill_all()
+    assert c.coordinator.returncode == 0, stdout[-3000:]
+    assert c.workers["slow"].returncode == 0, c.log("slow")[-3000:]
+    same_output(out, manifest)
+    adopted = [line for line in stdout.splitlines() if "a predecessor's attempt adopted" in line]
+    # The task it was reporting, and the one committing behind it, if any.
+    assert 1 <= len(adopted) <= 2 and all("worker=slow" in a for a in adopted), stdout[-3000:]
+    assert "offered an attempt a previous coordinator did not take" in c.log("slow")
+    # One worker: nothing is leased again before its attempts are offered.
+    assert f"{planned - done_before - len(adopted)} tasks run, {done_before} resumed from the journal" in stdout, stdout[-2000:]
+    # The adopted attempts are the predecessor's (epoch 1): numbers below 1000.
+    assert all(int(re.search(r"attempt=(\d+)", a).group(1)) < 1000 for a in adopted)
+    assert sorted(p.name for p in (journal / "epochs").iterdir()) == ["00001.json", "00002.json"]
 
 
 def test_heartbeats_follow_the_lease_in_cluster_mode(tmp_path, data):

@@ -54,6 +54,9 @@ pub enum Refused {
     /// Nothing this board granted: an unknown task or attempt, or the wrong worker or
     /// token.
     Foreign,
+    /// An attempt a predecessor granted (a coordinator that ran this job before this
+    /// one: its attempt numbers are below this board's).
+    Predecessor,
 }
 
 /// A lease taken back by expiry or node loss.
@@ -81,19 +84,53 @@ pub enum AfterFailure {
 pub struct LeaseBoard {
     lease: Duration,
     max_attempts: u32,
+    /// Attempt numbers up to this one are a predecessor's: this board numbers its
+    /// attempts of a task from `attempt_base + 1`.
+    attempt_base: u32,
     queue: Scheduler,
     leases: HashMap<TaskId, Lease>,
     attempts: HashMap<TaskId, u32>,
 }
 
 impl LeaseBoard {
-    pub fn new(lease: Duration, max_attempts: u32, policy: RetryPolicy) -> LeaseBoard {
+    /// A board of leases of `lease`, `max_attempts` per task, whose attempt numbers
+    /// start after `attempt_base` (those up to it are its predecessors').
+    pub fn new(
+        lease: Duration,
+        max_attempts: u32,
+        attempt_base: u32,
+        policy: RetryPolicy,
+    ) -> LeaseBoard {
         LeaseBoard {
             lease,
             max_attempts,
+            attempt_base,
             queue: Scheduler::new(policy),
             leases: HashMap::new(),
             attempts: HashMap::new(),
+        }
+    }
+
+    /// How many attempts of its task this board had granted up to `attempt`.
+    fn tries(&self, attempt: u32) -> u32 {
+        attempt.saturating_sub(self.attempt_base)
+    }
+
+    /// Takes task `task` off the board, pending or leased (a predecessor's attempt
+    /// gave its result): its spec, if it was on the board. A lease taken back this way
+    /// is not re-queued; its holder's report is refused.
+    pub fn withdraw(&mut self, task: TaskId) -> Option<TaskSpec> {
+        match self.leases.remove(&task) {
+            Some(lease) => Some(lease.spec),
+            None => self.queue.remove(task),
+        }
+    }
+
+    /// The spec of task `task` if it is on the board (pending or leased).
+    pub fn spec(&self, task: TaskId) -> Option<&TaskSpec> {
+        match self.leases.get(&task) {
+            Some(lease) => Some(&lease.spec),
+            None => self.queue.spec(task),
         }
     }
 
@@ -123,9 +160,9 @@ impl LeaseBoard {
         self.queue.excluded()
     }
 
-    /// Whether `(task, attempt)` was ever granted.
+    /// Whether this board ever granted `(task, attempt)`.
     pub fn granted(&self, task: TaskId, attempt: u32) -> bool {
-        self.attempts.get(&task).is_some_and(|&a| attempt <= a)
+        attempt > self.attempt_base && self.attempts.get(&task).is_some_and(|&a| attempt <= a)
     }
 
     /// Worker actor `actor` asks for a task (`others`: the other workers in the job;
@@ -136,7 +173,7 @@ impl LeaseBoard {
             Pick::Excluded(why) => Grant::Excluded(why),
             Pick::Task(spec) => {
                 let id = spec.id();
-                let attempt = self.attempts.get(&id).copied().unwrap_or(0) + 1;
+                let attempt = self.attempts.get(&id).copied().unwrap_or(self.attempt_base) + 1;
                 self.attempts.insert(id, attempt);
                 self.leases.insert(
                     id,
@@ -195,7 +232,9 @@ impl LeaseBoard {
             }
         }
         let ours = self.leases.get(&task).is_none_or(|l| l.attempt != attempt);
-        if ours && self.granted(task, attempt) {
+        if attempt <= self.attempt_base {
+            Err(Refused::Predecessor)
+        } else if ours && self.granted(task, attempt) {
             Err(Refused::Late)
         } else {
             Err(Refused::Foreign)
@@ -211,20 +250,16 @@ impl LeaseBoard {
         others: &[&str],
         now: Instant,
     ) -> AfterFailure {
-        if lease.attempt >= self.max_attempts || !failure.retryable {
+        let tries = self.tries(lease.attempt);
+        if tries >= self.max_attempts || !failure.retryable {
             return AfterFailure::GiveUp {
-                attempts: lease.attempt,
+                attempts: tries,
                 error: failure.error.clone(),
             };
         }
-        let excluded = self.queue.failed(
-            lease.spec,
-            actor,
-            lease.attempt,
-            &failure.error,
-            others,
-            now,
-        );
+        let excluded = self
+            .queue
+            .failed(lease.spec, actor, tries, &failure.error, others, now);
         AfterFailure::Retry { excluded }
     }
 
@@ -254,7 +289,7 @@ impl LeaseBoard {
             let Some(lease) = self.leases.remove(&id) else {
                 continue;
             };
-            let out_of_attempts = lease.attempt >= self.max_attempts;
+            let out_of_attempts = self.tries(lease.attempt) >= self.max_attempts;
             revoked.push(Revoked {
                 worker: lease.worker.clone(),
                 task: id,
@@ -283,7 +318,7 @@ mod tests {
     }
 
     fn board(tasks: u32) -> LeaseBoard {
-        let mut b = LeaseBoard::new(LEASE, 3, RetryPolicy::default());
+        let mut b = LeaseBoard::new(LEASE, 3, 0, RetryPolicy::default());
         for p in 0..tasks {
             b.push(task(p));
         }
@@ -470,7 +505,7 @@ mod tests {
 
     #[test]
     fn an_expired_lease_out_of_attempts_gives_up() {
-        let mut b = LeaseBoard::new(LEASE, 1, RetryPolicy::default());
+        let mut b = LeaseBoard::new(LEASE, 1, 0, RetryPolicy::default());
         b.push(task(0));
         let now = Instant::now();
         grant(&mut b, "a", &[], now);

@@ -126,11 +126,16 @@ pub async fn open_job(spec: &JobSpec, output: &StoreUrl) -> Result<OpenedJob> {
         output: output.url.clone(),
         settings: driver.settings()?,
     };
+    // This coordinator's epoch: its attempts are numbered after every predecessor's,
+    // whose results it adopts (JobRun::report).
+    let (epoch, attempt_base) = journal::claim_epoch(output, journal.epoch).await?;
+    tracing::info!(epoch, attempt_base, "coordinator epoch claimed");
     let mut run = JobRun::new(
         job,
         driver,
         spec.run.lease,
         spec.run.max_attempts,
+        attempt_base,
         RetryPolicy::default(),
     );
     let mut replayed = Vec::new();

@@ -104,12 +104,15 @@ pub struct JobRun {
 }
 
 impl JobRun {
-    /// A run of `job` driven by `driver`: leases of `lease`, `max_attempts` per task.
+    /// A run of `job` driven by `driver`: leases of `lease`, `max_attempts` per task,
+    /// attempts numbered after `attempt_base` (the numbers up to it are the attempts of
+    /// the coordinators that ran this job before: see [`Self::report`]).
     pub fn new(
         job: JobContext,
         driver: Box<dyn JobDriver>,
         lease: Duration,
         max_attempts: u32,
+        attempt_base: u32,
         policy: RetryPolicy,
     ) -> JobRun {
         JobRun {
@@ -118,7 +121,7 @@ impl JobRun {
             stage: 0,
             stage_pending: HashSet::new(),
             accepted: HashMap::new(),
-            board: LeaseBoard::new(lease, max_attempts, policy),
+            board: LeaseBoard::new(lease, max_attempts, attempt_base, policy),
             timing: WorkerTiming::for_lease(lease),
             workers: HashMap::new(),
             journaling: HashMap::new(),
@@ -291,6 +294,7 @@ impl JobRun {
         let mut effects = Vec::new();
         let lease = match self.board.take(actor, task, attempt, token) {
             Ok(lease) => lease,
+            Err(Refused::Predecessor) => return self.adopt(actor, task, attempt, result, nonce),
             Err(refused) => {
                 tracing::info!(worker = %actor, %task, attempt, ?refused, "late or duplicate result refused (no lease held with this attempt and token)");
                 // Only an attempt this coordinator granted, by its planned paths.
@@ -334,6 +338,63 @@ impl JobRun {
             }
             Err(failure) => self.attempt_failed(actor, lease, failure, now, &mut effects),
         }
+        effects
+    }
+
+    /// A report of attempt `attempt` of `task`, which a predecessor granted (its worker
+    /// ran the task on while the coordinator changed): taken as a result of this
+    /// coordinator's own would be (checked against the task's plan for that attempt,
+    /// then journaled, and only then counted) when the task is in the running stage and
+    /// neither accepted nor being journaled; the task is then taken off the board, and a
+    /// lease of it this coordinator granted meanwhile ends (its report is refused).
+    /// Otherwise it is refused and, once the job is finished, its planned files are
+    /// removed (never the accepted attempt's). A predecessor's failure is ignored: this
+    /// coordinator runs the task itself.
+    fn adopt(
+        &mut self,
+        actor: &str,
+        task: TaskId,
+        attempt: u32,
+        result: Result<Payload, TaskFailure>,
+        nonce: String,
+    ) -> Vec<Effect> {
+        let mut effects = Vec::new();
+        let Ok(output) = result else {
+            return effects;
+        };
+        let open = self.phase == Phase::Running
+            && self.stage_pending.contains(&task)
+            && !self.journaling.contains_key(&task)
+            && !self.accepted.contains_key(&task);
+        let spec = self.board.spec(task).filter(|_| open).cloned();
+        let Some(spec) = spec else {
+            tracing::info!(worker = %actor, %task, attempt, "a predecessor's attempt refused: its task is accepted, or not running");
+            let accepted = self.accepted.get(&task) == Some(&attempt);
+            if self.phase == Phase::Finished && !accepted {
+                effects.push(Effect::DiscardLate { task, attempt });
+            }
+            return effects;
+        };
+        if let Err(why) = self.driver.check(&spec, attempt, &output) {
+            tracing::warn!(worker = %actor, %task, attempt, reason = %why, "a predecessor's attempt refused");
+            return effects;
+        }
+        self.board.withdraw(task);
+        tracing::info!(worker = %actor, %task, attempt, "a predecessor's attempt adopted");
+        self.journaling.insert(
+            task,
+            Journaling {
+                attempt,
+                output: output.clone(),
+                nonce: nonce.clone(),
+            },
+        );
+        effects.push(Effect::Journal {
+            task,
+            attempt,
+            output,
+            nonce,
+        });
         effects
     }
 

@@ -293,6 +293,8 @@ async fn run_owned(
             faults: Faults::none(),
             job: Default::default(),
             kinds,
+            unreported: Default::default(),
+            sent: Vec::new(),
         };
         let (worker, h) = Actor::spawn(None, WorkerActor, args)
             .await

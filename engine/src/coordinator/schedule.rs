@@ -97,6 +97,18 @@ impl Scheduler {
         self.pending.is_empty()
     }
 
+    /// The spec of pending task `task`.
+    pub fn spec(&self, task: TaskId) -> Option<&TaskSpec> {
+        self.pending.iter().find(|t| t.id() == task)
+    }
+
+    /// Takes pending task `task` out of the queue (its result came another way).
+    pub fn remove(&mut self, task: TaskId) -> Option<TaskSpec> {
+        let at = self.pending.iter().position(|t| t.id() == task)?;
+        self.retries.remove(&task);
+        self.pending.remove(at)
+    }
+
     pub fn clear(&mut self) {
         self.pending.clear();
     }

@@ -264,6 +264,10 @@ scratch = "/tmp/probeflow"
             ("workers = 0", "[run] workers must be at least 1"),
             ("max_attempts = 0", "[run] max_attempts must be at least 1"),
             (
+                "max_attempts = 1001",
+                "[run] max_attempts must be at most 1000",
+            ),
+            (
                 "lease_seconds = 0",
                 "[run] lease_seconds must be at least 1",
             ),

@@ -95,6 +95,9 @@ impl JobKind for GatedKind {
     ) -> BoxFuture<'a, Result<Option<Box<dyn OutputCheck>>>> {
         Box::pin(async { Ok(None) })
     }
+    fn attempt_files(&self, _task: TaskId, _attempt: u32) -> Result<Vec<String>> {
+        Ok(Vec::new())
+    }
     fn task_counts(
         &self,
         _spec: &Payload,
@@ -133,9 +136,6 @@ impl TaskRunner for GatedRunner {
                 }
             })))
         })
-    }
-    fn attempt_files(&self, _task: TaskId, _attempt: u32) -> Result<Vec<String>> {
-        Ok(Vec::new())
     }
     #[cfg(feature = "fault-injection")]
     fn simulated(&self, _task: &Assignment) -> Option<Result<Payload>> {
@@ -275,6 +275,8 @@ async fn the_next_task_runs_while_commits_wait_and_each_result_is_reported_when_
         job: Arc::new(std::sync::OnceLock::<JobOutput>::new()),
         faults: Faults::none(),
         kinds: KINDS,
+        unreported: Default::default(),
+        sent: Vec::new(),
     };
     let (_worker, worker_handle) = Actor::spawn(None, WorkerActor, args).await.unwrap();
 

@@ -18,7 +18,12 @@ async fn a_restart_redoes_only_what_the_journal_lacks() {
 
     assert_eq!(bed.restart().await, 2);
     let again = bed.lease("w2");
-    assert_eq!((again.task.id, again.attempt), (id("count-00002"), 1));
+    // The restarted coordinator's attempts come after its predecessor's (epoch 2).
+    let first_of_epoch_2 = crate::journal::ATTEMPTS_PER_EPOCH + 1;
+    assert_eq!(
+        (again.task.id, again.attempt),
+        (id("count-00002"), first_of_epoch_2)
+    );
     bed.run_task("w2", &again).await;
     // The merge reads the journaled attempts' files.
     bed.complete_all("w1").await;

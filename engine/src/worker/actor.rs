@@ -70,6 +70,20 @@ impl Drop for Heartbeat {
     }
 }
 
+/// A successful attempt whose report may not have reached a coordinator that took it
+/// (the coordinator went away first). It is offered again to the next coordinator,
+/// which adopts it if its task is not accepted yet; once the job is complete without
+/// it, its files are removed.
+#[derive(Debug, Clone)]
+pub struct Unreported {
+    pub assignment: Assignment,
+    pub output: Payload,
+}
+
+/// A worker process's unreported attempts, shared by its worker actors and its join
+/// loop, across coordinators.
+pub type UnreportedAttempts = Arc<std::sync::Mutex<Vec<Unreported>>>;
+
 /// The job a worker works for: its kind and its output URL.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct JobOutput {
@@ -93,6 +107,11 @@ pub struct WorkerArgs {
     pub faults: Faults,
     /// The job kinds this worker runs tasks of (the program's registry).
     pub kinds: Kinds,
+    /// The process's attempts whose reports a coordinator may not have got.
+    pub unreported: UnreportedAttempts,
+    /// Reports sent to this coordinator before this actor started (unreported attempts
+    /// offered again), not yet known to have arrived.
+    pub sent: Vec<Unreported>,
 }
 
 pub struct WorkerActor;
@@ -155,7 +174,7 @@ pub struct WorkerState {
     /// The tasks whose successful results were sent but not yet known to have
     /// arrived: a report is a one-way message, confirmed only by the coordinator's next
     /// answer on the same (ordered) session.
-    unconfirmed: Vec<Assignment>,
+    unconfirmed: Vec<Unreported>,
     /// Commits running behind, by number (their side tasks, which give the committed
     /// task for its report).
     commits: Vec<(u64, tokio::task::JoinHandle<CommitEnded>)>,
@@ -174,15 +193,16 @@ impl Actor for WorkerActor {
     async fn pre_start(
         &self,
         myself: ActorRef<Self::Msg>,
-        args: WorkerArgs,
+        mut args: WorkerArgs,
     ) -> Result<Self::State, ActorProcessingErr> {
         myself.cast(WorkerMsg::Poll)?;
+        let unconfirmed = std::mem::take(&mut args.sent);
         Ok(WorkerState {
             args,
             runners: Default::default(),
             scratch: None,
             store_gate: StoreGate::default(),
-            unconfirmed: Vec::new(),
+            unconfirmed,
             commits: Vec::new(),
             next_commit: 0,
             poll_deferred: false,
@@ -286,7 +306,7 @@ impl Actor for WorkerActor {
         let answered = matches!(reply, Ok(ractor::rpc::CallResult::Success(_)));
         for sent in std::mem::take(unconfirmed) {
             if !answered {
-                discard_if_not_accepted(state.kinds, runners, &sent, &name).await;
+                keep_or_discard(state, sent).await;
             }
         }
         let reply = match reply {
@@ -465,7 +485,7 @@ impl Actor for WorkerActor {
 async fn settle(
     state: &WorkerArgs,
     store_gate: &mut StoreGate,
-    unconfirmed: &mut Vec<Assignment>,
+    unconfirmed: &mut Vec<Unreported>,
     runners: &mut std::collections::HashMap<&'static str, Box<dyn TaskRunner>>,
     side: tokio::task::JoinHandle<CommitEnded>,
 ) -> bool {
@@ -515,7 +535,7 @@ async fn settle(
 async fn report(
     state: &WorkerArgs,
     store_gate: &mut StoreGate,
-    unconfirmed: &mut Vec<Assignment>,
+    unconfirmed: &mut Vec<Unreported>,
     runner: &mut dyn TaskRunner,
     assignment: Assignment,
     beat: Heartbeat,
@@ -547,7 +567,10 @@ async fn report(
             retryable: true,
         }),
     };
-    let succeeded = result.is_ok();
+    let succeeded = result.as_ref().ok().cloned();
+    // The runner forges results in test builds only.
+    #[cfg(not(feature = "fault-injection"))]
+    let _ = runner;
     #[cfg(feature = "fault-injection")]
     let result = if state.faults.forges_results() {
         forge_results(&state.coordinator, name, &assignment, &*runner, result)
@@ -561,81 +584,67 @@ async fn report(
         lease: assignment.lease.clone(),
         result: Wire::new(result),
     };
-    if state.coordinator.cast(msg).is_err() {
-        if succeeded {
-            match discard(&*runner, &assignment).await {
-                Ok(true) => {
-                    tracing::info!(worker = %name, task = %assignment.task.id(), attempt = assignment.attempt, "the job finished without this attempt; its files are removed")
-                }
-                Ok(false) => {}
-                Err(e) => {
-                    tracing::warn!(worker = %name, task = %assignment.task.id(), error = %e, "cannot remove what this attempt wrote")
-                }
-            }
+    let delivered = state.coordinator.cast(msg).is_ok();
+    if let Some(output) = succeeded {
+        let sent = Unreported { assignment, output };
+        if delivered {
+            unconfirmed.push(sent);
+        } else {
+            keep_or_discard(state, sent).await;
         }
-        return false;
     }
-    if succeeded {
-        unconfirmed.push(assignment);
-    }
-    true
+    delivered
 }
 
-/// Removes the planned files of the attempt `task` ([`crate::kind::Kind::attempt_files`])
-/// if the job finished without it (its output has the completion record).
-fn discard(
-    runner: &dyn TaskRunner,
-    task: &Assignment,
-) -> impl std::future::Future<Output = crate::error::Result<bool>> + Send + 'static {
-    let planned = runner
-        .attempt_files(task.task.id(), task.attempt)
-        .and_then(|files| Ok((crate::store::StoreUrl::parse(&task.job.output)?, files)));
-    async move {
-        let (output, files) = planned?;
-        crate::completion::discard_attempt(&output, &files).await
+/// An attempt whose report may not have reached a coordinator that took it: if the job
+/// is complete (its journal final), its files are removed unless the journal names
+/// this attempt ([`discard_if_not_accepted`]); if not, it is kept, to be offered to
+/// the next coordinator.
+async fn keep_or_discard(state: &WorkerArgs, sent: Unreported) {
+    if !discard_if_not_accepted(state.kinds, &sent.assignment, &state.name).await {
+        tracing::info!(worker = %state.name, task = %sent.assignment.task.id(), attempt = sent.assignment.attempt, "no coordinator took this attempt's report yet; it is offered to the next one");
+        if let Ok(mut kept) = state.unreported.lock() {
+            kept.push(sent);
+        }
     }
 }
 
 /// The coordinator went away after `task`'s successful result was sent, so whether it
-/// arrived is unknown. If the job is complete (its kind's completion marker exists, so
-/// its journal is final) and the journal names another attempt of the task (or none),
-/// this attempt lost: its planned files are removed ([`discard`]),
-/// which leaves nothing of a fenced attempt on the store. An accepted attempt, or a
-/// job not complete (a resumed coordinator removes what it does not accept), is left
-/// alone.
-async fn discard_if_not_accepted(
-    kinds: Kinds,
-    runners: &mut std::collections::HashMap<&'static str, Box<dyn TaskRunner>>,
-    task: &Assignment,
-    worker: &str,
-) {
-    let Some(kind) = kinds.find(&task.job.kind) else {
-        return;
-    };
-    let Some(runner) = runners.get_mut(kind.name()) else {
-        return;
-    };
+/// arrived is unknown. If the job is complete (its completion record exists, so its
+/// journal is final) and the journal names another attempt of the task (or none), this
+/// attempt lost: its planned files ([`crate::kind::Kind::attempt_files`]) are removed,
+/// which leaves nothing of a fenced attempt on the store. An accepted attempt is left
+/// alone. True when the job is complete (the attempt settled); false when it is not,
+/// or that cannot be read (a coordinator may still adopt the attempt).
+pub(crate) async fn discard_if_not_accepted(kinds: Kinds, task: &Assignment, worker: &str) -> bool {
     let id = task.task.id();
-    // Made here, run only if the attempt lost (futures do nothing until awaited).
-    let discard = discard(&**runner, task);
     let checked = async {
         let output = crate::store::StoreUrl::parse(&task.job.output)?;
         if !crate::completion::exists(&output).await? {
-            return Ok::<_, crate::error::EngineError>(false);
+            return Ok::<_, crate::error::EngineError>(None);
         }
         let entry = crate::journal::read_entry(&output, id).await?;
         if entry.is_some_and(|e| e.attempt == task.attempt) {
-            return Ok(false);
+            return Ok(Some(false));
         }
-        discard.await
+        let Some(kind) = kinds.find(&task.job.kind) else {
+            return Ok(Some(false));
+        };
+        let files = kind.attempt_files(id, task.attempt)?;
+        crate::completion::discard_attempt(&output, &files)
+            .await
+            .map(Some)
     };
     match checked.await {
-        Ok(true) => {
-            tracing::info!(worker, task = %id, attempt = task.attempt, "the job finished without this attempt; its files are removed")
+        Ok(None) => false,
+        Ok(Some(true)) => {
+            tracing::info!(worker, task = %id, attempt = task.attempt, "the job finished without this attempt; its files are removed");
+            true
         }
-        Ok(false) => {}
+        Ok(Some(false)) => true,
         Err(e) => {
-            tracing::warn!(worker, task = %id, error = %e, "cannot check whether this attempt's result arrived; its files may be left on the store")
+            tracing::warn!(worker, task = %id, error = %e, "cannot check whether this attempt's result arrived; it is kept for the next coordinator");
+            false
         }
     }
 }

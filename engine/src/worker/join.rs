@@ -27,7 +27,9 @@ use crate::protocol::{Registration, PROTOCOL_VERSION, RELEASE};
 use crate::settings::WorkerResources;
 use crate::store::StoreUrl;
 use crate::tls::{self, ClusterTls, TlsFiles};
-use crate::worker::actor::{JobOutput, WorkerActor, WorkerArgs};
+use crate::worker::actor::{
+    discard_if_not_accepted, JobOutput, Unreported, UnreportedAttempts, WorkerActor, WorkerArgs,
+};
 
 /// How long dialling the coordinator plus the TLS handshake may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
@@ -100,6 +102,8 @@ async fn join_and_work(plan: &JoinConfig, cookie: String, kinds: Kinds) -> Resul
     let mut backoff = FIRST_RECONNECT_WAIT;
     let mut unreachable_since = Instant::now();
     let job = Arc::new(OnceLock::new());
+    // Attempts whose reports a coordinator may not have got: offered to the next one.
+    let unreported: UnreportedAttempts = Arc::default();
     loop {
         // Connect (again) and wait for the coordinator actor to show up in the group.
         let connected = match &plan.tls {
@@ -136,6 +140,7 @@ async fn join_and_work(plan: &JoinConfig, cookie: String, kinds: Kinds) -> Resul
         let Some(coordinator) = coordinator else {
             if job_finished(&job).await {
                 tracing::info!(worker = %plan.name, "the job finished while this worker was away (its output has its completion record)");
+                settle_unreported(&unreported, kinds, &plan.name).await;
                 return Ok(());
             }
             if unreachable_since.elapsed() > plan.give_up_after {
@@ -183,6 +188,7 @@ async fn join_and_work(plan: &JoinConfig, cookie: String, kinds: Kinds) -> Resul
             "joined"
         );
         backoff = FIRST_RECONNECT_WAIT;
+        let sent = offer_unreported(&unreported, &coordinator, &plan.name);
         let done = Arc::new(AtomicBool::new(false));
         let mut handles = Vec::new();
         for t in 0..plan.threads {
@@ -200,6 +206,9 @@ async fn join_and_work(plan: &JoinConfig, cookie: String, kinds: Kinds) -> Resul
                 faults: plan.faults,
                 job: job.clone(),
                 kinds,
+                unreported: unreported.clone(),
+                // The first actor's first answer confirms the reports offered again.
+                sent: if t == 0 { sent.clone() } else { Vec::new() },
             };
             let (_, handle) = Actor::spawn(None, WorkerActor, args)
                 .await
@@ -211,10 +220,54 @@ async fn join_and_work(plan: &JoinConfig, cookie: String, kinds: Kinds) -> Resul
         }
         if done.load(Ordering::SeqCst) {
             tracing::info!(worker = %plan.name, "the job is done");
+            settle_unreported(&unreported, kinds, &plan.name).await;
             return Ok(());
         }
         tracing::warn!(worker = %plan.name, "lost the coordinator; reconnecting");
         unreachable_since = Instant::now();
+    }
+}
+
+/// Sends the reports of the process's unreported attempts to `coordinator`, which adopts
+/// those whose tasks it has not accepted: the reports sent (kept in no list until
+/// their fate is known: the first worker actor's first answer confirms them).
+fn offer_unreported(
+    unreported: &UnreportedAttempts,
+    coordinator: &ractor::ActorRef<CoordinatorMsg>,
+    worker: &str,
+) -> Vec<Unreported> {
+    let Ok(mut kept) = unreported.lock() else {
+        return Vec::new();
+    };
+    let mut sent = Vec::new();
+    for u in std::mem::take(&mut *kept) {
+        let a = &u.assignment;
+        let msg = CoordinatorMsg::Finished {
+            worker: worker.to_string(),
+            task: Wire::new(a.task.id()),
+            attempt: a.attempt,
+            lease: a.lease.clone(),
+            result: Wire::new(Ok(u.output.clone())),
+        };
+        if coordinator.cast(msg).is_ok() {
+            tracing::info!(worker, task = %a.task.id(), attempt = a.attempt, "offered an attempt a previous coordinator did not take to this one");
+            sent.push(u);
+        } else {
+            kept.push(u);
+        }
+    }
+    sent
+}
+
+/// The job is done: the attempts no coordinator took have their files removed (unless
+/// the journal names them).
+async fn settle_unreported(unreported: &UnreportedAttempts, kinds: Kinds, worker: &str) {
+    let left = match unreported.lock() {
+        Ok(mut kept) => std::mem::take(&mut *kept),
+        Err(_) => return,
+    };
+    for u in left {
+        discard_if_not_accepted(kinds, &u.assignment, worker).await;
     }
 }
 
