@@ -398,13 +398,41 @@ impl StoreUrl {
     /// Deletes `paths`; missing ones are not an error. On an object store in bulk
     /// requests (S3: 1 000 keys each, several at once), not one round trip per object:
     /// a job's shuffle files, removed at its end, are thousands.
+    ///
+    /// A bulk delete is a POST, which the store client does not retry when its
+    /// connection fails (a reset, a request that never got an answer); deleting is
+    /// idempotent, so such a failure is tried again here, with a doubling wait, within
+    /// the store's retry budget (`PROBEFLOW_STORE_RETRY_SECONDS`).
     pub async fn delete_all(&self, paths: Vec<Path>) -> Result<()> {
+        let budget =
+            probeflow_reader::remote::store::retry_budget().map_err(|what| EngineError::Url {
+                url: self.url.clone(),
+                what,
+            })?;
+        let started = std::time::Instant::now();
+        let mut wait = std::time::Duration::from_millis(100);
+        loop {
+            match self.delete_all_once(paths.clone()).await {
+                Err(object_store::Error::Generic { store, source })
+                    if started.elapsed() + wait < budget =>
+                {
+                    tracing::warn!(url = %self.url, store, error = %source, retry_in_ms = wait.as_millis() as u64, "a bulk delete failed; trying it again");
+                    tokio::time::sleep(wait).await;
+                    wait = (wait * 2).min(std::time::Duration::from_secs(5));
+                }
+                Err(e) => return Err(EngineError::store(&self.url, e)),
+                Ok(()) => return Ok(()),
+            }
+        }
+    }
+
+    async fn delete_all_once(&self, paths: Vec<Path>) -> object_store::Result<()> {
         let locations = futures::stream::iter(paths.into_iter().map(Ok)).boxed();
         let mut deleted = self.store.delete_stream(locations);
         while let Some(done) = deleted.next().await {
             match done {
                 Ok(_) | Err(object_store::Error::NotFound { .. }) => {}
-                Err(e) => return Err(EngineError::store(&self.url, e)),
+                Err(e) => return Err(e),
             }
         }
         Ok(())
@@ -667,6 +695,103 @@ fn sync_local_file(file: &std::path::Path) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// An in-memory store whose first `failures` bulk deletes fail as a reset
+    /// connection does (a `Generic` error, which the client does not retry for a POST).
+    #[derive(Debug)]
+    struct ResetDeletes {
+        inner: object_store::memory::InMemory,
+        failures: std::sync::atomic::AtomicU32,
+    }
+
+    impl std::fmt::Display for ResetDeletes {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("ResetDeletes")
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl ObjectStore for ResetDeletes {
+        async fn put_opts(
+            &self,
+            location: &Path,
+            payload: PutPayload,
+            opts: PutOptions,
+        ) -> object_store::Result<object_store::PutResult> {
+            self.inner.put_opts(location, payload, opts).await
+        }
+        async fn put_multipart_opts(
+            &self,
+            location: &Path,
+            opts: object_store::PutMultipartOptions,
+        ) -> object_store::Result<Box<dyn object_store::MultipartUpload>> {
+            self.inner.put_multipart_opts(location, opts).await
+        }
+        async fn get_opts(
+            &self,
+            location: &Path,
+            options: object_store::GetOptions,
+        ) -> object_store::Result<object_store::GetResult> {
+            self.inner.get_opts(location, options).await
+        }
+        fn delete_stream(
+            &self,
+            locations: futures::stream::BoxStream<'static, object_store::Result<Path>>,
+        ) -> futures::stream::BoxStream<'static, object_store::Result<Path>> {
+            let left = self.failures.load(std::sync::atomic::Ordering::SeqCst);
+            if left > 0 {
+                self.failures
+                    .store(left - 1, std::sync::atomic::Ordering::SeqCst);
+                let reset = object_store::Error::Generic {
+                    store: "S3",
+                    source: "error sending request: connection reset by peer".into(),
+                };
+                return futures::stream::iter([Err(reset)]).boxed();
+            }
+            self.inner.delete_stream(locations)
+        }
+        fn list(
+            &self,
+            prefix: Option<&Path>,
+        ) -> futures::stream::BoxStream<'static, object_store::Result<ObjectMeta>> {
+            self.inner.list(prefix)
+        }
+        async fn list_with_delimiter(
+            &self,
+            prefix: Option<&Path>,
+        ) -> object_store::Result<object_store::ListResult> {
+            self.inner.list_with_delimiter(prefix).await
+        }
+        async fn copy_opts(
+            &self,
+            from: &Path,
+            to: &Path,
+            options: object_store::CopyOptions,
+        ) -> object_store::Result<()> {
+            self.inner.copy_opts(from, to, options).await
+        }
+    }
+
+    #[tokio::test]
+    async fn a_bulk_delete_whose_connection_fails_is_tried_again() {
+        let store = Arc::new(ResetDeletes {
+            inner: object_store::memory::InMemory::new(),
+            failures: std::sync::atomic::AtomicU32::new(2),
+        });
+        let url = StoreUrl {
+            url: "s3://bed/out".into(),
+            store: store.clone(),
+            root: Path::from("out"),
+        };
+        for i in 0..3 {
+            url.put(&url.child(&format!("_job/shuffle/m{i}")), b"x".to_vec())
+                .await
+                .unwrap();
+        }
+        url.delete_prefix("_job/shuffle").await.unwrap();
+        assert!(url.list("_job/shuffle").await.unwrap().is_empty());
+        assert_eq!(store.failures.load(std::sync::atomic::Ordering::SeqCst), 0);
+    }
 
     #[test]
     fn local_urls() {
