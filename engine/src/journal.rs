@@ -74,6 +74,16 @@ const EPOCHS: &str = "_job/journal/epochs";
 /// coordinators never get the same one): the epoch, and the attempt base of its
 /// attempts. Called by the owner of the output lock, after the job's record exists.
 pub async fn claim_epoch(out: &StoreUrl, last: u32) -> Result<(u32, u32)> {
+    // A create-only put is not retried by the store client when its connection fails;
+    // trying it again is safe (a create whose answer was lost shows as taken, and the
+    // next epoch is claimed).
+    let budget =
+        probeflow_reader::remote::store::retry_budget().map_err(|what| EngineError::Url {
+            url: out.url.clone(),
+            what,
+        })?;
+    let started = std::time::Instant::now();
+    let mut wait = std::time::Duration::from_millis(100);
     let mut epoch = last + 1;
     loop {
         let base =
@@ -85,14 +95,22 @@ pub async fn claim_epoch(out: &StoreUrl, last: u32) -> Result<(u32, u32)> {
                 })?;
         let record = serde_json::json!({ "epoch": epoch, "attempt_base": base });
         let path = out.child(&format!("{EPOCHS}/{epoch:05}.json"));
-        if out
+        match out
             .put_if_absent(&path, record.to_string().into_bytes())
-            .await?
-            .is_some()
+            .await
         {
-            return Ok((epoch, base));
+            Ok(Some(_)) => return Ok((epoch, base)),
+            Ok(None) => epoch += 1,
+            Err(EngineError::Store {
+                location,
+                source: object_store::Error::Generic { source, .. },
+            }) if started.elapsed() + wait < budget => {
+                tracing::warn!(%location, error = %source, "claiming the coordinator epoch failed; trying again");
+                tokio::time::sleep(wait).await;
+                wait = (wait * 2).min(std::time::Duration::from_secs(5));
+            }
+            Err(e) => return Err(e),
         }
-        epoch += 1;
     }
 }
 
@@ -222,6 +240,22 @@ impl Journal {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn an_epoch_claim_whose_connection_fails_is_tried_again() {
+        let store = std::sync::Arc::new(crate::store::failing::ResetStore {
+            creates: 2.into(),
+            ..Default::default()
+        });
+        let out = store.url("s3://bed/out", "out");
+        assert_eq!(claim_epoch(&out, 0).await.unwrap(), (1, 0));
+        assert_eq!(claim_epoch(&out, 1).await.unwrap(), (2, ATTEMPTS_PER_EPOCH));
+        // A claim whose answer was lost took its epoch: the next one is claimed.
+        assert_eq!(
+            claim_epoch(&out, 1).await.unwrap(),
+            (3, 2 * ATTEMPTS_PER_EPOCH)
+        );
+    }
 
     fn record(version: u32) -> JobRecord {
         JobRecord {

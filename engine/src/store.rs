@@ -692,32 +692,66 @@ fn sync_local_file(file: &std::path::Path) -> Result<()> {
     Ok(())
 }
 
+/// Stores that fail as real ones do, for tests.
 #[cfg(test)]
-mod tests {
+pub(crate) mod failing {
     use super::*;
 
-    /// An in-memory store whose first `failures` bulk deletes fail as a reset
-    /// connection does (a `Generic` error, which the client does not retry for a POST).
-    #[derive(Debug)]
-    struct ResetDeletes {
-        inner: object_store::memory::InMemory,
-        failures: std::sync::atomic::AtomicU32,
+    /// An in-memory store whose first `deletes` bulk deletes and first `creates`
+    /// create-only puts fail as a reset connection does (a `Generic` error, which the
+    /// client does not retry for a POST or a conditional PUT).
+    #[derive(Debug, Default)]
+    pub(crate) struct ResetStore {
+        pub inner: object_store::memory::InMemory,
+        pub deletes: std::sync::atomic::AtomicU32,
+        pub creates: std::sync::atomic::AtomicU32,
     }
 
-    impl std::fmt::Display for ResetDeletes {
+    /// Takes one failure off `left`, if any is left.
+    fn fails(left: &std::sync::atomic::AtomicU32) -> bool {
+        left.fetch_update(
+            std::sync::atomic::Ordering::SeqCst,
+            std::sync::atomic::Ordering::SeqCst,
+            |n| n.checked_sub(1),
+        )
+        .is_ok()
+    }
+
+    fn reset() -> object_store::Error {
+        object_store::Error::Generic {
+            store: "S3",
+            source: "error sending request: connection reset by peer".into(),
+        }
+    }
+
+    impl ResetStore {
+        /// `url` on this store.
+        pub fn url(self: &Arc<Self>, url: &str, root: &str) -> StoreUrl {
+            StoreUrl {
+                url: url.into(),
+                store: self.clone(),
+                root: Path::from(root),
+            }
+        }
+    }
+
+    impl std::fmt::Display for ResetStore {
         fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            f.write_str("ResetDeletes")
+            f.write_str("ResetStore")
         }
     }
 
     #[async_trait::async_trait]
-    impl ObjectStore for ResetDeletes {
+    impl ObjectStore for ResetStore {
         async fn put_opts(
             &self,
             location: &Path,
             payload: PutPayload,
             opts: PutOptions,
         ) -> object_store::Result<object_store::PutResult> {
+            if matches!(opts.mode, PutMode::Create) && fails(&self.creates) {
+                return Err(reset());
+            }
             self.inner.put_opts(location, payload, opts).await
         }
         async fn put_multipart_opts(
@@ -738,15 +772,8 @@ mod tests {
             &self,
             locations: futures::stream::BoxStream<'static, object_store::Result<Path>>,
         ) -> futures::stream::BoxStream<'static, object_store::Result<Path>> {
-            let left = self.failures.load(std::sync::atomic::Ordering::SeqCst);
-            if left > 0 {
-                self.failures
-                    .store(left - 1, std::sync::atomic::Ordering::SeqCst);
-                let reset = object_store::Error::Generic {
-                    store: "S3",
-                    source: "error sending request: connection reset by peer".into(),
-                };
-                return futures::stream::iter([Err(reset)]).boxed();
+            if fails(&self.deletes) {
+                return futures::stream::iter([Err(reset())]).boxed();
             }
             self.inner.delete_stream(locations)
         }
@@ -771,18 +798,19 @@ mod tests {
             self.inner.copy_opts(from, to, options).await
         }
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
 
     #[tokio::test]
     async fn a_bulk_delete_whose_connection_fails_is_tried_again() {
-        let store = Arc::new(ResetDeletes {
-            inner: object_store::memory::InMemory::new(),
-            failures: std::sync::atomic::AtomicU32::new(2),
+        let store = Arc::new(failing::ResetStore {
+            deletes: 2.into(),
+            ..Default::default()
         });
-        let url = StoreUrl {
-            url: "s3://bed/out".into(),
-            store: store.clone(),
-            root: Path::from("out"),
-        };
+        let url = store.url("s3://bed/out", "out");
         for i in 0..3 {
             url.put(&url.child(&format!("_job/shuffle/m{i}")), b"x".to_vec())
                 .await
@@ -790,7 +818,7 @@ mod tests {
         }
         url.delete_prefix("_job/shuffle").await.unwrap();
         assert!(url.list("_job/shuffle").await.unwrap().is_empty());
-        assert_eq!(store.failures.load(std::sync::atomic::Ordering::SeqCst), 0);
+        assert_eq!(store.deletes.load(std::sync::atomic::Ordering::SeqCst), 0);
     }
 
     #[test]

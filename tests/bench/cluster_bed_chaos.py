@@ -2,7 +2,7 @@
 
     .venv/bin/python tests/bench/cluster_bed_chaos.py [--rows 4000000] [--workers 4]
         [--lease 3] [--every 3] [--delay-ms 20] [--seed 1] [--map-rows 50000]
-        [--bin target/release]
+        [--bin target/release] [--overlapping]
 
 Generates ROWS rows, runs the job in local mode for the reference bytes, then runs it in
 cluster mode on the bed (tests/cluster_bed) with WORKERS workers while chaos.py makes a
@@ -36,6 +36,8 @@ def main() -> None:
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--map-rows", type=int, default=50_000, help="the job's rows_per_map_task")
     ap.add_argument("--bin", type=Path, default=ROOT / "target" / "release")
+    ap.add_argument("--overlapping", action="store_true",
+                    help="also the overlapping faults (chaos.py's OVERLAPPING)")
     args = ap.parse_args()
     os.environ["PROBEFLOW_COORDINATOR"] = str(args.bin / "coordinator")
     os.environ["PROBEFLOW_WORKER"] = str(args.bin / "worker")
@@ -56,6 +58,7 @@ def main() -> None:
     try:
         chaos = Chaos(bed, inputs, test_bed.start_job, test_bed.start_worker, lease=args.lease,
                       lock=args.lease + 1, every=args.every, seed=args.seed, map_rows=args.map_rows,
+                      overlapping=args.overlapping,
                       store_faults=dict(delay_ms=args.delay_ms, slowdown=0.02, error=0.01, reset=0.01))
         took = chaos.run(timeout=3600)
         same = test_bed.output_shards(bed) == want

@@ -188,6 +188,16 @@ class Bed:
     def heal(self, host: str) -> None:
         ip("-n", self.switch, "link", "set", self.hosts[host].port, "up")
 
+    def cut_store(self, host: str) -> None:
+        """Drops `host`'s packets to the store's host (the store and its proxies), and
+        nothing else: `host` still reaches every other host."""
+        subprocess.run(["ip", "netns", "exec", self.hosts[host].netns, "iptables", "-I", "OUTPUT",
+                        "-d", self.hosts["store"].address, "-j", "DROP"], check=True)
+
+    def heal_store(self, host: str) -> None:
+        subprocess.run(["ip", "netns", "exec", self.hosts[host].netns, "iptables", "-D", "OUTPUT",
+                        "-d", self.hosts["store"].address, "-j", "DROP"], check=True)
+
     def close(self) -> None:
         for proc in self.procs:
             if proc.poll() is None:

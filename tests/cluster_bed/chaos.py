@@ -1,8 +1,8 @@
 """A chaos run on the bed: the preprocessing job in cluster mode, with a random fault
 every few seconds until it finishes, each one logged with how the job recovered.
 
-The faults (one at a time, each undone before the next; each kind once in every four
-faults, in a random order):
+The faults (each undone before the next; each kind once in every cycle of the kinds
+chosen, in a random order):
 
 * ``kill-worker``: a worker's process is SIGKILLed; a new worker process (a new name)
   joins from the same host a second later;
@@ -10,8 +10,20 @@ faults, in a random order):
   result must be fenced);
 * ``cut-worker``: a worker's link is down past its lease, then up again;
 * ``kill-coordinator``: the coordinator is SIGKILLed and started again on its host;
-  it takes over once its old lock expires, resumes from the journal, and the workers
-  reconnect by themselves.
+  it takes over once its old lock expires, resumes from the journal (adopting the
+  attempts its predecessor's workers finish), and the workers reconnect by themselves.
+
+Overlapping ones (``Chaos(overlapping=True)``, besides the four above):
+
+* ``cut-worker-while-coordinator-restarts``: a worker's link is down while the
+  coordinator is killed and restarted, then up again;
+* ``kill-two-workers``: two workers SIGKILLed at once, each replaced a second later;
+* ``cut-coordinator-from-store``: the coordinator cannot reach the store (its journal
+  writes, the output lock's renewal fail) but still reaches its workers, past its lease
+  and its lock, then can again: it must stop or wait without losing anything, and the
+  job resume;
+* ``pause-worker`` and the others run while the store proxy is slow and throttling
+  (every request delayed, SlowDown on some), as they always do here.
 
 Besides, every store request goes through the fault proxy (SlowDown, 500s and resets
 on a small fraction). Used by ``test_bed.py`` (a short run) and by
@@ -30,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 FAULTS = ("kill-worker", "pause-worker", "cut-worker", "kill-coordinator")
+OVERLAPPING = ("cut-worker-while-coordinator-restarts", "kill-two-workers", "cut-coordinator-from-store")
 
 
 @dataclass
@@ -45,6 +58,8 @@ class Chaos:
     #: The job's rows_per_map_task.
     map_rows: int = 50_000
     store_faults: dict = field(default_factory=lambda: dict(slowdown=0.02, error=0.01, reset=0.01))
+    #: Also the overlapping faults.
+    overlapping: bool = False
     log: list[str] = field(default_factory=list)
     counts: dict = field(default_factory=dict)
 
@@ -79,7 +94,8 @@ class Chaos:
             if time.time() - self.t0 > timeout:
                 raise AssertionError("the chaos run did not finish:\n" + "\n".join(self.log[-20:]))
             if not cycle:
-                cycle = rng.sample(FAULTS, len(FAULTS))
+                kinds = FAULTS + (OVERLAPPING if self.overlapping else ())
+                cycle = rng.sample(kinds, len(kinds))
             fault = cycle.pop()
             self.counts[fault] = self.counts.get(fault, 0) + 1
             getattr(self, fault.replace("-", "_"))(rng.choice(workers))
@@ -129,6 +145,46 @@ class Chaos:
         self.bed.heal(host)
         self.note(f"  {host} healed")
 
+    def cut_worker_while_coordinator_restarts(self, host: str) -> None:
+        self.bed.cut(host)
+        self.note(f"cut-worker {host} while the coordinator restarts")
+        self.kill_coordinator(host)
+        self.bed.heal(host)
+        self.note(f"  {host} healed")
+
+    def kill_two_workers(self, host: str) -> None:
+        others = [h for h in self.workers if h != host]
+        pair = [host, random.Random(host + str(self.coord_runs)).choice(others)] if others else [host]
+        for h in pair:
+            proc, _ = self.workers[h]
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+        for h in pair:
+            self.workers[h][0].wait(timeout=30)
+        self.note(f"kill-two-workers {', '.join(self.workers[h][1] for h in pair)}")
+        time.sleep(1)
+        for h in pair:
+            self.join(h)
+            self.note(f"  {self.workers[h][1]} joined from {h}")
+
+    def cut_coordinator_from_store(self, _host: str) -> None:
+        if self.coordinator.poll() is not None:
+            return
+        self.bed.cut_store("coord")
+        self.note(f"cut-coordinator-from-store for {self.lock + 2} s")
+        time.sleep(self.lock + 2)
+        self.bed.heal_store("coord")
+        self.note("  coordinator reaches the store again")
+        # A coordinator that lost its lock or could not journal stops (exit 1 or 2),
+        # keeping the journal; it is started again like a killed one.
+        try:
+            rc = self.coordinator.wait(timeout=2 * self.lock + 5)
+        except subprocess.TimeoutExpired:
+            self.note("  the coordinator waited it out")
+            return
+        self.note(f"  the coordinator stopped (exit {rc})")
+        self.restart_coordinator(time.time())
+
     def kill_coordinator(self, _host: str) -> None:
         if self.coordinator.poll() is not None:
             return
@@ -136,6 +192,9 @@ class Chaos:
         self.coordinator.wait(timeout=30)
         killed = time.time()
         self.note("kill-coordinator")
+        self.restart_coordinator(killed)
+
+    def restart_coordinator(self, killed: float) -> None:
         # A new coordinator on the same host is refused (exit 2) until the old lock expires.
         while True:
             self.coord_runs += 1
