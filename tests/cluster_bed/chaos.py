@@ -176,11 +176,14 @@ class Chaos:
         self.bed.heal_store("coord")
         self.note("  coordinator reaches the store again")
         # A coordinator that lost its lock or could not journal stops (exit 1 or 2),
-        # keeping the journal; it is started again like a killed one.
+        # keeping the journal; it is started again like a killed one. One whose store
+        # requests waited the cut out goes on (exit 0 is the job's end).
         try:
-            rc = self.coordinator.wait(timeout=2 * self.lock + 5)
+            rc = self.coordinator.wait(timeout=self.lock)
         except subprocess.TimeoutExpired:
             self.note("  the coordinator waited it out")
+            return
+        if rc == 0:
             return
         self.note(f"  the coordinator stopped (exit {rc})")
         self.restart_coordinator(time.time())

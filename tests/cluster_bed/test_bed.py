@@ -424,7 +424,7 @@ def test_a_chaos_run_with_overlapping_faults_ends_with_the_local_bytes_and_only_
     """A chaos run whose faults overlap (chaos.py, overlapping=True): besides the four
     kinds, a worker cut off while the coordinator restarts, two workers killed at once,
     and the coordinator cut off from the store (not from its workers) past its lock; a
-    fault every ~1.5 s until the job finishes. The same bytes as local mode, and
+    fault every ~1 s (small map tasks: 400 rows) until the job finishes. The same bytes as local mode, and
     nothing left under _job/ but the journal. A longer run:
     tests/bench/cluster_bed_chaos.py --overlapping."""
     why = require_namespaces()
@@ -435,11 +435,11 @@ def test_a_chaos_run_with_overlapping_faults_ends_with_the_local_bytes_and_only_
     inputs, want = reference
     bed = Bed(tmp_path, workers=4)
     try:
-        chaos = Chaos(bed, inputs, start_job, start_worker, lease=3, lock=4, every=1.5, seed=11, map_rows=1000,
+        chaos = Chaos(bed, inputs, start_job, start_worker, lease=3, lock=4, every=1.0, seed=11, map_rows=400,
                       overlapping=True,
                       store_faults=dict(delay_ms=100, slowdown=0.02, error=0.01, reset=0.01))
         chaos.run(timeout=900)
-        assert sum(chaos.counts.values()) >= 7, chaos.log
+        assert sum(chaos.counts.values()) >= 5, chaos.log
         assert any(chaos.counts.get(k) for k in OVERLAPPING), chaos.counts
         assert output_shards(bed) == want
         left = bed.store("list", f"s3://{BUCKET}/out/_job/").stdout.split()
