@@ -77,13 +77,7 @@ pub async fn claim_epoch(out: &StoreUrl, last: u32) -> Result<(u32, u32)> {
     // A create-only put is not retried by the store client when its connection fails;
     // trying it again is safe (a create whose answer was lost shows as taken, and the
     // next epoch is claimed).
-    let budget =
-        probeflow_reader::remote::store::retry_budget().map_err(|what| EngineError::Url {
-            url: out.url.clone(),
-            what,
-        })?;
-    let started = std::time::Instant::now();
-    let mut wait = std::time::Duration::from_millis(100);
+    let mut retry = crate::store::ConnectionRetry::new(out)?;
     let mut epoch = last + 1;
     loop {
         let base =
@@ -104,10 +98,9 @@ pub async fn claim_epoch(out: &StoreUrl, last: u32) -> Result<(u32, u32)> {
             Err(EngineError::Store {
                 location,
                 source: object_store::Error::Generic { source, .. },
-            }) if started.elapsed() + wait < budget => {
+            }) if retry.allowed() => {
                 tracing::warn!(%location, error = %source, "claiming the coordinator epoch failed; trying again");
-                tokio::time::sleep(wait).await;
-                wait = (wait * 2).min(std::time::Duration::from_secs(5));
+                retry.wait().await;
             }
             Err(e) => return Err(e),
         }

@@ -404,21 +404,12 @@ impl StoreUrl {
     /// idempotent, so such a failure is tried again here, with a doubling wait, within
     /// the store's retry budget (`PROBEFLOW_STORE_RETRY_SECONDS`).
     pub async fn delete_all(&self, paths: Vec<Path>) -> Result<()> {
-        let budget =
-            probeflow_reader::remote::store::retry_budget().map_err(|what| EngineError::Url {
-                url: self.url.clone(),
-                what,
-            })?;
-        let started = std::time::Instant::now();
-        let mut wait = std::time::Duration::from_millis(100);
+        let mut retry = ConnectionRetry::new(self)?;
         loop {
             match self.delete_all_once(paths.clone()).await {
-                Err(object_store::Error::Generic { store, source })
-                    if started.elapsed() + wait < budget =>
-                {
-                    tracing::warn!(url = %self.url, store, error = %source, retry_in_ms = wait.as_millis() as u64, "a bulk delete failed; trying it again");
-                    tokio::time::sleep(wait).await;
-                    wait = (wait * 2).min(std::time::Duration::from_secs(5));
+                Err(object_store::Error::Generic { store, source }) if retry.allowed() => {
+                    tracing::warn!(url = %self.url, store, error = %source, "a bulk delete failed; trying it again");
+                    retry.wait().await;
                 }
                 Err(e) => return Err(EngineError::store(&self.url, e)),
                 Ok(()) => return Ok(()),
@@ -436,6 +427,41 @@ impl StoreUrl {
             }
         }
         Ok(())
+    }
+}
+
+/// Tries again a request the store client does not retry when its connection fails
+/// (a POST, a conditional PUT) and that is safe to repeat: a doubling wait from 100 ms
+/// to 5 s, within the store's retry budget (`PROBEFLOW_STORE_RETRY_SECONDS`).
+pub(crate) struct ConnectionRetry {
+    budget: std::time::Duration,
+    started: std::time::Instant,
+    next: std::time::Duration,
+}
+
+impl ConnectionRetry {
+    pub(crate) fn new(store: &StoreUrl) -> Result<ConnectionRetry> {
+        let budget =
+            probeflow_reader::remote::store::retry_budget().map_err(|what| EngineError::Url {
+                url: store.url.clone(),
+                what,
+            })?;
+        Ok(ConnectionRetry {
+            budget,
+            started: std::time::Instant::now(),
+            next: std::time::Duration::from_millis(100),
+        })
+    }
+
+    /// Whether another try fits in the budget, its wait included.
+    pub(crate) fn allowed(&self) -> bool {
+        self.started.elapsed() + self.next < self.budget
+    }
+
+    /// Waits before the next try.
+    pub(crate) async fn wait(&mut self) {
+        tokio::time::sleep(self.next).await;
+        self.next = (self.next * 2).min(std::time::Duration::from_secs(5));
     }
 }
 

@@ -321,20 +321,7 @@ impl JobRun {
         });
         match result {
             Ok(output) => {
-                self.journaling.insert(
-                    task,
-                    Journaling {
-                        attempt,
-                        output: output.clone(),
-                        nonce: nonce.clone(),
-                    },
-                );
-                effects.push(Effect::Journal {
-                    task,
-                    attempt,
-                    output,
-                    nonce,
-                });
+                self.journal(task, attempt, output, nonce, &mut effects);
             }
             Err(failure) => self.attempt_failed(actor, lease, failure, now, &mut effects),
         }
@@ -381,6 +368,20 @@ impl JobRun {
         }
         self.board.withdraw(task);
         tracing::info!(worker = %actor, %task, attempt, "a predecessor's attempt adopted");
+        self.journal(task, attempt, output, nonce, &mut effects);
+        effects
+    }
+
+    /// A checked result of attempt `attempt` of `task`: its journal entry is written
+    /// (with `nonce`), and the result counts once that is confirmed ([`Self::journaled`]).
+    fn journal(
+        &mut self,
+        task: TaskId,
+        attempt: u32,
+        output: Payload,
+        nonce: String,
+        effects: &mut Vec<Effect>,
+    ) {
         self.journaling.insert(
             task,
             Journaling {
@@ -395,7 +396,6 @@ impl JobRun {
             output,
             nonce,
         });
-        effects
     }
 
     /// Attempt `lease.attempt` failed on `actor`: the job fails when the task is out
