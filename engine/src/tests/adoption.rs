@@ -85,3 +85,28 @@ async fn a_predecessors_attempt_of_an_accepted_task_is_refused_and_removed_after
     assert!(!late.exists());
     bed.assert_finished_as_expected();
 }
+
+#[tokio::test]
+async fn an_attempt_of_another_job_is_never_adopted() {
+    // A long-lived worker process ran attempt `old` for another job (other inputs, the
+    // same output place and task layout: the user started over with another job file
+    // after removing the first one's output) and offers it to this job's restarted
+    // coordinator. Its planned paths are this job's paths for the same task and attempt,
+    // so only the job's identity tells them apart.
+    let mut bed = Bed::new(3).await;
+    let old = bed.lease("w1");
+    let result = bed.execute(&old).await;
+    bed.restart().await;
+    let mut foreign = old.clone();
+    foreign.job.job_id = "the fingerprint of another job file".into();
+    bed.report("w1", &foreign, Ok(result)).await;
+    let entry = bed.out(&format!("_job/journal/{}.json", old.task.id));
+    assert!(
+        !entry.exists(),
+        "another job's attempt is refused, not journaled"
+    );
+    // The task runs again in this job: all three tasks are this coordinator's.
+    bed.complete_all("w2").await;
+    bed.assert_finished_as_expected();
+    assert_eq!(bed.run.tasks_run(), 4);
+}
