@@ -75,9 +75,11 @@ pub enum CoordinatorMsg {
         attempt: u32,
         lease: String,
     },
-    /// A task's result; accepted only with the lease's token, from the worker holding it.
+    /// A task's result; accepted only with the lease's token, from the worker holding
+    /// it, for this job (`job`: the [`crate::protocol::JobContext::job_id`] of its assignment).
     Finished {
         worker: String,
+        job: String,
         task: Wire<TaskId>,
         attempt: u32,
         lease: String,

@@ -8,7 +8,7 @@
 use serde::{Deserialize, Serialize};
 
 /// Version of the coordinator ↔ worker messages; a worker of another version is refused.
-pub const PROTOCOL_VERSION: u32 = 5;
+pub const PROTOCOL_VERSION: u32 = 6;
 
 /// The probeflow release (the workspace's version): what `--version` prints, the wheel's
 /// and the completion record's version. A worker of another release is refused at join.

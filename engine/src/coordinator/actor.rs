@@ -14,7 +14,7 @@ use ractor::{Actor, ActorProcessingErr, ActorRef};
 use tokio::sync::oneshot;
 
 use crate::coordinator::effects::{EffectHandler, JobEnd, JournalWrite, JournalWrites};
-use crate::coordinator::run::{Effect, JobRun};
+use crate::coordinator::run::{Effect, JobRun, Reported};
 use crate::error::EngineError;
 use crate::journal;
 use crate::messages::{CoordinatorMsg, Wire};
@@ -176,6 +176,7 @@ impl Actor for CoordinatorActor {
             }
             CoordinatorMsg::Finished {
                 worker,
+                job,
                 task,
                 attempt,
                 lease,
@@ -193,15 +194,14 @@ impl Actor for CoordinatorActor {
                     })
                 });
                 let nonce = s.token();
-                s.run.report(
-                    &worker,
+                let from = Reported {
+                    worker: &worker,
+                    job: &job,
                     task,
                     attempt,
-                    &lease,
-                    result,
-                    nonce,
-                    Instant::now(),
-                )
+                    lease: &lease,
+                };
+                s.run.report(from, result, nonce, Instant::now())
             }
             CoordinatorMsg::Journaled { task, nonce, error } => {
                 let Wire(Ok(task)) = task else {

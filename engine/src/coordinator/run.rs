@@ -34,6 +34,19 @@ use crate::protocol::{
 use crate::coordinator::leases::{AfterFailure, Grant, Lease, LeaseBoard, Refused, Revoked};
 use crate::coordinator::schedule::{worker_of, RetryPolicy};
 
+/// The attempt a report is for, as its worker names it.
+#[derive(Debug, Clone, Copy)]
+pub struct Reported<'a> {
+    /// The worker that ran the attempt.
+    pub worker: &'a str,
+    /// The job it ran the attempt for ([`JobContext::job_id`], the job's fingerprint).
+    pub job: &'a str,
+    pub task: TaskId,
+    pub attempt: u32,
+    /// The lease's token.
+    pub lease: &'a str,
+}
+
 /// What the coordinator must do after an event.
 #[derive(Debug)]
 pub enum Effect {
@@ -278,20 +291,29 @@ impl JobRun {
         self.board.heartbeat(actor, task, attempt, token, now);
     }
 
-    /// A task's report: a result or a failure, from `actor` with the lease `token` of
-    /// `(task, attempt)`; `nonce`: a fresh secret for its journal write.
-    #[allow(clippy::too_many_arguments)]
+    /// A task's report: a result or a failure of the attempt `from` names; `nonce`: a
+    /// fresh secret for its journal write. A report that names another job (a
+    /// long-lived worker's attempt for the job it worked for before) is refused
+    /// first, whatever its lease: its planned paths may be this job's very paths.
     pub fn report(
         &mut self,
-        actor: &str,
-        task: TaskId,
-        attempt: u32,
-        token: &str,
+        from: Reported<'_>,
         result: Result<Payload, TaskFailure>,
         nonce: String,
         now: Instant,
     ) -> Vec<Effect> {
+        let Reported {
+            worker: actor,
+            job,
+            task,
+            attempt,
+            lease: token,
+        } = from;
         let mut effects = Vec::new();
+        if job != self.job.job_id {
+            tracing::warn!(worker = %actor, %task, attempt, job, "a result for another job refused (the worker ran it for a job it worked for before)");
+            return effects;
+        }
         let lease = match self.board.take(actor, task, attempt, token) {
             Ok(lease) => lease,
             Err(Refused::Predecessor) => return self.adopt(actor, task, attempt, result, nonce),

@@ -16,7 +16,7 @@ use crate::coordinator::effects::{EffectHandler, JournalWrite, JournalWrites};
 use crate::coordinator::open::{open_job, OpenedJob};
 use crate::coordinator::output_writer::OutputWriter;
 use crate::coordinator::progress::Progress;
-use crate::coordinator::run::{Effect, JobRun};
+use crate::coordinator::run::{Effect, JobRun, Reported};
 use crate::coordinator::JobSpec;
 use crate::job::TaskRunner;
 use crate::journal;
@@ -216,8 +216,14 @@ impl Bed {
         result: Result<Payload, TaskFailure>,
     ) -> Vec<Effect> {
         let nonce = self.token();
-        self.run
-            .report(worker, a.task.id, a.attempt, token, result, nonce, self.now)
+        let from = Reported {
+            worker,
+            job: &a.job.job_id,
+            task: a.task.id,
+            attempt: a.attempt,
+            lease: token,
+        };
+        self.run.report(from, result, nonce, self.now)
     }
 
     /// `worker` runs `a` and reports its result.

@@ -372,6 +372,7 @@ impl Actor for WorkerActor {
                     let known: Vec<&str> = state.kinds.names();
                     let msg = CoordinatorMsg::Finished {
                         worker: name.clone(),
+                        job: assignment.job.job_id.clone(),
                         task: Wire::new(task),
                         attempt,
                         lease,
@@ -579,6 +580,7 @@ async fn report(
     };
     let msg = CoordinatorMsg::Finished {
         worker: name.clone(),
+        job: assignment.job.job_id.clone(),
         task: Wire::new(assignment.task.id()),
         attempt: assignment.attempt,
         lease: assignment.lease.clone(),
@@ -672,6 +674,7 @@ fn forge_results(
     tracing::warn!(worker = %name, task = %other, "fault injection: reporting a result for a lease this worker does not hold");
     let _ = coordinator.cast(CoordinatorMsg::Finished {
         worker: name.to_string(),
+        job: assignment.job.job_id.clone(),
         task: Wire::new(other),
         attempt: 1,
         lease: assignment.lease.clone(),

@@ -244,6 +244,7 @@ fn offer_unreported(
         let a = &u.assignment;
         let msg = CoordinatorMsg::Finished {
             worker: worker.to_string(),
+            job: a.job.job_id.clone(),
             task: Wire::new(a.task.id()),
             attempt: a.attempt,
             lease: a.lease.clone(),
