@@ -1,7 +1,9 @@
 """A multi-host test bed on one machine: each host a Linux network namespace of its own,
 all joined by veth links to a bridge that lives in a namespace of its own too.
 
-    store  (10.R.S.2)  moto's S3 server: the only place input and output live
+    store  (10.R.S.2)  an S3 server: the only place input and output live; moto's
+                       by default, or Ceph's RADOS Gateway (`store_server="ceph"`,
+                       ceph_rgw.py), a real S3 implementation
     coord  (10.R.S.3)  the coordinator
     w1..wN (10.R.S.10+) the workers, each with a private scratch directory
 
@@ -81,6 +83,8 @@ class Bed:
     workers: int
     #: More hosts (besides store, coord and the workers), e.g. a second coordinator's.
     extra: tuple[str, ...] = ()
+    #: The store host's S3 server: "moto" or "ceph" (radosgw).
+    store_server: str = "moto"
     tag: str = field(default_factory=lambda: secrets.token_hex(2))
     hosts: dict[str, Host] = field(default_factory=dict)
     procs: list[subprocess.Popen] = field(default_factory=list)
@@ -122,10 +126,18 @@ class Bed:
         self.hosts[name] = Host(name, netns, address, port, home)
 
     def start_store(self) -> None:
-        moto = str(Path(sys.executable).parent / "moto_server")
         store = self.hosts["store"]
-        self.spawn("store", [moto, "-H", store.address, "-p", str(STORE_PORT)], log="moto")
-        deadline = time.time() + 30
+        if self.store_server == "ceph":
+            from ceph_rgw import CephRgw
+
+            self.rgw = CephRgw(self, STORE_PORT, CREDENTIALS["AWS_ACCESS_KEY_ID"],
+                               CREDENTIALS["AWS_SECRET_ACCESS_KEY"])
+            self.rgw.start()
+        else:
+            assert self.store_server == "moto", self.store_server
+            moto = str(Path(sys.executable).parent / "moto_server")
+            self.spawn("store", [moto, "-H", store.address, "-p", str(STORE_PORT)], log="moto")
+        deadline = time.time() + 60
         while True:
             probe = self.run("store", [sys.executable, str(STORE_CLIENT), "list", "s3://none"], check=False)
             if "NoSuchBucket" in probe.stderr:
@@ -136,10 +148,10 @@ class Bed:
 
     def start_proxy(self, port: int = PROXY_PORT, log: str = "proxy", **faults) -> dict:
         """Starts fault_proxy.py on the store's host in front of the store, on `port`
-        (`faults`: delay_ms, slowdown, error, reset, stall, every, seed); returns the
+        (`faults`: delay_ms, slowdown, error, reset, stall, every, seed, ignore_conditions=True); returns the
         environment that sends a process's store requests through it."""
         store = self.hosts["store"]
-        flags = [f"--{k.replace('_', '-')}={v}" for k, v in faults.items()]
+        flags = [f"--{k.replace('_', '-')}" + ("" if v is True else f"={v}") for k, v in faults.items()]
         self.spawn("store", [sys.executable, "-u", str(FAULT_PROXY), store.address, str(port),
                              store.address, str(STORE_PORT), *flags], log=log)
         deadline = time.time() + 30
@@ -209,3 +221,5 @@ class Bed:
         for host in self.hosts.values():
             subprocess.run(["ip", "netns", "del", host.netns], capture_output=True)
         subprocess.run(["ip", "netns", "del", self.switch], capture_output=True)
+        if getattr(self, "rgw", None) is not None:
+            self.rgw.close()

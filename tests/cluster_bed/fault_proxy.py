@@ -18,6 +18,9 @@ store, request by request (keep-alive connections included):
   pass, delayed);
 * ``--every N``: besides, every Nth request gets a fault, SlowDown, 500 and reset in
   turn (deterministic, for a run of few requests);
+* ``--ignore-conditions``: PUT requests reach the store without their ``If-None-Match``
+  and ``If-Match`` headers: a store that ignores conditional writes (each write
+  overwrites whatever is there);
 * ``--trace FILE``: every forwarded request is written to FILE as one tab-separated
   line: start and end (seconds since the proxy started), client address, method,
   path, request and response body bytes (for benchmarks that ask where time goes).
@@ -57,6 +60,12 @@ def header(head: bytes, name: bytes) -> bytes | None:
         if key.strip().lower() == name:
             return value.strip()
     return None
+
+
+def without_headers(head: bytes, names: tuple[bytes, ...]) -> bytes:
+    lines = head.split(b"\r\n")
+    kept = [line for line in lines[1:] if line.partition(b":")[0].strip().lower() not in names]
+    return b"\r\n".join(lines[:1] + kept)
 
 
 class CountingWriter:
@@ -133,6 +142,8 @@ async def serve(client_r, client_w, args, rng: random.Random) -> None:
             if head is None:
                 return
             method, path = head.split(b" ")[:2]
+            if args.ignore_conditions and method == b"PUT":
+                head = without_headers(head, (b"if-none-match", b"if-match"))
             # The request's body is read before the fault is drawn, as a server would.
             body = Buffer()
             await copy_body(head, client_r, body, response=False)
@@ -210,6 +221,7 @@ async def main() -> None:
     ap.add_argument("--stall", type=float, default=0)
     ap.add_argument("--lose-answer", type=float, default=0)
     ap.add_argument("--only", default=None)
+    ap.add_argument("--ignore-conditions", action="store_true")
     ap.add_argument("--trace", type=argparse.FileType("w", bufsize=1), default=None)
     args = ap.parse_args()
     rng = random.Random(args.seed)

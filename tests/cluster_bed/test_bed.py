@@ -84,12 +84,20 @@ def job_text(input_url: str, output: str | Path, mode: str, listen: str, lease: 
     )
 
 
+#: The stores a test runs against, by `@on_stores`: moto's server, and Ceph's RADOS
+#: Gateway (a real S3 implementation: ceph_rgw.py).
+STORES = ("moto", "ceph")
+on_stores = pytest.mark.parametrize("bed", STORES, indirect=True)
+
+
 @pytest.fixture
-def bed(tmp_path):
+def bed(tmp_path, request):
+    """The bed: 2 workers and a second coordinator host; its store host runs moto's S3
+    server, or the server `@on_stores` names."""
     why = require_namespaces()
     if why:
         pytest.skip(why)
-    b = Bed(tmp_path, workers=2, extra=("coord2",))
+    b = Bed(tmp_path, workers=2, extra=("coord2",), store_server=getattr(request, "param", "moto"))
     try:
         yield b
     finally:
@@ -166,6 +174,7 @@ def w1_holding_a_task(bed: Bed, inputs: Path, lease: int,
     return coordinator, w1
 
 
+@on_stores
 def test_a_cluster_of_separate_hosts_writes_the_local_bytes(bed, reference):
     """Coordinator and two workers on hosts of their own, each with private scratch, the
     input and output only on the store: local mode's shards, byte for byte."""
@@ -203,6 +212,7 @@ def test_a_worker_partitioned_past_its_lease_is_fenced_and_its_task_done_elsewhe
     assert re.search(r"lease expired.*w1|w1.*lease expired", log), log[-3000:]
 
 
+@on_stores
 def test_a_slow_throttling_failing_store_still_gives_the_local_bytes(bed, reference):
     """Every store request of the coordinator and the workers goes through a proxy that
     adds 50 ms, answers 10 % with 503 SlowDown, 2 % with 500 and resets 2 % of
@@ -224,6 +234,7 @@ def test_a_slow_throttling_failing_store_still_gives_the_local_bytes(bed, refere
     assert "failed after" not in bed.log("coord", "coordinator")
 
 
+@on_stores
 def test_a_coordinator_cut_off_is_taken_over_from_another_host_after_its_lock_expires(bed, reference):
     """The coordinator's host is cut off mid-job. A coordinator started on another host
     against the same output is refused while the old one's lock lives (exit 2, naming
@@ -315,6 +326,7 @@ def test_a_workers_full_scratch_disk_fails_its_task_there_and_the_job_goes_on(be
         subprocess.run(["umount", "-l", str(scratch)], check=False)
 
 
+@on_stores
 def test_the_reader_through_a_faulty_store_gives_the_same_batches(bed, reference):
     """A training host reads the output on the store through the fault proxy (50 ms,
     SlowDown, 500s, resets, and every third request one of them): the same batches as
@@ -473,6 +485,7 @@ def start_overlap_job(bed: Bed, inputs: Path, eval_files: list[Path], through: d
     return bed.spawn("coord", [str(COORDINATOR), "run", str(spec)], log="coordinator", env=env), eval_urls
 
 
+@on_stores
 def test_the_overlap_job_on_separate_hosts_through_a_faulty_store_with_a_worker_cut_off(bed, tmp_path):
     """The n-gram overlap job in cluster mode on the bed: eval and training files and
     the output only on the store, every store request through the fault proxy (50 ms,
@@ -505,6 +518,22 @@ def test_the_overlap_job_on_separate_hosts_through_a_faulty_store_with_a_worker_
     assert not work, f"intermediate files left on the store: {work[:5]}"
 
 
+def test_a_store_that_ignores_conditional_writes_is_refused_at_start(bed, reference):
+    """The store (through the proxy) drops the If-None-Match and If-Match headers of
+    every PUT, as a store without conditional writes ignores them: two coordinators
+    could both take the output lock. The coordinator finds that out before it writes
+    anything of the job's and refuses, exit 2, naming the feature; nothing is left
+    under the output."""
+    inputs, _ = reference
+    through = bed.start_proxy(ignore_conditions=True)
+    coordinator = start_job(bed, inputs, env=through)
+    assert coordinator.wait(timeout=120) == 2, bed.log("coord", "coordinator")[-3000:]
+    log = bed.log("coord", "coordinator")
+    assert "conditional writes" in log and "If-None-Match" in log, log[-3000:]
+    assert bed.store("list", f"s3://{BUCKET}/out").stdout.split() == []
+
+
+@on_stores
 def test_lock_requests_that_fail_or_lose_their_answers_do_not_stop_the_coordinator(bed, reference):
     """Every request on the output lock (`_job/lock.json`: taking it, renewing it every
     2 s with a 6 s lock, in a job of 100 small maps against a store 100 ms away) has
