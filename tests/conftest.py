@@ -6,7 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from support.s3 import s3  # noqa: F401  (moto's S3 server, for every test that asks)
+from support.s3 import rgw_server, s3  # noqa: F401  (S3 servers, moto and radosgw, for every test that asks)
 
 
 @pytest.fixture

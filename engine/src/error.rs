@@ -73,6 +73,14 @@ pub enum EngineError {
     #[error("{0}")]
     Conflict(String),
 
+    /// The output's object store lacks a feature the engine relies on (`what`, naming
+    /// it): running there could corrupt the output, so nothing is written.
+    #[error(
+        "{store}: this store does not support {what}. probeflow runs only on stores that \
+         do: AWS S3, Google Cloud Storage, Ceph RGW (see docs/job.md, \"Supported stores\")"
+    )]
+    UnsupportedStore { store: String, what: String },
+
     /// A file the job wrote or reads back does not decode.
     #[error("{file}: {what}")]
     Corrupt { file: String, what: String },
@@ -182,6 +190,7 @@ impl EngineError {
         match self {
             EngineError::Spec { .. }
             | EngineError::Conflict(_)
+            | EngineError::UnsupportedStore { .. }
             | EngineError::Cluster(_)
             | EngineError::Tls(_)
             | EngineError::Refused(_) => 2,

@@ -32,6 +32,7 @@ extern crate self as probeflow_engine;
 pub mod allocator;
 pub(crate) mod cluster;
 pub mod completion;
+pub mod conditional_writes;
 pub mod coordinator;
 pub mod error;
 pub mod external_sort;

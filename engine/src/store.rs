@@ -31,6 +31,18 @@ pub struct StoreUrl {
     pub url: String,
     pub store: Arc<dyn ObjectStore>,
     pub root: Path,
+    /// How this URL's revisions name ETags in `If-Match` ([`crate::conditional_writes`]).
+    etag_form: EtagForm,
+}
+
+/// How a store wants the ETag of `If-Match` on PUT: as it returned it (`"…"`, quoted, as
+/// HTTP says and AWS S3 does), or bare (Ceph RGW 16 compares the header to its stored
+/// ETag, which has no quotes). Found by [`crate::conditional_writes::check`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum EtagForm {
+    #[default]
+    Quoted,
+    Bare,
 }
 
 impl std::fmt::Debug for StoreUrl {
@@ -62,6 +74,7 @@ impl StoreUrl {
                 url: url.to_string(),
                 store,
                 root,
+                etag_form: EtagForm::default(),
             });
         }
         if url.contains("://") && !url.starts_with("file://") {
@@ -76,6 +89,7 @@ impl StoreUrl {
             url: abs.display().to_string(),
             store: Arc::new(object_store::local::LocalFileSystem::new()),
             root,
+            etag_form: EtagForm::default(),
         })
     }
 
@@ -89,6 +103,22 @@ impl StoreUrl {
     }
 
     /// `s3://` or `gs://` for an object store; `None` for the local file system.
+    /// Whether this is an object store (S3, GCS), not a local directory.
+    pub fn is_object_store(&self) -> bool {
+        self.object_store_scheme().is_some()
+    }
+
+    /// This URL, its revisions naming ETags in `form` from now on.
+    pub fn with_etag_form(mut self, form: EtagForm) -> StoreUrl {
+        self.etag_form = form;
+        self
+    }
+
+    /// How this URL's revisions name ETags in `If-Match`.
+    pub fn etag_form(&self) -> EtagForm {
+        self.etag_form
+    }
+
     fn object_store_scheme(&self) -> Option<&'static str> {
         probeflow_reader::output::remote_scheme(&self.url)
     }
@@ -250,7 +280,9 @@ impl StoreUrl {
         content: Vec<u8>,
     ) -> Revision {
         match self.object_store_scheme() {
-            Some(_) => Revision::Object(UpdateVersion { e_tag, version }),
+            Some(_) => {
+                Revision::Object(UpdateVersion { e_tag, version }).with_etag_form(self.etag_form)
+            }
             None => Revision::Local(content),
         }
     }
@@ -472,6 +504,19 @@ pub enum Revision {
     Object(UpdateVersion),
     /// A local file: its content (compared under a file lock).
     Local(Vec<u8>),
+}
+
+impl Revision {
+    /// This revision with its ETag in `form` (a bare ETag loses its quotes).
+    pub fn with_etag_form(&self, form: EtagForm) -> Revision {
+        match (self, form) {
+            (Revision::Object(v), EtagForm::Bare) => Revision::Object(UpdateVersion {
+                e_tag: v.e_tag.as_deref().map(|t| t.trim_matches('"').to_string()),
+                version: v.version.clone(),
+            }),
+            _ => self.clone(),
+        }
+    }
 }
 
 /// Splits an input URL into the directory part and a glob over file names
@@ -757,6 +802,7 @@ pub(crate) mod failing {
                 url: url.into(),
                 store: self.clone(),
                 root: Path::from(root),
+                etag_form: EtagForm::default(),
             }
         }
     }
@@ -801,6 +847,123 @@ pub(crate) mod failing {
             if fails(&self.deletes) {
                 return futures::stream::iter([Err(reset())]).boxed();
             }
+            self.inner.delete_stream(locations)
+        }
+        fn list(
+            &self,
+            prefix: Option<&Path>,
+        ) -> futures::stream::BoxStream<'static, object_store::Result<ObjectMeta>> {
+            self.inner.list(prefix)
+        }
+        async fn list_with_delimiter(
+            &self,
+            prefix: Option<&Path>,
+        ) -> object_store::Result<object_store::ListResult> {
+            self.inner.list_with_delimiter(prefix).await
+        }
+        async fn copy_opts(
+            &self,
+            from: &Path,
+            to: &Path,
+            options: object_store::CopyOptions,
+        ) -> object_store::Result<()> {
+            self.inner.copy_opts(from, to, options).await
+        }
+    }
+
+    /// How a [`ConditionsStore`] treats conditional writes.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub(crate) enum Conditions {
+        /// As S3 does: ETags quoted, If-None-Match and If-Match honoured.
+        Honoured,
+        /// As Ceph RGW 16 does: ETags returned quoted, but If-Match on PUT matched
+        /// against the bare ETag only.
+        BareEtagsOnly,
+        /// Every conditional PUT overwrites (a store without conditional writes).
+        Ignored,
+        /// If-None-Match honoured, If-Match ignored.
+        IfMatchIgnored,
+    }
+
+    /// An in-memory store with ETags quoted as S3's are, and conditional PUTs treated
+    /// as its [`Conditions`] say.
+    #[derive(Debug)]
+    pub(crate) struct ConditionsStore {
+        inner: object_store::memory::InMemory,
+        conditions: Conditions,
+    }
+
+    fn quoted(e_tag: Option<String>) -> Option<String> {
+        e_tag.map(|t| format!("\"{t}\""))
+    }
+
+    impl ConditionsStore {
+        pub(crate) fn new(conditions: Conditions) -> ConditionsStore {
+            ConditionsStore {
+                inner: object_store::memory::InMemory::new(),
+                conditions,
+            }
+        }
+
+        /// `url` on this store.
+        pub fn url(self: &Arc<Self>, url: &str, root: &str) -> StoreUrl {
+            StoreUrl {
+                url: url.into(),
+                store: self.clone(),
+                root: Path::from(root),
+                etag_form: EtagForm::default(),
+            }
+        }
+    }
+
+    impl std::fmt::Display for ConditionsStore {
+        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            write!(f, "ConditionsStore({:?})", self.conditions)
+        }
+    }
+
+    #[async_trait::async_trait]
+    impl ObjectStore for ConditionsStore {
+        async fn put_opts(
+            &self,
+            location: &Path,
+            payload: PutPayload,
+            mut opts: PutOptions,
+        ) -> object_store::Result<object_store::PutResult> {
+            opts.mode = match (self.conditions, opts.mode) {
+                (Conditions::Ignored, _) => PutMode::Overwrite,
+                (Conditions::IfMatchIgnored, PutMode::Update(_)) => PutMode::Overwrite,
+                (Conditions::Honoured, PutMode::Update(v)) => PutMode::Update(UpdateVersion {
+                    e_tag: v.e_tag.map(|t| t.trim_matches('"').to_string()),
+                    version: v.version,
+                }),
+                // The header compared as it came: a quoted ETag never matches.
+                (_, mode) => mode,
+            };
+            let mut r = self.inner.put_opts(location, payload, opts).await?;
+            r.e_tag = quoted(r.e_tag);
+            Ok(r)
+        }
+        async fn put_multipart_opts(
+            &self,
+            location: &Path,
+            opts: object_store::PutMultipartOptions,
+        ) -> object_store::Result<Box<dyn object_store::MultipartUpload>> {
+            self.inner.put_multipart_opts(location, opts).await
+        }
+        async fn get_opts(
+            &self,
+            location: &Path,
+            options: object_store::GetOptions,
+        ) -> object_store::Result<object_store::GetResult> {
+            let mut r = self.inner.get_opts(location, options).await?;
+            r.meta.e_tag = quoted(r.meta.e_tag.take());
+            Ok(r)
+        }
+        fn delete_stream(
+            &self,
+            locations: futures::stream::BoxStream<'static, object_store::Result<Path>>,
+        ) -> futures::stream::BoxStream<'static, object_store::Result<Path>> {
             self.inner.delete_stream(locations)
         }
         fn list(

@@ -3,7 +3,7 @@ all joined by veth links to a bridge that lives in a namespace of its own too.
 
     store  (10.R.S.2)  an S3 server: the only place input and output live; moto's
                        by default, or Ceph's RADOS Gateway (`store_server="ceph"`,
-                       ceph_rgw.py), a real S3 implementation
+                       support/ceph_rgw.py), a real S3 implementation
     coord  (10.R.S.3)  the coordinator
     w1..wN (10.R.S.10+) the workers, each with a private scratch directory
 
@@ -128,10 +128,12 @@ class Bed:
     def start_store(self) -> None:
         store = self.hosts["store"]
         if self.store_server == "ceph":
-            from ceph_rgw import CephRgw
+            from support.ceph_rgw import CephRgw
 
-            self.rgw = CephRgw(self, STORE_PORT, CREDENTIALS["AWS_ACCESS_KEY_ID"],
-                               CREDENTIALS["AWS_SECRET_ACCESS_KEY"])
+            self.rgw = CephRgw(store.address, STORE_PORT, store.home, CREDENTIALS["AWS_ACCESS_KEY_ID"],
+                               CREDENTIALS["AWS_SECRET_ACCESS_KEY"],
+                               run=lambda argv, timeout: self.run("store", argv, timeout=timeout),
+                               spawn=lambda argv, log: self.spawn("store", argv, log=log))
             self.rgw.start()
         else:
             assert self.store_server == "moto", self.store_server

@@ -85,7 +85,7 @@ def job_text(input_url: str, output: str | Path, mode: str, listen: str, lease: 
 
 
 #: The stores a test runs against, by `@on_stores`: moto's server, and Ceph's RADOS
-#: Gateway (a real S3 implementation: ceph_rgw.py).
+#: Gateway (a real S3 implementation: support/ceph_rgw.py).
 STORES = ("moto", "ceph")
 on_stores = pytest.mark.parametrize("bed", STORES, indirect=True)
 

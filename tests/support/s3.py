@@ -1,4 +1,6 @@
-"""A real S3 API for the tests: moto's server on loopback, one module-scoped fixture."""
+"""S3 servers on loopback for the tests: the `s3` fixture gives each test module moto's
+server and then Ceph's RADOS Gateway (a real S3 implementation, support/ceph_rgw.py):
+every test that asks for `s3` runs against both."""
 
 from __future__ import annotations
 
@@ -63,10 +65,94 @@ class Moto:
         self.log.close()
 
 
-@pytest.fixture(scope="module")
-def s3(tmp_path_factory):
-    """A moto S3 server on 127.0.0.1; yields (boto3 client, environment for the job)."""
-    moto = Moto("127.0.0.1", tmp_path_factory.mktemp("moto"), BUCKET)
-    yield moto.client, dict(os.environ, **moto.settings)
-    moto.stop()
+class LocalRgw:
+    """Ceph's radosgw on 127.0.0.1 (a one-host cluster, support/ceph_rgw.py), for the
+    whole session: its start takes ~15 s."""
+
+    def __init__(self, home: Path):
+        from support.ceph_rgw import CephRgw  # noqa: PLC0415
+
+        self.procs: list[subprocess.Popen] = []
+        self.home = home
+        port = free_port()
+        self.rgw = CephRgw("127.0.0.1", port, home, CREDENTIALS["AWS_ACCESS_KEY_ID"],
+                           CREDENTIALS["AWS_SECRET_ACCESS_KEY"], run=self.run, spawn=self.spawn,
+                           mon_port=free_port())
+        try:
+            self.rgw.start()
+        except BaseException:
+            self.stop()
+            raise
+        self.settings = dict(CREDENTIALS, AWS_ENDPOINT_URL=f"http://127.0.0.1:{port}")
+
+    def run(self, argv: list[str], timeout: float) -> subprocess.CompletedProcess:
+        proc = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
+        if proc.returncode != 0:
+            raise RuntimeError(f"{argv} failed ({proc.returncode}): {proc.stderr[-2000:]}")
+        return proc
+
+    def spawn(self, argv: list[str], log: str) -> subprocess.Popen:
+        out = open(self.home / f"{log}.log", "w")
+        proc = subprocess.Popen(argv, stdout=out, stderr=out, start_new_session=True)
+        self.procs.append(proc)
+        return proc
+
+    def stop(self) -> None:
+        for proc in reversed(self.procs):
+            if proc.poll() is None:
+                os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait(timeout=30)
+        self.rgw.close()
+
+
+def client_for(settings: dict):
+    import boto3  # noqa: PLC0415
+
+    return boto3.client(
+        "s3",
+        endpoint_url=settings["AWS_ENDPOINT_URL"],
+        aws_access_key_id=settings["AWS_ACCESS_KEY_ID"],
+        aws_secret_access_key=settings["AWS_SECRET_ACCESS_KEY"],
+        region_name=settings["AWS_REGION"],
+    )
+
+
+@pytest.fixture(scope="session")
+def rgw_server(tmp_path_factory):
+    """One radosgw for the session, started when a test first asks."""
+    server = LocalRgw(tmp_path_factory.mktemp("rgw"))
+    yield server
+    server.stop()
+
+
+#: The S3 servers every `s3` test runs against.
+S3_SERVERS = ("moto", "ceph")
+
+
+@pytest.fixture(scope="module", params=S3_SERVERS)
+def s3(request, tmp_path_factory):
+    """An S3 server on 127.0.0.1 with BUCKET made (and empty): moto's, then radosgw;
+    yields (boto3 client, environment for the job)."""
+    if request.param == "moto":
+        moto = Moto("127.0.0.1", tmp_path_factory.mktemp("moto"), BUCKET)
+        yield moto.client, dict(os.environ, **moto.settings)
+        moto.stop()
+        return
+    rgw = request.getfixturevalue("rgw_server")
+    client = client_for(rgw.settings)
+    # The server outlives the module: its bucket starts empty for each.
+    try:
+        client.create_bucket(Bucket=BUCKET)
+    except client.exceptions.BucketAlreadyOwnedByYou:
+        pass
+    empty_bucket(client)
+    yield client, dict(os.environ, **rgw.settings)
+    empty_bucket(client)
+
+
+def empty_bucket(client) -> None:
+    for page in client.get_paginator("list_objects_v2").paginate(Bucket=BUCKET):
+        keys = [{"Key": o["Key"]} for o in page.get("Contents", [])]
+        if keys:
+            client.delete_objects(Bucket=BUCKET, Delete={"Objects": keys})
 

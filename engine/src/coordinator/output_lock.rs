@@ -172,8 +172,11 @@ pub struct OutputLock {
 impl OutputLock {
     /// Takes the lock on `output` for `ttl` (renewed by [`OutputLock::renew_if_due`]),
     /// or fails with [`EngineError::Conflict`] naming the live owner.
+    /// The store's conditional writes are checked first
+    /// ([`crate::conditional_writes::check`]): a store without them is refused.
     pub async fn acquire(output: &StoreUrl, ttl: Duration) -> Result<OutputLock> {
-        Self::acquire_as(output, ttl, Owner::me()).await
+        let output = crate::conditional_writes::check(output).await?;
+        Self::acquire_as(&output, ttl, Owner::me()).await
     }
 
     /// [`OutputLock::acquire`] for owner `me`.
