@@ -383,6 +383,40 @@ def test_a_worker_cut_off_from_the_store_but_not_the_coordinator_gives_its_task_
     assert output_shards(bed) == want
 
 
+def test_a_coordinator_cut_off_from_the_store_but_not_its_workers_stops_and_resumes(bed, reference):
+    """The coordinator cannot reach the store for 8 s (iptables in its namespace) while
+    its workers still reach it and the store: its journal writes give up after its retry
+    budget (PROBEFLOW_STORE_RETRY_SECONDS, 2 s), well before its 60 s lock would expire.
+    It stops, exit 1, naming the journal entry it could not write, and leaves its lock
+    and journal; started again on its host once the store answers, it takes its dead
+    predecessor's lock at once, resumes from the journal (the workers reconnect and
+    offer what they finished meanwhile) and ends with local mode's bytes, only the
+    output and the journal left."""
+    inputs, want = reference
+    budget = {"PROBEFLOW_STORE_RETRY_SECONDS": "2"}
+    coordinator = start_job(bed, inputs, env=budget, map_rows=2000)
+    for w in ("w1", "w2"):
+        start_worker(bed, w, give_up=300)
+    wait_for(lambda: bed.log("coord", "coordinator").count("journaled") >= 5, timeout=120)
+    bed.cut_store("coord")
+    try:
+        rc = coordinator.wait(timeout=60)
+    finally:
+        time.sleep(max(0.0, 8 - 2))
+        bed.heal_store("coord")
+    log = bed.log("coord", "coordinator")
+    assert rc == 1, log[-3000:]
+    assert re.search(r"_job/journal/\S+\.json", log.splitlines()[-1]), log[-3000:]
+    journaled = log.count(": journaled ")
+    again = start_job(bed, inputs, env=budget, upload=False, map_rows=2000, log="coordinator-2")
+    assert again.wait(timeout=300) == 0, bed.log("coord", "coordinator-2")[-3000:]
+    log2 = bed.log("coord", "coordinator-2")
+    assert "resum" in log2, log2[-3000:]
+    print(f"coordinator cut from the store: stopped after {journaled} journaled results; "
+          f"the second run adopted {log2.count('attempt adopted')} of its workers' attempts")
+    assert output_shards(bed) == want
+
+
 def test_a_worker_partition_healed_before_its_lease_expires_redoes_nothing(bed, reference):
     """w1's link is cut for 3 s, well within its 10 s lease, while it holds a task (its
     store requests are slowed to 300 ms, so the task outlasts the cut): TCP delivers
