@@ -16,6 +16,7 @@ mod adoption;
 mod bed;
 mod commits_behind;
 mod completion_record;
+mod coordinator_stops;
 mod exclusion;
 mod finish_order;
 mod join;
