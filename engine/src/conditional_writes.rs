@@ -24,6 +24,10 @@
 //!       object, up to PROBES; then the store error                         ─► delete P
 //! ```
 //!
+//! A store is refused only when two probes in a row find the same feature missing: a
+//! finishing coordinator removes `_job/probe/` ([`remove_abandoned`]: the objects of
+//! probes whose coordinator was killed mid-probe), which can cut one probe short.
+//!
 //! The verdict comes back as the [`StoreUrl`] to write the lock through: its
 //! [`EtagForm`] says how its revisions name ETags in `If-Match`. Local outputs need no
 //! probe: their compare-and-swap is the engine's own (a file lock).
@@ -69,6 +73,7 @@ pub async fn check(output: &StoreUrl) -> Result<StoreUrl> {
         return Ok(output.clone());
     }
     let mut last = None;
+    let mut missing = None;
     for _ in 0..PROBES {
         let path = output.child(&format!("{PROBE_DIR}/{}.json", probe_name()));
         let verdict = probe(output, &path).await;
@@ -82,11 +87,15 @@ pub async fn check(output: &StoreUrl) -> Result<StoreUrl> {
                 }
                 return Ok(output.clone().with_etag_form(form));
             }
-            Ok(Err(feature)) => {
+            Ok(Err(feature)) if missing == Some(feature) => {
                 return Err(EngineError::UnsupportedStore {
                     store: output.url.clone(),
                     what: feature.describe().to_string(),
                 })
+            }
+            Ok(Err(feature)) => {
+                tracing::debug!(output = %output.url, ?feature, "a conditional-write probe found a feature missing; probing again to be sure");
+                missing = Some(feature);
             }
             Err(e) => {
                 tracing::debug!(output = %output.url, error = %e, "a conditional-write probe failed on the store's side; probing again");
@@ -95,6 +104,15 @@ pub async fn check(output: &StoreUrl) -> Result<StoreUrl> {
         }
     }
     Err(last.unwrap_or_else(|| EngineError::Runtime("conditional-write probe".into())))
+}
+
+/// Removes the probe objects left under `output` (by coordinators killed mid-probe):
+/// called by the coordinator that finishes the job, with its work files.
+pub async fn remove_abandoned(output: &StoreUrl) -> Result<()> {
+    if output.is_object_store() {
+        output.delete_prefix(PROBE_DIR).await?;
+    }
+    Ok(())
 }
 
 /// One probe on `path`: the store's verdict (the ETag form it wants, or the feature it
@@ -228,6 +246,19 @@ mod tests {
             msg.contains("If-Match") && !msg.contains("If-None-Match"),
             "{msg}"
         );
+    }
+
+    #[tokio::test]
+    async fn a_probe_object_left_by_a_killed_coordinator_is_removed_at_the_end() {
+        let (_s, url) = store(Conditions::Honoured);
+        url.put(
+            &url.child(&format!("{PROBE_DIR}/1-2-3.json")),
+            b"probe 1".to_vec(),
+        )
+        .await
+        .unwrap();
+        remove_abandoned(&url).await.unwrap();
+        assert_eq!(left_under_probe(&url).await, 0);
     }
 
     #[tokio::test]

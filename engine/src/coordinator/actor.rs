@@ -218,7 +218,7 @@ impl Actor for CoordinatorActor {
                 let lost = s.effects.lock_lost.borrow().clone();
                 let mut effects = Vec::new();
                 match lost {
-                    Some(why) => s.run.fail(EngineError::Conflict(why), &mut effects),
+                    Some(why) => s.run.stop(EngineError::Conflict(why), &mut effects),
                     None => effects = s.run.tick(Instant::now()),
                 }
                 s.effects.progress.tick();

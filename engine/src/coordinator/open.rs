@@ -172,7 +172,8 @@ pub async fn open_job(spec: &JobSpec, output: &StoreUrl) -> Result<OpenedJob> {
 
 /// After the last stage: the kind's final outputs, then the completion record listing
 /// them (the kind's final directories `final_dirs`), then the kind's clean-up of its
-/// intermediate files. Returns the kind's summary.
+/// intermediate files (and the engine's: probe objects of killed coordinators). Returns
+/// the kind's summary.
 pub async fn write_final_outputs(
     driver: &mut dyn JobDriver,
     output: &StoreUrl,
@@ -187,5 +188,6 @@ pub async fn write_final_outputs(
     };
     completion::write(output, &record).await?;
     driver.clean_up(output).await?;
+    crate::conditional_writes::remove_abandoned(output).await?;
     Ok(summary)
 }

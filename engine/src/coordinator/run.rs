@@ -86,8 +86,12 @@ enum Phase {
     Finishing,
     /// The final outputs are written.
     Finished,
-    /// The job failed.
+    /// The job failed: its workers are told it is done.
     Failed,
+    /// This coordinator stops on a fault of its own environment (a journal entry it
+    /// cannot write, its output lock lost, final outputs it cannot write): the job is not
+    /// over, a restarted coordinator resumes it, and the workers wait for one.
+    Stopped,
 }
 
 /// A result whose journal entry is being written.
@@ -176,7 +180,7 @@ impl JobRun {
 
     /// Whether the job has ended (finished or failed).
     pub fn is_over(&self) -> bool {
-        matches!(self.phase, Phase::Finished | Phase::Failed)
+        matches!(self.phase, Phase::Finished | Phase::Failed | Phase::Stopped)
     }
 
     /// The kind's side, for the final outputs and late attempts.
@@ -254,6 +258,9 @@ impl JobRun {
         if self.phase != Phase::Running {
             return Ok(match self.phase {
                 Phase::Finished | Phase::Failed => TaskReply::Done,
+                // The next coordinator resumes the job: wait for it (the worker rejoins
+                // once this one is gone).
+                Phase::Stopped => TaskReply::Wait,
                 _ => TaskReply::Wait,
             });
         }
@@ -479,7 +486,7 @@ impl JobRun {
             return effects;
         }
         if let Some(e) = error {
-            self.fail(e, &mut effects);
+            self.stop(e, &mut effects);
             return effects;
         }
         tracing::debug!(%task, attempt = j.attempt, "journaled");
@@ -547,20 +554,32 @@ impl JobRun {
     }
 
     /// The final outputs are written (`written`), or could not be: the job is
-    /// finished, or failed.
+    /// finished, or this coordinator stops (the next one writes them, from the journal).
     pub fn finished(&mut self, written: bool) {
         self.phase = if written {
             Phase::Finished
         } else {
-            Phase::Failed
+            Phase::Stopped
         };
         self.board.clear();
     }
 
-    /// The job fails with `error` (its tasks are dropped).
+    /// The job fails with `error` (its tasks are dropped): its workers are told it is
+    /// done.
     pub fn fail(&mut self, error: EngineError, effects: &mut Vec<Effect>) {
+        self.end(Phase::Failed, error, effects);
+    }
+
+    /// This coordinator stops with `error`, a fault of its own environment (its journal,
+    /// its lock): the job is not over, and its workers are told to wait for the next
+    /// coordinator.
+    pub fn stop(&mut self, error: EngineError, effects: &mut Vec<Effect>) {
+        self.end(Phase::Stopped, error, effects);
+    }
+
+    fn end(&mut self, phase: Phase, error: EngineError, effects: &mut Vec<Effect>) {
         if !self.is_over() {
-            self.phase = Phase::Failed;
+            self.phase = phase;
             self.board.clear();
             effects.push(Effect::Fail(error));
         }

@@ -144,6 +144,7 @@ async fn finish_interrupted_clean_up(spec: &JobSpec, output: &StoreUrl) -> Resul
         }
         let mut opened = open_job(spec, output).await?;
         opened.run.driver().clean_up(output).await?;
+        crate::conditional_writes::remove_abandoned(output).await?;
         Ok::<_, EngineError>(true)
     }
     .await;

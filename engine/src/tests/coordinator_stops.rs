@@ -39,6 +39,19 @@ async fn a_coordinator_that_cannot_journal_tells_its_workers_to_wait() {
 }
 
 #[tokio::test]
+async fn a_coordinator_that_lost_its_lock_tells_its_workers_to_wait() {
+    let mut bed = Bed::new(3).await;
+    let _a = bed.lease("w1");
+    let mut effects = Vec::new();
+    bed.run.stop(
+        EngineError::Conflict("lost the output lock; it is now held by host b".into()),
+        &mut effects,
+    );
+    assert!(effects.iter().any(|e| matches!(e, Effect::Fail(_))));
+    assert!(matches!(bed.request("w2"), TaskReply::Wait));
+}
+
+#[tokio::test]
 async fn a_job_that_failed_for_good_tells_its_workers_it_is_done() {
     let mut bed = Bed::new(3).await;
     let _a = bed.lease("w1");
