@@ -42,6 +42,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 FAULTS = ("kill-worker", "pause-worker", "cut-worker", "kill-coordinator")
+#: How a coordinator that stops on its own environment says so (its last line).
+STOPS = ("could not renew the output lock", "lost the output lock", "cannot write the journal entry")
 OVERLAPPING = ("cut-worker-while-coordinator-restarts", "kill-two-workers", "cut-coordinator-from-store")
 
 
@@ -89,6 +91,13 @@ class Chaos:
             deadline = time.time() + self.every * (0.5 + rng.random())
             while time.time() < deadline:
                 if self.coordinator.poll() is not None:
+                    if self.coordinator.returncode != 0 and self.stopped_to_be_restarted():
+                        # It stopped on its own environment some time after a store
+                        # cut (a renewal or a journal write that failed late): as
+                        # Kubernetes would, start it again.
+                        self.note(f"  the coordinator stopped (exit {self.coordinator.returncode})")
+                        self.restart_coordinator(time.time())
+                        continue
                     return self.finished(timeout)
                 time.sleep(0.05)
             if time.time() - self.t0 > timeout:
@@ -99,6 +108,13 @@ class Chaos:
             fault = cycle.pop()
             self.counts[fault] = self.counts.get(fault, 0) + 1
             getattr(self, fault.replace("-", "_"))(rng.choice(workers))
+
+    def stopped_to_be_restarted(self) -> bool:
+        """Whether the coordinator that exited stopped on a fault of its own environment
+        (its lock not renewed, a journal entry not written), after which a restarted
+        one resumes the job; any other exit ends the chaos run as a failure."""
+        last = self.bed.log("coord", f"coordinator-{self.coord_runs}").strip().splitlines()[-1:]
+        return bool(last) and any(why in last[0] for why in STOPS)
 
     def finished(self, timeout: float) -> float:
         rc = self.coordinator.returncode
@@ -185,6 +201,9 @@ class Chaos:
             return
         if rc == 0:
             return
+        if not self.stopped_to_be_restarted():
+            raise AssertionError(f"the coordinator exited {rc} after a store cut:\n"
+                                 + self.bed.log("coord", f"coordinator-{self.coord_runs}")[-3000:])
         self.note(f"  the coordinator stopped (exit {rc})")
         self.restart_coordinator(time.time())
 
