@@ -148,14 +148,20 @@ impl TaskRunner for GatedRunner {
 }
 
 /// A coordinator that leases tasks `0..tasks` in order (attempt 1, lease `lease-n`),
-/// then answers `Wait` until every task reported, then `Done`.
+/// then answers `Wait` until every task reported, then `Done`; or, `done_once_leased`,
+/// `Done` as soon as every task is leased (as a coordinator whose job another attempt
+/// finished does).
 struct TestCoordinator;
 
 struct Board {
     tasks: u32,
     next: u32,
     reported: u32,
+    done_once_leased: bool,
 }
+
+/// The tests of this file share [`WIRING`]: one at a time.
+static SERIAL: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 fn assignment(n: u32) -> Assignment {
     Assignment {
@@ -177,17 +183,18 @@ fn assignment(n: u32) -> Assignment {
 impl Actor for TestCoordinator {
     type Msg = CoordinatorMsg;
     type State = Board;
-    type Arguments = u32;
+    type Arguments = (u32, bool);
 
     async fn pre_start(
         &self,
         _myself: ActorRef<CoordinatorMsg>,
-        tasks: u32,
+        (tasks, done_once_leased): (u32, bool),
     ) -> std::result::Result<Board, ActorProcessingErr> {
         Ok(Board {
             tasks,
             next: 0,
             reported: 0,
+            done_once_leased,
         })
     }
 
@@ -204,7 +211,7 @@ impl Actor for TestCoordinator {
                     board.next += 1;
                     see(Seen::Leased(n));
                     TaskReply::Task(Box::new(assignment(n)))
-                } else if board.reported < board.tasks {
+                } else if board.reported < board.tasks && !board.done_once_leased {
                     TaskReply::Wait
                 } else {
                     TaskReply::Done
@@ -248,6 +255,7 @@ async fn the_next_task_runs_while_commits_wait_and_each_result_is_reported_when_
         COMMITS_BEHIND, 1,
         "this test walks through one commit behind"
     );
+    let _serial = SERIAL.lock().await;
     let (tx, mut seen) = mpsc::unbounded_channel();
     let mut open = HashMap::new();
     let mut gates = HashMap::new();
@@ -258,7 +266,9 @@ async fn the_next_task_runs_while_commits_wait_and_each_result_is_reported_when_
     }
     *WIRING.lock().unwrap() = Some(Wiring { seen: tx, gates });
     let scratch = tempfile::tempdir().unwrap();
-    let (coordinator, coordinator_handle) = Actor::spawn(None, TestCoordinator, 4).await.unwrap();
+    let (coordinator, coordinator_handle) = Actor::spawn(None, TestCoordinator, (4, false))
+        .await
+        .unwrap();
     let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
     let args = WorkerArgs {
         name: "w".into(),
@@ -330,4 +340,68 @@ async fn the_next_task_runs_while_commits_wait_and_each_result_is_reported_when_
     coordinator.stop(None);
     coordinator_handle.await.unwrap();
     *WIRING.lock().unwrap() = None;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_commit_that_ends_after_the_coordinator_said_done_is_settled_not_forgotten() {
+    // The coordinator answers Done while task 0's commit still runs (another attempt of
+    // the task finished the job: this one was fenced, e.g. paused past its lease). The
+    // worker stops; its commit ends and is reported, but no answer can confirm that
+    // report any more: the attempt must be settled (its files removed if the job is
+    // complete without it) or kept for a next coordinator, never dropped with its files
+    // left on the store (the chaos run left a fenced map's shuffle files so).
+    let _serial = SERIAL.lock().await;
+    let (tx, mut seen) = mpsc::unbounded_channel();
+    let (open, gate) = oneshot::channel();
+    *WIRING.lock().unwrap() = Some(Wiring {
+        seen: tx,
+        gates: HashMap::from([(0, gate)]),
+    });
+    let scratch = tempfile::tempdir().unwrap();
+    let (coordinator, _) = Actor::spawn(None, TestCoordinator, (1, true))
+        .await
+        .unwrap();
+    let unreported: crate::worker::actor::UnreportedAttempts = Default::default();
+    let args = WorkerArgs {
+        name: "w".into(),
+        coordinator: coordinator.clone(),
+        resources: WorkerResources {
+            scratch: scratch.path().to_path_buf(),
+            memory_bytes: 64 << 20,
+        },
+        timing: WorkerTiming {
+            heartbeat_ms: 100,
+            request_timeout_ms: 10_000,
+        },
+        done: Arc::new(std::sync::atomic::AtomicBool::new(false)),
+        job: Arc::new(std::sync::OnceLock::<JobOutput>::new()),
+        faults: Faults::none(),
+        kinds: KINDS,
+        unreported: unreported.clone(),
+        sent: Vec::new(),
+    };
+    let (_worker, worker_handle) = Actor::spawn(None, WorkerActor, args).await.unwrap();
+    assert_eq!(next(&mut seen).await, Seen::Leased(0));
+    assert_eq!(next(&mut seen).await, Seen::Started(0));
+    // The worker asks again while task 0 commits, and hears Done.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    open.send(Ending::Output).ok().unwrap();
+    assert_eq!(
+        next(&mut seen).await,
+        Seen::Reported(0, "lease-0".into(), Ok(0))
+    );
+    tokio::time::timeout(Duration::from_secs(10), worker_handle)
+        .await
+        .expect("the worker did not stop")
+        .unwrap();
+    // The job's output has no completion record here: the attempt is kept, to be
+    // settled by the worker's join loop (or offered to a next coordinator).
+    let kept: Vec<(TaskId, u32)> = unreported
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|u| (u.assignment.task.id(), u.assignment.attempt))
+        .collect();
+    assert_eq!(kept, [(TaskId::new("gate", 0), 1)]);
+    coordinator.stop(None);
 }
