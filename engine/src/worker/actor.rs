@@ -12,8 +12,9 @@
 //! task says when it ends ([`WorkerMsg::Committed`]) and the worker reports it, the
 //! committed task's heartbeats going on until then. At most [`COMMITS_BEHIND`] commits
 //! run behind the task being run; a worker with more waits for one to end before it
-//! asks again. A worker that stops waits for its commits and reports them (or, its
-//! coordinator gone, removes what they wrote if the job finished without them).
+//! asks again. A worker that stops waits for its commits and reports them; as no answer
+//! confirms those reports any more, it then removes what they wrote if the job finished
+//! without them, or keeps them for the next coordinator.
 //!
 //! A task that failed on a store error closes the worker's [`StoreGate`]: it asks for
 //! no task until a probe of the job's output answers (a worker cut off from the store
@@ -225,6 +226,11 @@ impl Actor for WorkerActor {
                 side,
             )
             .await;
+        }
+        // No answer will confirm the reports sent last (this worker asks no more):
+        // each attempt is settled now, or kept for the next coordinator.
+        for sent in std::mem::take(&mut state.unconfirmed) {
+            keep_or_discard(&state.args, sent).await;
         }
         Ok(())
     }
