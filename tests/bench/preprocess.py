@@ -67,7 +67,7 @@ def remove_outputs() -> None:
             path.unlink(missing_ok=True)
 
 
-def contenders(inp: Path, threads: int) -> dict[str, list[str]]:
+def contenders(inp: Path, threads: int, shards: int) -> dict[str, list[str]]:
     """Each contender's command (a fresh output each run)."""
     glob = f"{inp}/*.parquet"
     py = sys.executable
@@ -78,7 +78,7 @@ def contenders(inp: Path, threads: int) -> dict[str, list[str]]:
 url = "{glob}"
 [output]
 url = "{out}"
-shards = 64
+shards = {shards}
 [run]
 workers = {threads}
 memory_per_worker = "2GiB"
@@ -113,22 +113,107 @@ scratch = "{WORK / 'scratch'}"
     }
 
 
+def generate_atlas(rows: int, out: Path, seed: int = 45, files: int = 8) -> None:
+    """`rows` measurements at RIPE Atlas's shape into `files` Parquet files under `out`
+    (the demo generator's columns: src_addr, dst_addr (Utf8), ip_version (Int32), rtt
+    (Float64 ms, -1.0 for a failed ping), event_time (Int64 unix s)).
+
+    * sources: rows / 600, between 10 000 and 100 000, 58 % IPv4 and 42 % IPv6 (Atlas has
+      ~12 000 probes at a time and tens of thousands over its history);
+    * history lengths: heavy-tailed (log-normal, sigma 1.2: the median half the mean, the
+      longest tens of times the mean), and the 3 longest hold 3 % of the rows each: past
+      one 8 MiB row from 20M rows on (a measurement is ~20 bytes in a row);
+    * each source pings ~40 anchors of its own family among 3 000, every ~240 s, so a
+      source's measurements spread over the whole span and every file holds all sources,
+      as Atlas's hourly dumps do; files cover consecutive stretches of time;
+    * RTT: log-normal per (source, anchor) path around 40 ms with 20 % jitter; 3 % failed.
+    """
+    import numpy as np  # noqa: PLC0415
+    import pyarrow as pa  # noqa: PLC0415
+    import pyarrow.parquet as pq  # noqa: PLC0415
+
+    rng = np.random.default_rng(seed)
+    n = int(min(100_000, max(10_000, rows // 600)))
+    weights = rng.lognormal(0.0, 1.2, n)
+    top = np.argsort(weights)[-3:]
+    weights[top] = 0.0
+    weights *= 0.91 / weights.sum()
+    weights[top] = 0.03
+    counts = np.floor(weights * rows).astype(np.int64)
+    counts[np.argmax(counts)] += rows - counts.sum()
+    v6 = rng.random(n) >= 0.58
+    octets = rng.integers(1, 223, (n, 4))
+    src = np.array([
+        f"2a00:{o[0]:x}{o[1]:02x}:{o[2]:x}::{i:x}" if six else f"{o[0]}.{o[1]}.{o[2]}.{o[3]}"
+        for i, (o, six) in enumerate(zip(octets, v6))
+    ], dtype=object)
+    anchors = 3_000
+    a_octets = rng.integers(1, 223, (anchors, 3))
+    anchor_v4 = np.array([f"193.{o[0]}.{o[1]}.{o[2] % 250 + 1}" for o in a_octets], dtype=object)
+    anchor_v6 = np.array([f"2001:67c:{o[0]:x}:{o[1]:x}::{o[2]:x}" for o in a_octets], dtype=object)
+    start, step = 1_767_225_600, 240
+    # Row r of source k: its (r)th measurement; sources interleave in time.
+    source = np.repeat(np.arange(n), counts)
+    nth = np.arange(rows) - np.repeat(np.cumsum(counts) - counts, counts)
+    longest = counts.max()
+    span = int(longest) * step // 40 + step
+    phase = rng.integers(0, step, n)
+    event_time = start + phase[source] + (nth // 40) * step + rng.integers(0, 40, rows)
+    order = np.argsort(event_time, kind="stable")
+    source, nth, event_time = source[order], nth[order], event_time[order]
+    path = rng.integers(0, 40, rows)
+    anchor = (source * 7919 + path * 104729) % anchors
+    base = np.exp(np.log(40.0) + 0.8 * rng.standard_normal(n * 40)).reshape(n, 40)
+    rtt = base[source, path] * np.exp(0.2 * rng.standard_normal(rows))
+    rtt[rng.random(rows) < 0.03] = -1.0
+    six = v6[source]
+    src_dict = pa.array(src, pa.string())
+    dst_dict = pa.array(np.concatenate([anchor_v4, anchor_v6]), pa.string())
+    dst_index = np.where(six, anchor + anchors, anchor)
+    out.mkdir(parents=True, exist_ok=True)
+    bounds = np.linspace(0, rows, files + 1).astype(np.int64)
+    for f in range(files):
+        lo, hi = bounds[f], bounds[f + 1]
+        table = pa.table({
+            "src_addr": pa.DictionaryArray.from_arrays(pa.array(source[lo:hi].astype(np.int32)), src_dict)
+            .cast(pa.string()),
+            "dst_addr": pa.DictionaryArray.from_arrays(pa.array(dst_index[lo:hi].astype(np.int32)), dst_dict)
+            .cast(pa.string()),
+            "ip_version": pa.array(np.where(six[lo:hi], 6, 4).astype(np.int32)),
+            "rtt": pa.array(rtt[lo:hi]),
+            "event_time": pa.array(event_time[lo:hi].astype(np.int64)),
+        })
+        pq.write_table(table, out / f"part-{f:05d}.parquet", row_group_size=131_072, compression="zstd")
+    print(f"atlas shape: {n} sources; longest history {longest} rows, median {int(np.median(counts))}; "
+          f"{int((counts >= 400_000).sum())} sources of 400k+ rows; time span {span / 86400:.1f} days",
+          flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("rows", type=int, nargs="?", default=20_000_000)
     ap.add_argument("--runs", type=int, default=3, help="runs of each contender, alternating")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--skip", action="append", default=[], help="leave out contenders whose label has this")
+    ap.add_argument("--shape", choices=("demo", "atlas"), default="demo",
+                    help="demo: the demo generator's (rows/200 sources, Zipf); atlas: RIPE Atlas's "
+                         "(fewer sources with long, heavy-tailed histories: generate_atlas)")
+    ap.add_argument("--shards", type=int, default=64, help="probeflow's [output] shards")
     args = ap.parse_args()
 
-    inp = WORK / f"input-{args.rows}"
+    inp = WORK / (f"input-{args.rows}" if args.shape == "demo" else f"input-atlas-{args.rows}")
     marker = inp / ".complete"
     if not marker.exists():
         shutil.rmtree(inp, ignore_errors=True)
-        print(f"generating {args.rows} rows into {inp} …", flush=True)
-        subprocess.run([str(COORDINATOR), "generate", "--rows", str(args.rows), "--out", str(inp)], check=True)
+        print(f"generating {args.rows} rows ({args.shape} shape) into {inp} …", flush=True)
+        if args.shape == "demo":
+            subprocess.run([str(COORDINATOR), "generate", "--rows", str(args.rows), "--out", str(inp)],
+                           check=True)
+        else:
+            generate_atlas(args.rows, inp)
         marker.touch()
-    commands = {k: v for k, v in contenders(inp, args.threads).items() if not any(s in k for s in args.skip)}
+    commands = {k: v for k, v in contenders(inp, args.threads, args.shards).items()
+                if not any(s in k for s in args.skip)}
     ours = "probeflow: the whole job (local, 2 GiB each)"
     # probeflow logs each task's stage times at debug level (to stderr, not the terminal).
     debug = {**os.environ, "RUST_LOG": "probeflow=debug"}
