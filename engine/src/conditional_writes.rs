@@ -179,11 +179,11 @@ fn probe_name() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::failing::{Conditions, ConditionsStore};
+    use crate::store::failing::{Conditions, TestStore};
     use std::sync::Arc;
 
-    fn store(conditions: Conditions) -> (Arc<ConditionsStore>, StoreUrl) {
-        let store = Arc::new(ConditionsStore::new(conditions));
+    fn store(conditions: Conditions) -> (Arc<TestStore>, StoreUrl) {
+        let store = Arc::new(TestStore::with_conditions(conditions));
         let url = store.url("s3://bed/out", "out");
         (store, url)
     }

@@ -236,7 +236,7 @@ mod tests {
 
     #[tokio::test]
     async fn an_epoch_claim_whose_connection_fails_is_tried_again() {
-        let store = std::sync::Arc::new(crate::store::failing::ResetStore {
+        let store = std::sync::Arc::new(crate::store::failing::TestStore {
             creates: 2.into(),
             ..Default::default()
         });

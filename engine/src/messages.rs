@@ -104,6 +104,24 @@ pub enum CoordinatorMsg {
     Tick,
 }
 
+impl CoordinatorMsg {
+    /// `worker`'s report of attempt `a` (with its lease, for the job `a` names).
+    pub fn finished(
+        worker: &str,
+        a: &Assignment,
+        result: Result<TaskOutput, TaskFailure>,
+    ) -> CoordinatorMsg {
+        CoordinatorMsg::Finished {
+            worker: worker.to_string(),
+            job: a.job.job_id.clone(),
+            task: Wire::new(a.task.id()),
+            attempt: a.attempt,
+            lease: a.lease.clone(),
+            result: Wire::new(result),
+        }
+    }
+}
+
 /// The coordinator's answer to a task request.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub enum TaskReply {

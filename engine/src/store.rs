@@ -768,14 +768,31 @@ fn sync_local_file(file: &std::path::Path) -> Result<()> {
 pub(crate) mod failing {
     use super::*;
 
-    /// An in-memory store whose first `deletes` bulk deletes and first `creates`
-    /// create-only puts fail as a reset connection does (a `Generic` error, which the
-    /// client does not retry for a POST or a conditional PUT).
+    /// How a [`TestStore`] treats conditional writes.
+    #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+    pub(crate) enum Conditions {
+        /// As S3 does: ETags quoted, If-None-Match and If-Match honoured.
+        #[default]
+        Honoured,
+        /// As Ceph RGW 16 does: ETags returned quoted, but If-Match on PUT matched
+        /// against the bare ETag only.
+        BareEtagsOnly,
+        /// Every conditional PUT overwrites (a store without conditional writes).
+        Ignored,
+        /// If-None-Match honoured, If-Match ignored.
+        IfMatchIgnored,
+    }
+
+    /// An in-memory store with ETags quoted as S3's are, conditional PUTs treated as
+    /// its [`Conditions`] say, and whose first `deletes` bulk deletes and first
+    /// `creates` create-only puts fail as a reset connection does (a `Generic` error,
+    /// which the client does not retry for a POST or a conditional PUT).
     #[derive(Debug, Default)]
-    pub(crate) struct ResetStore {
+    pub(crate) struct TestStore {
         pub inner: object_store::memory::InMemory,
         pub deletes: std::sync::atomic::AtomicU32,
         pub creates: std::sync::atomic::AtomicU32,
+        pub conditions: Conditions,
     }
 
     /// Takes one failure off `left`, if any is left.
@@ -795,113 +812,16 @@ pub(crate) mod failing {
         }
     }
 
-    impl ResetStore {
-        /// `url` on this store.
-        pub fn url(self: &Arc<Self>, url: &str, root: &str) -> StoreUrl {
-            StoreUrl {
-                url: url.into(),
-                store: self.clone(),
-                root: Path::from(root),
-                etag_form: EtagForm::default(),
-            }
-        }
-    }
-
-    impl std::fmt::Display for ResetStore {
-        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            f.write_str("ResetStore")
-        }
-    }
-
-    #[async_trait::async_trait]
-    impl ObjectStore for ResetStore {
-        async fn put_opts(
-            &self,
-            location: &Path,
-            payload: PutPayload,
-            opts: PutOptions,
-        ) -> object_store::Result<object_store::PutResult> {
-            if matches!(opts.mode, PutMode::Create) && fails(&self.creates) {
-                return Err(reset());
-            }
-            self.inner.put_opts(location, payload, opts).await
-        }
-        async fn put_multipart_opts(
-            &self,
-            location: &Path,
-            opts: object_store::PutMultipartOptions,
-        ) -> object_store::Result<Box<dyn object_store::MultipartUpload>> {
-            self.inner.put_multipart_opts(location, opts).await
-        }
-        async fn get_opts(
-            &self,
-            location: &Path,
-            options: object_store::GetOptions,
-        ) -> object_store::Result<object_store::GetResult> {
-            self.inner.get_opts(location, options).await
-        }
-        fn delete_stream(
-            &self,
-            locations: futures::stream::BoxStream<'static, object_store::Result<Path>>,
-        ) -> futures::stream::BoxStream<'static, object_store::Result<Path>> {
-            if fails(&self.deletes) {
-                return futures::stream::iter([Err(reset())]).boxed();
-            }
-            self.inner.delete_stream(locations)
-        }
-        fn list(
-            &self,
-            prefix: Option<&Path>,
-        ) -> futures::stream::BoxStream<'static, object_store::Result<ObjectMeta>> {
-            self.inner.list(prefix)
-        }
-        async fn list_with_delimiter(
-            &self,
-            prefix: Option<&Path>,
-        ) -> object_store::Result<object_store::ListResult> {
-            self.inner.list_with_delimiter(prefix).await
-        }
-        async fn copy_opts(
-            &self,
-            from: &Path,
-            to: &Path,
-            options: object_store::CopyOptions,
-        ) -> object_store::Result<()> {
-            self.inner.copy_opts(from, to, options).await
-        }
-    }
-
-    /// How a [`ConditionsStore`] treats conditional writes.
-    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-    pub(crate) enum Conditions {
-        /// As S3 does: ETags quoted, If-None-Match and If-Match honoured.
-        Honoured,
-        /// As Ceph RGW 16 does: ETags returned quoted, but If-Match on PUT matched
-        /// against the bare ETag only.
-        BareEtagsOnly,
-        /// Every conditional PUT overwrites (a store without conditional writes).
-        Ignored,
-        /// If-None-Match honoured, If-Match ignored.
-        IfMatchIgnored,
-    }
-
-    /// An in-memory store with ETags quoted as S3's are, and conditional PUTs treated
-    /// as its [`Conditions`] say.
-    #[derive(Debug)]
-    pub(crate) struct ConditionsStore {
-        inner: object_store::memory::InMemory,
-        conditions: Conditions,
-    }
-
     fn quoted(e_tag: Option<String>) -> Option<String> {
         e_tag.map(|t| format!("\"{t}\""))
     }
 
-    impl ConditionsStore {
-        pub(crate) fn new(conditions: Conditions) -> ConditionsStore {
-            ConditionsStore {
-                inner: object_store::memory::InMemory::new(),
+    impl TestStore {
+        /// A store treating conditional writes as `conditions` says, with no failures.
+        pub(crate) fn with_conditions(conditions: Conditions) -> TestStore {
+            TestStore {
                 conditions,
+                ..Default::default()
             }
         }
 
@@ -916,20 +836,23 @@ pub(crate) mod failing {
         }
     }
 
-    impl std::fmt::Display for ConditionsStore {
+    impl std::fmt::Display for TestStore {
         fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            write!(f, "ConditionsStore({:?})", self.conditions)
+            write!(f, "TestStore({:?})", self.conditions)
         }
     }
 
     #[async_trait::async_trait]
-    impl ObjectStore for ConditionsStore {
+    impl ObjectStore for TestStore {
         async fn put_opts(
             &self,
             location: &Path,
             payload: PutPayload,
             mut opts: PutOptions,
         ) -> object_store::Result<object_store::PutResult> {
+            if matches!(opts.mode, PutMode::Create) && fails(&self.creates) {
+                return Err(reset());
+            }
             opts.mode = match (self.conditions, opts.mode) {
                 (Conditions::Ignored, _) => PutMode::Overwrite,
                 (Conditions::IfMatchIgnored, PutMode::Update(_)) => PutMode::Overwrite,
@@ -964,6 +887,9 @@ pub(crate) mod failing {
             &self,
             locations: futures::stream::BoxStream<'static, object_store::Result<Path>>,
         ) -> futures::stream::BoxStream<'static, object_store::Result<Path>> {
+            if fails(&self.deletes) {
+                return futures::stream::iter([Err(reset())]).boxed();
+            }
             self.inner.delete_stream(locations)
         }
         fn list(
@@ -995,7 +921,7 @@ mod tests {
 
     #[tokio::test]
     async fn a_bulk_delete_whose_connection_fails_is_tried_again() {
-        let store = Arc::new(failing::ResetStore {
+        let store = Arc::new(failing::TestStore {
             deletes: 2.into(),
             ..Default::default()
         });

@@ -449,6 +449,16 @@ def test_a_chaos_run_ends_with_the_local_bytes(tmp_path, reference):
     Small map tasks (1 000 rows: 200 maps) and a store 100 ms away make the job last
     for at least one fault of each kind.
     A longer run: tests/bench/cluster_bed_chaos.py."""
+    chaos = chaos_run(tmp_path, reference, timeout=600, every=2.0, seed=5, map_rows=1000)
+    assert sum(chaos.counts.values()) >= 4, chaos.log
+
+
+def chaos_run(tmp_path, reference, timeout: float, after=None, **options):
+    """A chaos run (chaos.py) on a bed of 4 workers, 3 s lease and 4 s lock, with store
+    faults throughout (100 ms, 2 % SlowDown, 1 % 500s, 1 % resets) and `options`
+    (every, seed, map_rows, overlapping); checks the output is local mode's bytes and
+    nothing else is left beside it, then calls `after(bed)` (more checks) before the
+    bed closes; returns the run."""
     why = require_namespaces()
     if why:
         pytest.skip(why)
@@ -457,11 +467,13 @@ def test_a_chaos_run_ends_with_the_local_bytes(tmp_path, reference):
     inputs, want = reference
     bed = Bed(tmp_path, workers=4)
     try:
-        chaos = Chaos(bed, inputs, start_job, start_worker, lease=3, lock=4, every=2.0, seed=5, map_rows=1000,
-                      store_faults=dict(delay_ms=100, slowdown=0.02, error=0.01, reset=0.01))
-        chaos.run(timeout=600)
-        assert sum(chaos.counts.values()) >= 4, chaos.log
+        chaos = Chaos(bed, inputs, start_job, start_worker, lease=3, lock=4,
+                      store_faults=dict(delay_ms=100, slowdown=0.02, error=0.01, reset=0.01), **options)
+        chaos.run(timeout=timeout)
         assert output_shards(bed) == want
+        if after is not None:
+            after(bed)
+        return chaos
     finally:
         bed.close()
 
@@ -473,28 +485,19 @@ def test_a_chaos_run_with_overlapping_faults_ends_with_the_local_bytes_and_only_
     fault every ~1 s (small map tasks: 400 rows) until the job finishes. The same bytes as local mode, and
     nothing left under _job/ but the journal. A longer run:
     tests/bench/cluster_bed_chaos.py --overlapping."""
-    why = require_namespaces()
-    if why:
-        pytest.skip(why)
-    from chaos import OVERLAPPING, Chaos
+    from chaos import OVERLAPPING
 
-    inputs, want = reference
-    bed = Bed(tmp_path, workers=4)
-    try:
-        chaos = Chaos(bed, inputs, start_job, start_worker, lease=3, lock=4, every=1.0, seed=11, map_rows=400,
-                      overlapping=True,
-                      store_faults=dict(delay_ms=100, slowdown=0.02, error=0.01, reset=0.01))
-        chaos.run(timeout=900)
-        assert sum(chaos.counts.values()) >= 5, chaos.log
-        assert any(chaos.counts.get(k) for k in OVERLAPPING), chaos.counts
-        assert output_shards(bed) == want
+    def only_the_journal(bed: Bed) -> None:
         left = bed.store("list", f"s3://{BUCKET}/out/_job/").stdout.split()
         # The journal (tasks and coordinator epochs) and, if a worker was excluded, its
         # record for `coordinator status`.
         stray = [k for k in left if "/_job/journal/" not in k and not k.endswith("/_job/excluded-workers.json")]
         assert left and not stray, stray[:20]
-    finally:
-        bed.close()
+
+    chaos = chaos_run(tmp_path, reference, timeout=900, every=1.0, seed=11, map_rows=400, overlapping=True,
+                      after=only_the_journal)
+    assert sum(chaos.counts.values()) >= 5, chaos.log
+    assert any(chaos.counts.get(k) for k in OVERLAPPING), chaos.counts
 
 
 def start_overlap_job(bed: Bed, inputs: Path, eval_files: list[Path], through: dict,

@@ -241,6 +241,28 @@ impl Actor for TestCoordinator {
     }
 }
 
+/// A worker of the gated kind, named `w`, working for `coordinator` in `scratch`.
+fn worker_args(coordinator: &ActorRef<CoordinatorMsg>, scratch: &tempfile::TempDir) -> WorkerArgs {
+    WorkerArgs {
+        name: "w".into(),
+        coordinator: coordinator.clone(),
+        resources: WorkerResources {
+            scratch: scratch.path().to_path_buf(),
+            memory_bytes: 64 << 20,
+        },
+        timing: WorkerTiming {
+            heartbeat_ms: 100,
+            request_timeout_ms: 10_000,
+        },
+        done: Arc::new(std::sync::atomic::AtomicBool::new(false)),
+        job: Arc::new(std::sync::OnceLock::<JobOutput>::new()),
+        faults: Faults::none(),
+        kinds: KINDS,
+        unreported: Default::default(),
+        sent: Vec::new(),
+    }
+}
+
 /// The next thing seen (failing after 10 s).
 async fn next(seen: &mut mpsc::UnboundedReceiver<Seen>) -> Seen {
     tokio::time::timeout(Duration::from_secs(10), seen.recv())
@@ -269,25 +291,8 @@ async fn the_next_task_runs_while_commits_wait_and_each_result_is_reported_when_
     let (coordinator, coordinator_handle) = Actor::spawn(None, TestCoordinator, (4, false))
         .await
         .unwrap();
-    let done = Arc::new(std::sync::atomic::AtomicBool::new(false));
-    let args = WorkerArgs {
-        name: "w".into(),
-        coordinator: coordinator.clone(),
-        resources: WorkerResources {
-            scratch: scratch.path().to_path_buf(),
-            memory_bytes: 64 << 20,
-        },
-        timing: WorkerTiming {
-            heartbeat_ms: 100,
-            request_timeout_ms: 10_000,
-        },
-        done: done.clone(),
-        job: Arc::new(std::sync::OnceLock::<JobOutput>::new()),
-        faults: Faults::none(),
-        kinds: KINDS,
-        unreported: Default::default(),
-        sent: Vec::new(),
-    };
+    let args = worker_args(&coordinator, &scratch);
+    let done = args.done.clone();
     let (_worker, worker_handle) = Actor::spawn(None, WorkerActor, args).await.unwrap();
 
     // Task 0 runs and commits; task 1 is leased and runs while task 0's commit waits.
@@ -361,25 +366,8 @@ async fn a_commit_that_ends_after_the_coordinator_said_done_is_settled_not_forgo
     let (coordinator, _) = Actor::spawn(None, TestCoordinator, (1, true))
         .await
         .unwrap();
-    let unreported: crate::worker::actor::UnreportedAttempts = Default::default();
-    let args = WorkerArgs {
-        name: "w".into(),
-        coordinator: coordinator.clone(),
-        resources: WorkerResources {
-            scratch: scratch.path().to_path_buf(),
-            memory_bytes: 64 << 20,
-        },
-        timing: WorkerTiming {
-            heartbeat_ms: 100,
-            request_timeout_ms: 10_000,
-        },
-        done: Arc::new(std::sync::atomic::AtomicBool::new(false)),
-        job: Arc::new(std::sync::OnceLock::<JobOutput>::new()),
-        faults: Faults::none(),
-        kinds: KINDS,
-        unreported: unreported.clone(),
-        sent: Vec::new(),
-    };
+    let args = worker_args(&coordinator, &scratch);
+    let unreported = args.unreported.clone();
     let (_worker, worker_handle) = Actor::spawn(None, WorkerActor, args).await.unwrap();
     assert_eq!(next(&mut seen).await, Seen::Leased(0));
     assert_eq!(next(&mut seen).await, Seen::Started(0));

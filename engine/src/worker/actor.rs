@@ -376,21 +376,18 @@ impl Actor for WorkerActor {
                 let Some(kind) = state.kinds.find(&assignment.job.kind) else {
                     drop(beat);
                     let known: Vec<&str> = state.kinds.names();
-                    let msg = CoordinatorMsg::Finished {
-                        worker: name.clone(),
-                        job: assignment.job.job_id.clone(),
-                        task: Wire::new(task),
-                        attempt,
-                        lease,
-                        result: Wire::new(Err(TaskFailure {
+                    let msg = CoordinatorMsg::finished(
+                        &name,
+                        &assignment,
+                        Err(TaskFailure {
                             error: format!(
                                 "this worker runs no job of kind {:?} (it knows {known:?}): \
                                  run the same probeflow release everywhere",
                                 assignment.job.kind
                             ),
                             retryable: false,
-                        })),
-                    };
+                        }),
+                    );
                     if state.coordinator.cast(msg).is_err() {
                         myself.stop(None);
                     } else {
@@ -584,14 +581,7 @@ async fn report(
     } else {
         result
     };
-    let msg = CoordinatorMsg::Finished {
-        worker: name.clone(),
-        job: assignment.job.job_id.clone(),
-        task: Wire::new(assignment.task.id()),
-        attempt: assignment.attempt,
-        lease: assignment.lease.clone(),
-        result: Wire::new(result),
-    };
+    let msg = CoordinatorMsg::finished(name, &assignment, result);
     let delivered = state.coordinator.cast(msg).is_ok();
     if let Some(output) = succeeded {
         let sent = Unreported { assignment, output };

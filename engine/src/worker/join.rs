@@ -242,14 +242,7 @@ fn offer_unreported(
     let mut sent = Vec::new();
     for u in std::mem::take(&mut *kept) {
         let a = &u.assignment;
-        let msg = CoordinatorMsg::Finished {
-            worker: worker.to_string(),
-            job: a.job.job_id.clone(),
-            task: Wire::new(a.task.id()),
-            attempt: a.attempt,
-            lease: a.lease.clone(),
-            result: Wire::new(Ok(u.output.clone())),
-        };
+        let msg = CoordinatorMsg::finished(worker, a, Ok(u.output.clone()));
         if coordinator.cast(msg).is_ok() {
             tracing::info!(worker, task = %a.task.id(), attempt = a.attempt, "offered an attempt a previous coordinator did not take to this one");
             sent.push(u);
