@@ -1,0 +1,80 @@
+"""A worker's memory holds to its setting: peak resident memory at most
+1.25 × `memory_per_worker` + 100 MB (the process itself: code, runtime, one map's
+decoded batches), here at the smallest setting, 64 MiB, where what the setting does not
+cover weighs most.
+
+The input is at RIPE Atlas's shape in small: few sources, one with a history past one
+8 MiB row (the row builder, the encoded row, the shard writer's group and its
+compressed chunk each hold up to `max_row_bytes` of it), both address families, and
+half the sources in the test split (both shard writers see long histories) and
+two shards so that each reduce's partition is larger than its sort's memory (its sort
+spills and merges). The coordinator runs its worker in-process in local mode: its peak
+is the worker's, measured in a fresh process."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+from support.outputs import coordinator_peak_mib
+
+ROWS = 4_000_000
+# Six histories past one 8 MiB row (a measurement takes ~20 bytes of a row).
+LONGEST = (450_000,) * 6
+MEMORY_MIB = 64
+# 1.25 × the setting, plus 100 MB of fixed overhead (docs/job.md, "Memory").
+BOUND_MIB = int(1.25 * MEMORY_MIB + 100e6 / 2**20)
+
+
+def atlas_like(path, rows: int, longest: tuple[int, ...], seed: int = 7) -> None:
+    rng = np.random.default_rng(seed)
+    sources = 3_000
+    names = [f"10.{i // 250}.{i % 250}.1" if i % 3 else f"2001:db8:{i:x}::1" for i in range(sources)]
+    src = np.concatenate([np.full(n, i, dtype=np.int32) for i, n in enumerate(longest)]
+                         + [rng.integers(len(longest), sources, rows - sum(longest), dtype=np.int32)])
+    rng.shuffle(src)
+    six = (src % 3) == 0
+    anchors = np.where(six, 40, 0) + rng.integers(0, 40, rows, dtype=np.int32)
+    targets = [f"193.0.{i}.1" for i in range(40)] + [f"2001:67c:{i:x}::1" for i in range(40)]
+    files = 4
+    for f, part in enumerate(np.array_split(np.arange(rows), files)):
+        table = pa.table({
+            "src_addr": pa.DictionaryArray.from_arrays(pa.array(src[part]), pa.array(names))
+            .cast(pa.string()),
+            "dst_addr": pa.DictionaryArray.from_arrays(pa.array(anchors[part]), pa.array(targets))
+            .cast(pa.string()),
+            "ip_version": pa.array(np.where(six[part], 6, 4).astype(np.int32)),
+            "rtt": pa.array(np.round(rng.lognormal(np.log(40.0), 0.5, len(part)), 3)),
+            "event_time": pa.array(1_767_300_000 + part.astype(np.int64) * 2),
+        })
+        pq.write_table(table, path / f"part-{f}.parquet", row_group_size=131_072)
+
+
+def test_a_worker_stays_within_its_memory_setting_at_atlas_shape(tmp_path):
+    (tmp_path / "in").mkdir()
+    atlas_like(tmp_path / "in", ROWS, LONGEST)
+    spec = tmp_path / "job.toml"
+    spec.write_text(f"""
+[input]
+url = "{tmp_path}/in/*.parquet"
+[output]
+url = "{tmp_path}/out"
+shards = 2
+[split]
+test_fraction = 0.5
+[run]
+mode = "local"
+workers = 1
+memory_per_worker = "{MEMORY_MIB}MiB"
+scratch = "{tmp_path}/scratch"
+""")
+    peak_mib = coordinator_peak_mib("run", str(spec))
+    print(f"peak RSS {peak_mib} MiB (bound {BOUND_MIB} MiB)")
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert manifest["totals"]["kept_measurements"] == ROWS
+    # The longest history was split into rows of at most 8 MiB: the row path was exercised.
+    assert manifest["totals"]["rows"] > manifest["totals"]["sources"], manifest["totals"]
+    assert peak_mib <= BOUND_MIB, f"peak RSS {peak_mib} MiB > {BOUND_MIB} MiB"
