@@ -637,8 +637,9 @@ pub fn refuse_changes(what: &str, since: &str, changes: &[String]) -> Result<()>
 /// 5 MiB).
 pub const PART_BYTES: usize = 8 << 20;
 
-/// Parts uploaded at once by one [`PartWriter`].
-const PARTS_IN_FLIGHT: usize = 2;
+/// Parts uploaded at once by one [`PartWriter`] (and by a reduce's shard upload): with
+/// the part being filled, an upload holds at most `(PARTS_IN_FLIGHT + 1) × PART_BYTES`.
+pub const PARTS_IN_FLIGHT: usize = 2;
 
 /// An object written as it is produced, so that neither memory nor any one request
 /// grows with the object: up to [`PART_BYTES`] it is one put at [`PartWriter::finish`];

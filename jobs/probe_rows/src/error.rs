@@ -10,12 +10,28 @@ pub enum ProbeRowsError {
     /// unit): the job fails instead of rejecting a whole file row by row.
     #[error("{file}: {what}")]
     Implausible { file: String, what: String },
+    /// A worker's memory cannot hold a reduce's rows beside its sort: `max_row_bytes`
+    /// is too large for `memory_per_worker`.
+    #[error(
+        "memory_per_worker {memory} is too small for [output] max_row_bytes {max_row_bytes}: \
+         a reduce holds up to {copies} copies of a row ({rows}) besides its sort and its \
+         fetches; give each worker at least {least}, or lower max_row_bytes"
+    )]
+    MemoryTooSmall {
+        memory: String,
+        max_row_bytes: String,
+        copies: usize,
+        rows: String,
+        least: String,
+    },
 }
 
 impl KindError for ProbeRowsError {
     fn fault(&self) -> Fault {
         match self {
-            ProbeRowsError::Implausible { .. } => Fault::Input,
+            ProbeRowsError::Implausible { .. } | ProbeRowsError::MemoryTooSmall { .. } => {
+                Fault::Input
+            }
         }
     }
 }

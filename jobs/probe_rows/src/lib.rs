@@ -87,6 +87,11 @@ impl Kind for ProbeRows {
                 probeflow_engine::inputs::list_inputs(&[generated]).await?
             }
         };
+        // A reduce's rows and sort must fit a worker's memory: refused before any work.
+        reduce::ReduceMemory::of(
+            usize::try_from(context.memory_per_worker).unwrap_or(usize::MAX),
+            file.output.max_row_bytes,
+        )?;
         let rows_per_task =
             rows_per_map_task(file.input.rows_per_map_task, context.memory_per_worker);
         let (inputs, maps) = plan::plan_maps(&listed, rows_per_task).await?;

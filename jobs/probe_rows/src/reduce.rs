@@ -26,6 +26,7 @@ use object_store::{ObjectStoreExt, WriteMultipart};
 use probeflow_reader::array_record::{ArrayRecordWriter, WriterOptions};
 use probeflow_reader::row::{addr::addr_from_bytes, Row, RowBuilder, Split};
 
+use super::error::ProbeRowsError;
 use super::key;
 use super::map::shuffle_path;
 use super::protocol::{shard_path, MapAttempts, ReduceOutput, ReduceTask, Settings, ShardInfo};
@@ -42,21 +43,77 @@ use probeflow_engine::units::format_bytes;
 /// is what bounds them).
 const INDEX_FETCHES_IN_FLIGHT: usize = 64;
 
-/// Segments fetched at once, at most; their bytes are bounded by [`segment_budget`].
+/// Segments fetched at once, at most; their bytes are bounded by
+/// [`ReduceMemory::segments`].
 const SEGMENT_FETCHES_IN_FLIGHT: usize = 64;
 
-/// The bytes of segments fetched ahead of the sort, out of the reduce's `memory`: an
-/// eighth, between 8 and 256 MiB (a segment larger than that is fetched alone).
-fn segment_budget(memory: usize) -> u32 {
-    (memory / 8).clamp(8 << 20, 256 << 20) as u32
+/// Copies of one row a reduce holds at most while it builds and writes it: the row
+/// builder's columns (up to one row's measurements; IPv6's 16-byte destinations take
+/// more there than in the row), the encoded row, and its compressed chunk in the shard
+/// writer, with zstd's context.
+pub const ROW_COPIES: usize = 4;
+
+/// How a reduce divides its worker's memory: every buffer it holds comes out of it.
+///
+/// ```text
+/// memory = segments (fetched ahead of the sort: an eighth, 8–256 MiB)
+///        + rows     (ROW_COPIES × max_row_bytes)
+///        + sort     (the rest: at least a quarter)
+/// ```
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ReduceMemory {
+    /// The bytes of segments fetched ahead of the sort (a segment larger than that is
+    /// fetched alone).
+    pub segments: usize,
+    /// What building and writing one row holds.
+    pub rows: usize,
+    /// The sort's buffers, and after a spill its runs' readers.
+    pub sort: usize,
 }
 
-/// The memory of the sort's buffers: the reduce's `memory` less the segments' budget,
-/// at least 1 MiB.
-fn sort_memory(memory: usize) -> usize {
-    memory
-        .saturating_sub(segment_budget(memory) as usize)
-        .max(1 << 20)
+impl ReduceMemory {
+    /// The division of `memory` for rows of at most `max_row_bytes`; an error when the
+    /// sort would get less than a quarter of it.
+    pub fn of(memory: usize, max_row_bytes: usize) -> std::result::Result<Self, ProbeRowsError> {
+        let rows = ROW_COPIES.saturating_mul(max_row_bytes);
+        let Some(sort) = Self::sort_of(memory, rows) else {
+            // The least memory that leaves the sort its quarter: in each regime of the
+            // segments' share (8 MiB, an eighth, 256 MiB) the bound is linear.
+            let mib = |bytes: usize| bytes.saturating_add((1 << 20) - 1) >> 20 << 20;
+            let least = [
+                mib(rows.saturating_add(8 << 20) / 3 * 4),
+                mib(rows / 5 * 8),
+                mib(rows.saturating_add(256 << 20) / 3 * 4),
+            ]
+            .into_iter()
+            .filter(|&m| Self::sort_of(m, rows).is_some())
+            .min()
+            .unwrap_or(usize::MAX);
+            return Err(ProbeRowsError::MemoryTooSmall {
+                memory: format_bytes(memory as u64),
+                max_row_bytes: format_bytes(max_row_bytes as u64),
+                copies: ROW_COPIES,
+                rows: format_bytes(rows as u64),
+                // Whole MiB, as the job file's setting is written.
+                least: format!("{}MiB", least >> 20),
+            });
+        };
+        Ok(ReduceMemory {
+            segments: Self::segments_of(memory),
+            rows,
+            sort,
+        })
+    }
+
+    /// The sort's share of `memory` beside `rows`, if it is at least a quarter.
+    fn sort_of(memory: usize, rows: usize) -> Option<usize> {
+        let sort = memory.checked_sub(Self::segments_of(memory).checked_add(rows)?)?;
+        (sort >= memory / 4).then_some(sort)
+    }
+
+    fn segments_of(memory: usize) -> usize {
+        (memory / 8).clamp(8 << 20, 256 << 20)
+    }
 }
 
 /// A map's segment of the partition: its shuffle records ([`key::decode_records`]), the
@@ -195,7 +252,7 @@ pub async fn run_reduce(
     let output = StoreUrl::parse(&job.output)?;
     let scratch = job_scratch.task_dir(&format!("reduce-{:05}-a{attempt}", task.partition))?;
     let read_rows = Arc::new(AtomicU64::new(0));
-    let memory = config.memory_bytes;
+    let memory = ReduceMemory::of(config.memory_bytes, settings.max_row_bytes)?;
     let explain = move |scratch: &TaskDir, e: EngineError, rows: u64| {
         scratch.explain_full_disk(e, || {
             format!(
@@ -203,14 +260,14 @@ pub async fn run_reduce(
                  spills here when they exceed the memory it may use ({}), and it writes its \
                  shards here before uploading them",
                 format_bytes(rows * key::KEY_LEN as u64),
-                format_bytes(sort_memory(memory) as u64),
+                format_bytes(memory.sort as u64),
             )
         })
     };
     let written = reduce_into(
         task,
         settings,
-        config,
+        memory,
         scratch.path(),
         &output,
         &read_rows,
@@ -242,7 +299,7 @@ pub async fn run_reduce(
 async fn reduce_into(
     task: &ReduceTask,
     job: &Settings,
-    config: &WorkerResources,
+    memory: ReduceMemory,
     scratch: &FsPath,
     output: &StoreUrl,
     read_rows: &Arc<AtomicU64>,
@@ -287,17 +344,13 @@ async fn reduce_into(
         what: "bad sort key".into(),
     };
     let started = std::time::Instant::now();
-    let mut sort = ExternalSort::with_buffers(
-        &spill,
-        sort_memory(config.memory_bytes),
-        std::mem::take(buffers),
-    );
+    let mut sort = ExternalSort::with_buffers(&spill, memory.sort, std::mem::take(buffers));
     let mut segments = std::pin::pin!(gather(
         output.clone(),
         task.partition,
         &task.maps,
         read_rows.clone(),
-        segment_budget(config.memory_bytes),
+        u32::try_from(memory.segments).unwrap_or(u32::MAX),
     ));
     while let Some(segment) = segments.next().await {
         let segment = segment?;
@@ -376,10 +429,14 @@ async fn reduce_into(
             })
         });
     }
-    // The splits' shards go up at once (in split order in the result).
+    // The splits' shards go up one after the other (in split order), so that one
+    // upload's parts are in memory at a time beside the worker's next task.
     let partition = task.partition;
     Ok(Box::pin(async move {
-        let infos = futures::future::try_join_all(uploads).await?;
+        let mut infos = Vec::with_capacity(uploads.len());
+        for upload in uploads {
+            infos.push(upload.await?);
+        }
         tracing::debug!(
             partition,
             runs,
@@ -470,7 +527,8 @@ fn rename_durably(from: &FsPath, to: &FsPath) -> std::io::Result<bool> {
 const UPLOAD_PART: u64 = probeflow_engine::store::PART_BYTES as u64;
 
 /// Uploads a local file (one put up to [`UPLOAD_PART`] bytes, else multipart in parts
-/// of that size, several at once); returns the bytes it sent.
+/// of that size, [`probeflow_engine::store::PARTS_IN_FLIGHT`] at once); returns the
+/// bytes it sent.
 async fn upload(output: &StoreUrl, local: &FsPath, rel: &str) -> Result<u64> {
     let scratch_err = |e: std::io::Error| EngineError::Scratch {
         path: local.display().to_string(),
@@ -506,7 +564,7 @@ async fn upload(output: &StoreUrl, local: &FsPath, rel: &str) -> Result<u64> {
         total += n as u64;
         writer.put(bytes::Bytes::from(part));
         writer
-            .wait_for_capacity(4)
+            .wait_for_capacity(probeflow_engine::store::PARTS_IN_FLIGHT)
             .await
             .map_err(|e| EngineError::store(output.display(&dest), e))?;
     }
@@ -516,4 +574,48 @@ async fn upload(output: &StoreUrl, local: &FsPath, rel: &str) -> Result<u64> {
         .map_err(|e| EngineError::store(output.display(&dest), e))?;
     output.sync(&dest).await?;
     Ok(total)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: usize = 1 << 20;
+
+    #[test]
+    fn a_reduce_divides_its_memory_between_fetches_rows_and_sort() {
+        let at = |memory: usize| ReduceMemory::of(memory, 8 * MIB).unwrap();
+        // The smallest setting: 8 MiB of fetches, 4 copies of an 8 MiB row, the rest sorts.
+        assert_eq!(
+            at(64 * MIB),
+            ReduceMemory {
+                segments: 8 * MIB,
+                rows: 32 * MIB,
+                sort: 24 * MIB
+            }
+        );
+        assert_eq!(at(2048 * MIB).segments, 256 * MIB);
+        assert_eq!(at(2048 * MIB).sort, 2048 * MIB - 256 * MIB - 32 * MIB);
+        for memory in [64, 100, 256, 1000, 2048, 4096, 65536].map(|m| m * MIB) {
+            let m = at(memory);
+            assert_eq!(m.segments + m.rows + m.sort, memory, "{m:?}");
+            assert!(m.sort >= memory / 4, "{m:?}");
+        }
+    }
+
+    #[test]
+    fn rows_too_large_for_the_memory_are_refused_naming_the_least_memory_that_fits() {
+        for max_row in [8 * MIB, 16 * MIB, 100 * MIB, 700 * MIB] {
+            let Err(e) = ReduceMemory::of(4 * max_row, max_row) else {
+                panic!("{max_row}: four rows' copies leave no room for the sort");
+            };
+            let ProbeRowsError::MemoryTooSmall { ref least, .. } = e else {
+                panic!("{e}");
+            };
+            let least: usize = (probeflow_engine::units::parse_bytes(least).unwrap()) as usize;
+            assert!(ReduceMemory::of(least, max_row).is_ok(), "{e}");
+            assert!(ReduceMemory::of(least - MIB, max_row).is_err(), "{e}");
+            assert!(e.to_string().contains("max_row_bytes"), "{e}");
+        }
+    }
 }

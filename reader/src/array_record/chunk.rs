@@ -19,7 +19,6 @@ use super::proto::{get_varint, put_varint};
 pub struct Compressor {
     compression: Compression,
     zstd: Option<zstd::bulk::Compressor<'static>>,
-    scratch: Vec<u8>,
 }
 
 impl Compressor {
@@ -32,11 +31,7 @@ impl Compressor {
             }
             _ => None,
         };
-        Ok(Compressor {
-            compression,
-            zstd,
-            scratch: Vec::new(),
-        })
+        Ok(Compressor { compression, zstd })
     }
 
     pub fn compression(&self) -> Compression {
@@ -65,11 +60,12 @@ impl Compressor {
                 } else {
                     0
                 }))?;
-                self.scratch.clear();
-                self.scratch
-                    .reserve(zstd::zstd_safe::compress_bound(input.len()));
-                c.compress_to_buffer(input, &mut self.scratch)?;
-                out.extend_from_slice(&self.scratch);
+                // Straight into `out` (no second buffer of the blob's size: a row is up
+                // to `max_row_bytes`, and the reduce counts every copy of it).
+                let start = out.len();
+                out.resize(start + zstd::zstd_safe::compress_bound(input.len()), 0);
+                let n = c.compress_to_buffer(input, &mut out[start..])?;
+                out.truncate(start + n);
             }
             Compression::Brotli { level, window_log } => {
                 let params = brotli::enc::BrotliEncoderParams {

@@ -1,7 +1,10 @@
 //! [`ArrayRecordWriter`]: records in, an ArrayRecord file out.
 //!
 //! Records collect into a group; every `group_size` records the group is encoded as
-//! one simple chunk and framed into the sink (block headers every 64 KiB). The footer
+//! one simple chunk and framed into the sink (block headers every 64 KiB). A group of
+//! one record is encoded from the caller's bytes, and between chunks the writer keeps
+//! at most [`RETAINED_BUFFER`] of each buffer: a large record is not copied into the
+//! writer, and its chunk's memory goes once it is written. The footer
 //! remembers each chunk's offset; `finish` writes it, pads to a block boundary and
 //! writes the postscript, padded again, so the postscript sits at `size - 65536` as
 //! readers expect. The output is a pure function of the records and the options; with
@@ -20,6 +23,16 @@ use super::proto::{
 use crate::error::{Error, Result};
 
 static ZEROS: [u8; BLOCK_SIZE as usize] = [0; BLOCK_SIZE as usize];
+
+/// The most capacity each of a writer's buffers keeps from one chunk to the next.
+const RETAINED_BUFFER: usize = 1 << 20;
+
+/// Gives back an empty buffer's capacity beyond `bytes`.
+fn keep_at_most(buffer: &mut Vec<u8>, bytes: usize) {
+    if buffer.capacity() > bytes {
+        buffer.shrink_to(bytes);
+    }
+}
 
 /// What a finished writer wrote.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -106,9 +119,14 @@ impl<W: Write> ArrayRecordWriter<W> {
     pub fn write(&mut self, record: &[u8]) -> Result<()> {
         self.check_usable()?;
         put_varint(&mut self.sizes, record.len() as u64);
-        self.values.extend_from_slice(record);
         self.group_records += 1;
         self.records += 1;
+        if self.group_records >= u64::from(self.options.group_size) && self.values.is_empty() {
+            // A group of this one record (`group_size:1`, the default) is encoded from
+            // the caller's bytes: no copy of a record of up to `max_row_bytes`.
+            return self.write_group(record);
+        }
+        self.values.extend_from_slice(record);
         if self.group_records >= u64::from(self.options.group_size) {
             self.flush_group()?;
         }
@@ -183,11 +201,24 @@ impl<W: Write> ArrayRecordWriter<W> {
         Error::io(&self.name, e)
     }
 
+    /// Writes the pending group, its values collected in `self.values`.
     fn flush_group(&mut self) -> Result<()> {
+        let mut values = std::mem::take(&mut self.values);
+        let written = self.write_group(&values);
+        values.clear();
+        keep_at_most(&mut values, RETAINED_BUFFER);
+        self.values = values;
+        written
+    }
+
+    /// Writes the pending group (its sizes in `self.sizes`) with these values as one
+    /// chunk; the writer's buffers then keep at most [`RETAINED_BUFFER`] each, so that
+    /// a large record's copies do not stay with the writer.
+    fn write_group(&mut self, values: &[u8]) -> Result<()> {
         let mut chunk = std::mem::take(&mut self.chunk);
         let encoded =
             self.compressor
-                .encode_simple(&self.sizes, &self.values, &mut self.scratch, &mut chunk);
+                .encode_simple(&self.sizes, values, &mut self.scratch, &mut chunk);
         if let Err(e) = encoded {
             return Err(self.io_error(e));
         }
@@ -195,17 +226,21 @@ impl<W: Write> ArrayRecordWriter<W> {
             &chunk,
             chunk_type::SIMPLE,
             self.group_records,
-            self.values.len() as u64,
+            values.len() as u64,
         );
         let offset = self.write_chunk(&header, &chunk)?;
         self.footer.push(ChunkFooter {
             chunk_offset: offset,
-            decoded_data_size: self.values.len() as u64,
+            decoded_data_size: values.len() as u64,
             num_records: self.group_records,
         });
+        chunk.clear();
+        keep_at_most(&mut chunk, RETAINED_BUFFER);
         self.chunk = chunk;
         self.sizes.clear();
-        self.values.clear();
+        keep_at_most(&mut self.sizes, RETAINED_BUFFER);
+        self.scratch.clear();
+        keep_at_most(&mut self.scratch, RETAINED_BUFFER);
         self.group_records = 0;
         if self.options.pad_to_block_boundary {
             self.pad_to_block_boundary()?;
@@ -293,5 +328,56 @@ impl<W: Write> ArrayRecordWriter<W> {
             self.pos += layout::BLOCK_HEADER_SIZE;
         }
         Ok(layout::remaining_in_block(self.pos))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::array_record::reader::{ArrayRecordReader, RecordBuf};
+
+    fn buffers(w: &ArrayRecordWriter<Vec<u8>>) -> [usize; 4] {
+        [
+            w.sizes.capacity(),
+            w.values.capacity(),
+            w.scratch.capacity(),
+            w.chunk.capacity(),
+        ]
+    }
+
+    #[test]
+    fn a_large_record_leaves_no_copy_of_itself_with_the_writer() {
+        let big: Vec<u8> = (0..9 << 20)
+            .map(|i: u32| (i % 7 + i / 4096) as u8)
+            .collect();
+        for options in ["group_size:1,zstd:3", "group_size:2,zstd:3", "uncompressed"] {
+            let mut w = ArrayRecordWriter::new(Vec::new(), options.parse().unwrap()).unwrap();
+            for record in [&b"small"[..], &big, &b"after"[..], &big] {
+                w.write(record).unwrap();
+                if w.group_records == 0 {
+                    assert!(
+                        buffers(&w).iter().all(|&c| c <= RETAINED_BUFFER),
+                        "{options}: {:?}",
+                        buffers(&w)
+                    );
+                }
+            }
+            let (bytes, summary) = w.finish_into_inner().unwrap();
+            assert_eq!(summary.records, 4);
+            let r = ArrayRecordReader::from_bytes(options, bytes).unwrap();
+            let mut buf = RecordBuf::default();
+            let back: Vec<Vec<u8>> = (0..4)
+                .map(|i| r.read(i, &mut buf).unwrap().to_vec())
+                .collect();
+            assert_eq!(
+                back,
+                [
+                    b"small".to_vec(),
+                    big.clone(),
+                    b"after".to_vec(),
+                    big.clone()
+                ]
+            );
+        }
     }
 }

@@ -150,6 +150,15 @@ impl RowBuilder {
             )));
         }
         self.last_time = event_time;
+        let len = self.pending.len();
+        if len == self.pending.room() {
+            // Doubled, but never past a full row: the columns hold at most one row's
+            // measurements (a row is up to `max_row_bytes`).
+            self.pending.grow_to(
+                (2 * len).max(INITIAL_MEASUREMENTS).min(self.capacity),
+                self.width,
+            );
+        }
         self.pending.push_parts(event_time, dst, rtt);
         if self.pending.len() == self.capacity {
             return self.emit().map(Some);

@@ -105,6 +105,23 @@ impl Columns {
         self.times.len()
     }
 
+    /// Measurements the columns hold without growing.
+    pub fn room(&self) -> usize {
+        self.times
+            .capacity()
+            .min(self.rtt.capacity())
+            .min(self.valid.capacity())
+    }
+
+    /// Grows the columns to hold `n` measurements of `width`-byte destinations, exactly.
+    pub fn grow_to(&mut self, n: usize, width: usize) {
+        let more = n.saturating_sub(self.len());
+        self.times.reserve_exact(more);
+        self.dst.reserve_exact(more * width);
+        self.rtt.reserve_exact(more);
+        self.valid.reserve_exact(more);
+    }
+
     /// Empties the columns, keeping their memory.
     pub fn clear(&mut self) {
         self.times.clear();
