@@ -4,8 +4,8 @@
 //! ```text
 //! push / push_encoded ─► buffer (half the sort's memory) ── full ──► sort ─► run file (scratch)
 //! finish ─► no run spilled: the buffer, sorted, from memory
-//!        └► runs spilled:   the buffer spilled as the last run, then one k-way merge
-//!                           of the run files (one buffered reader each)
+//!        └► runs spilled:   the buffer sorted and kept as the last run, then one k-way
+//!                           merge of it and the run files (each read a block at a time)
 //! ```
 //!
 //! The in-memory sort is a most-significant-byte-first radix sort ([`radix_sort`]) into
@@ -16,13 +16,13 @@
 //! Records equal under `Ord` must be the same bytes ([`SortRecord`]): the sorted
 //! sequence is then a pure function of the multiset of records pushed, whatever their
 //! arrival order, the memory given and how many runs were spilled. Memory is bounded:
-//! the two buffers take the sort's memory, and a merge gives each run's reader an
-//! equal share of it.
+//! the two buffers take the sort's memory; a merge keeps the first (the last run) and
+//! gives each spilled run's reader an equal share of the second's half.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
 use std::fs::File;
-use std::io::{BufReader, BufWriter, Read, Write};
+use std::io::{Read, Write};
 use std::path::{Path, PathBuf};
 
 use crate::error::{EngineError, Result};
@@ -150,7 +150,7 @@ const SMALL_BUCKET: usize = 64;
 const RUN_READ_MIN: usize = 64 << 10;
 const RUN_READ_MAX: usize = 8 << 20;
 
-/// The write buffer of a run being spilled.
+/// The bytes of records a spill encodes and writes at once.
 const RUN_WRITE: usize = 1 << 20;
 
 /// The two record buffers of an [`ExternalSort`], kept by a worker from one sort to the
@@ -249,8 +249,8 @@ impl<R: SortRecord> ExternalSort<R> {
 
     /// Every record pushed, in order.
     pub fn finish(mut self) -> Result<Sorted<R>> {
+        self.sort_buffer();
         if self.runs.is_empty() {
-            self.sort_buffer();
             return Ok(Sorted {
                 source: Source::Memory {
                     records: self.buffer,
@@ -259,30 +259,38 @@ impl<R: SortRecord> ExternalSort<R> {
                 scattered: self.scattered,
             });
         }
-        if !self.buffer.is_empty() {
-            self.spill()?;
-        }
-        // The buffers' memory goes to the runs' readers.
-        drop(std::mem::take(&mut self.buffer));
+        // The records still in the buffer stay there, sorted, as the merge's last run
+        // (never written and read back); the scatter buffer's half of the memory goes to
+        // the spilled runs' readers.
         drop(std::mem::take(&mut self.scattered));
-        let share = (self.memory / self.runs.len()).clamp(RUN_READ_MIN, RUN_READ_MAX);
+        let share = (self.memory / 2 / self.runs.len()).clamp(RUN_READ_MIN, RUN_READ_MAX);
         let mut readers = Vec::with_capacity(self.runs.len());
-        let mut heap = BinaryHeap::with_capacity(self.runs.len());
+        let mut heap = BinaryHeap::with_capacity(self.runs.len() + 1);
         for run in self.runs {
             let file = File::open(&run.path).map_err(|e| scratch_error(&run.path, e))?;
             let mut reader = RunReader {
-                file: BufReader::with_capacity(share, file),
+                file,
                 path: run.path,
                 left: run.records,
-                bytes: vec![0; R::BYTES],
+                block: vec![0; share.max(R::BYTES)],
+                start: 0,
+                end: 0,
             };
             if let Some(first) = reader.next::<R>()? {
                 heap.push(Reverse((first, readers.len())));
             }
             readers.push(reader);
         }
+        if let Some(&first) = self.buffer.first() {
+            heap.push(Reverse((first, readers.len())));
+        }
         Ok(Sorted {
-            source: Source::Merge { readers, heap },
+            source: Source::Merge {
+                readers,
+                in_memory: self.buffer,
+                next: 1,
+                heap,
+            },
             scattered: Vec::new(),
         })
     }
@@ -305,14 +313,17 @@ impl<R: SortRecord> ExternalSort<R> {
     fn spill(&mut self) -> Result<()> {
         self.sort_buffer();
         let path = self.dir.join(format!("run-{:05}", self.runs.len()));
-        let file = File::create(&path).map_err(|e| scratch_error(&path, e))?;
-        let mut out = BufWriter::with_capacity(RUN_WRITE, file);
-        let mut bytes = vec![0; R::BYTES];
-        for r in &self.buffer {
-            r.encode(&mut bytes);
-            out.write_all(&bytes).map_err(|e| scratch_error(&path, e))?;
+        let mut file = File::create(&path).map_err(|e| scratch_error(&path, e))?;
+        // Encoded a block of records at a time, each block written in one call.
+        let per_block = (RUN_WRITE / R::BYTES).max(1);
+        let mut block = vec![0; per_block * R::BYTES];
+        for records in self.buffer.chunks(per_block) {
+            let bytes = &mut block[..records.len() * R::BYTES];
+            for (r, out) in records.iter().zip(bytes.chunks_exact_mut(R::BYTES)) {
+                r.encode(out);
+            }
+            file.write_all(bytes).map_err(|e| scratch_error(&path, e))?;
         }
-        out.flush().map_err(|e| scratch_error(&path, e))?;
         self.runs.push(Run {
             path,
             records: self.buffer.len() as u64,
@@ -343,20 +354,28 @@ enum Source<R> {
     },
     Merge {
         readers: Vec<RunReader>,
+        /// The last run, never spilled (run number `readers.len()` in the heap), and the
+        /// index of its next record not yet in the heap.
+        in_memory: Vec<R>,
+        next: usize,
         /// The smallest unread record of each run that has one, with its run.
         heap: BinaryHeap<Reverse<(R, usize)>>,
     },
 }
 
 impl<R: SortRecord> Sorted<R> {
-    /// The sort's buffers, for the next sort (none after a merge, which freed them).
+    /// The sort's buffers, for the next sort (after a merge, only the first: the merge
+    /// freed the second).
     pub fn into_buffers(self) -> SortBuffers<R> {
         match self.source {
             Source::Memory { records, .. } => SortBuffers {
                 buffer: records,
                 scattered: self.scattered,
             },
-            Source::Merge { .. } => SortBuffers::default(),
+            Source::Merge { in_memory, .. } => SortBuffers {
+                buffer: in_memory,
+                scattered: Vec::new(),
+            },
         }
     }
 
@@ -368,12 +387,31 @@ impl<R: SortRecord> Sorted<R> {
                 *next += 1;
                 Ok(r)
             }
-            Source::Merge { readers, heap } => {
-                let Some(Reverse((smallest, run))) = heap.pop() else {
+            Source::Merge {
+                readers,
+                in_memory,
+                next,
+                heap,
+            } => {
+                let Some(mut top) = heap.peek_mut() else {
                     return Ok(None);
                 };
-                if let Some(following) = readers[run].next::<R>()? {
-                    heap.push(Reverse((following, run)));
+                let Reverse((smallest, run)) = *top;
+                let following = match readers.get_mut(run) {
+                    Some(reader) => reader.next::<R>()?,
+                    None => {
+                        let r = in_memory.get(*next).copied();
+                        *next += 1;
+                        r
+                    }
+                };
+                // The run's next record takes its place at the top (one sift, not a pop
+                // and a push).
+                match following {
+                    Some(r) => *top = Reverse((r, run)),
+                    None => {
+                        std::collections::binary_heap::PeekMut::pop(top);
+                    }
                 }
                 Ok(Some(smallest))
             }
@@ -381,13 +419,16 @@ impl<R: SortRecord> Sorted<R> {
     }
 }
 
-/// One run being merged.
+/// One spilled run being merged, read a block at a time.
 struct RunReader {
-    file: BufReader<File>,
+    file: File,
     path: PathBuf,
     /// Records not yet read.
     left: u64,
-    bytes: Vec<u8>,
+    /// Bytes read ahead: the unread ones are `block[start..end]`.
+    block: Vec<u8>,
+    start: usize,
+    end: usize,
 }
 
 impl RunReader {
@@ -395,11 +436,33 @@ impl RunReader {
         if self.left == 0 {
             return Ok(None);
         }
-        self.file
-            .read_exact(&mut self.bytes)
-            .map_err(|e| scratch_error(&self.path, e))?;
+        if self.end - self.start < R::BYTES {
+            self.refill(R::BYTES)
+                .map_err(|e| scratch_error(&self.path, e))?;
+        }
+        let r = R::decode(&self.block[self.start..self.start + R::BYTES]);
+        self.start += R::BYTES;
         self.left -= 1;
-        Ok(Some(R::decode(&self.bytes)))
+        Ok(Some(r))
+    }
+
+    /// Moves the unread bytes to the front and reads until at least `want` are there.
+    fn refill(&mut self, want: usize) -> std::io::Result<()> {
+        self.block.copy_within(self.start..self.end, 0);
+        self.end -= self.start;
+        self.start = 0;
+        while self.end < want {
+            match self.file.read(&mut self.block[self.end..])? {
+                0 => {
+                    return Err(std::io::Error::new(
+                        std::io::ErrorKind::UnexpectedEof,
+                        format!("the run ends {} records early", self.left),
+                    ))
+                }
+                n => self.end += n,
+            }
+        }
+        Ok(())
     }
 }
 
@@ -494,6 +557,31 @@ mod tests {
             assert!(runs > 0, "{memory}: expected runs on scratch");
             assert_eq!(got, want, "memory {memory}");
         }
+    }
+
+    #[test]
+    fn the_last_run_is_merged_from_memory_and_its_buffer_kept_for_the_next_sort() {
+        let input = records(10_000, 3);
+        let mut want = input.clone();
+        want.sort();
+        let dir = tempfile::tempdir().unwrap();
+        // 64 KiB: 4096 records a run, so two spilled and 1 808 left in the buffer.
+        let mut sort = ExternalSort::<Six>::new(dir.path(), 64 << 10);
+        for r in &input {
+            sort.push(*r).unwrap();
+        }
+        assert_eq!(sort.runs(), 2);
+        let mut out = sort.finish().unwrap();
+        // Only the two spilled runs are on scratch: the last was not written.
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 2);
+        let mut got = Vec::new();
+        while let Some(r) = out.next_record().unwrap() {
+            got.push(r);
+        }
+        assert_eq!(got, want);
+        let buffers = out.into_buffers();
+        assert!(buffers.buffer.capacity() >= 1808, "{}", buffers.buffer.capacity());
+        assert!(buffers.scattered.capacity() == 0);
     }
 
     #[test]

@@ -116,16 +116,18 @@ scratch = "{WORK / 'scratch'}"
 def generate_atlas(rows: int, out: Path, seed: int = 45, files: int = 8) -> None:
     """`rows` measurements at RIPE Atlas's shape into `files` Parquet files under `out`
     (the demo generator's columns: src_addr, dst_addr (Utf8), ip_version (Int32), rtt
-    (Float64 ms, -1.0 for a failed ping), event_time (Int64 unix s)).
+    (Float64 ms, -1.0 for a failed ping), event_time (Int64 unix s)), one file at a time
+    (a 200M-row input in about 1.5 GB of memory).
 
     * sources: rows / 600, between 10 000 and 100 000, 58 % IPv4 and 42 % IPv6 (Atlas has
       ~12 000 probes at a time and tens of thousands over its history);
     * history lengths: heavy-tailed (log-normal, sigma 1.2: the median half the mean, the
       longest tens of times the mean), and the 3 longest hold 3 % of the rows each: past
       one 8 MiB row from 20M rows on (a measurement is ~20 bytes in a row);
-    * each source pings ~40 anchors of its own family among 3 000, every ~240 s, so a
-      source's measurements spread over the whole span and every file holds all sources,
-      as Atlas's hourly dumps do; files cover consecutive stretches of time;
+    * each source pings 40 anchors of its own family among 3 000 in turn, over 30 days
+      for the longest histories and a stretch of 30-100 % of that for the others (probes
+      come and go), at a rate that makes its count; files cover consecutive stretches of
+      time, in time order, each holding the sources active then, as Atlas's dumps do;
     * RTT: log-normal per (source, anchor) path around 40 ms with 20 % jitter; 3 % failed.
     """
     import numpy as np  # noqa: PLC0415
@@ -151,41 +153,53 @@ def generate_atlas(rows: int, out: Path, seed: int = 45, files: int = 8) -> None
     a_octets = rng.integers(1, 223, (anchors, 3))
     anchor_v4 = np.array([f"193.{o[0]}.{o[1]}.{o[2] % 250 + 1}" for o in a_octets], dtype=object)
     anchor_v6 = np.array([f"2001:67c:{o[0]:x}:{o[1]:x}::{o[2]:x}" for o in a_octets], dtype=object)
-    start, step = 1_767_225_600, 240
-    # Row r of source k: its (r)th measurement; sources interleave in time.
-    source = np.repeat(np.arange(n), counts)
-    nth = np.arange(rows) - np.repeat(np.cumsum(counts) - counts, counts)
-    longest = counts.max()
-    span = int(longest) * step // 40 + step
-    phase = rng.integers(0, step, n)
-    event_time = start + phase[source] + (nth // 40) * step + rng.integers(0, 40, rows)
-    order = np.argsort(event_time, kind="stable")
-    source, nth, event_time = source[order], nth[order], event_time[order]
-    path = rng.integers(0, 40, rows)
-    anchor = (source * 7919 + path * 104729) % anchors
-    base = np.exp(np.log(40.0) + 0.8 * rng.standard_normal(n * 40)).reshape(n, 40)
-    rtt = base[source, path] * np.exp(0.2 * rng.standard_normal(rows))
-    rtt[rng.random(rows) < 0.03] = -1.0
-    six = v6[source]
     src_dict = pa.array(src, pa.string())
     dst_dict = pa.array(np.concatenate([anchor_v4, anchor_v6]), pa.string())
-    dst_index = np.where(six, anchor + anchors, anchor)
+    base = np.exp(np.log(40.0) + 0.8 * rng.standard_normal(n * 40)).reshape(n, 40)
+    # Source k measures from begin[k] for dur[k] seconds (30 days for the 3 longest, a
+    # uniform 30-100 % of that for the others: probes come and go), its measurement i at
+    # begin[k] + i * interval[k] (+ jitter): the longer the history, the faster the rate.
+    begin_time, span = 1_767_225_600, 30 * 86_400
+    dur = span * rng.uniform(0.3, 1.0, n)
+    dur[top] = span
+    begin = begin_time + rng.random(n) * (span - dur)
+    interval = dur / np.maximum(counts, 1)
     out.mkdir(parents=True, exist_ok=True)
-    bounds = np.linspace(0, rows, files + 1).astype(np.int64)
+    edges = begin_time + np.linspace(0, span, files + 1)
+    edges[-1] += 1.0
     for f in range(files):
-        lo, hi = bounds[f], bounds[f + 1]
+        # Each source's measurements whose time falls in this file's stretch.
+        lo = np.clip(np.ceil((edges[f] - begin) / interval), 0, counts).astype(np.int64)
+        hi = np.clip(np.ceil((edges[f + 1] - begin) / interval), 0, counts).astype(np.int64)
+        k = hi - lo
+        source = np.repeat(np.arange(n), k)
+        nth = np.arange(int(k.sum())) - np.repeat(np.cumsum(k) - k, k) + np.repeat(lo, k)
+        part_rng = np.random.default_rng([seed, f])
+        m = len(source)
+        jitter = part_rng.random(m) * np.minimum(interval[source], 40.0)
+        event_time = (begin[source] + nth * interval[source] + jitter).astype(np.int64)
+        order = np.argsort(event_time, kind="stable")
+        source, nth, event_time = source[order], nth[order], event_time[order]
+        path = nth % 40
+        anchor = (source * 7919 + path * 104729) % anchors
+        rtt = base[source, path] * np.exp(0.2 * part_rng.standard_normal(m))
+        rtt[part_rng.random(m) < 0.03] = -1.0
+        six = v6[source]
         table = pa.table({
-            "src_addr": pa.DictionaryArray.from_arrays(pa.array(source[lo:hi].astype(np.int32)), src_dict)
+            "src_addr": pa.DictionaryArray.from_arrays(pa.array(source.astype(np.int32)), src_dict)
             .cast(pa.string()),
-            "dst_addr": pa.DictionaryArray.from_arrays(pa.array(dst_index[lo:hi].astype(np.int32)), dst_dict)
+            "dst_addr": pa.DictionaryArray.from_arrays(
+                pa.array(np.where(six, anchor + anchors, anchor).astype(np.int32)), dst_dict)
             .cast(pa.string()),
-            "ip_version": pa.array(np.where(six[lo:hi], 6, 4).astype(np.int32)),
-            "rtt": pa.array(rtt[lo:hi]),
-            "event_time": pa.array(event_time[lo:hi].astype(np.int64)),
+            "ip_version": pa.array(np.where(six, 6, 4).astype(np.int32)),
+            "rtt": pa.array(rtt),
+            "event_time": pa.array(event_time.astype(np.int64)),
         })
         pq.write_table(table, out / f"part-{f:05d}.parquet", row_group_size=131_072, compression="zstd")
+        del table, source, nth, event_time, order, path, anchor, rtt, six, jitter
+    longest = int(counts.max())
     print(f"atlas shape: {n} sources; longest history {longest} rows, median {int(np.median(counts))}; "
-          f"{int((counts >= 400_000).sum())} sources of 400k+ rows; time span {span / 86400:.1f} days",
+          f"{int((counts >= 400_000).sum())} sources of 400k+ rows; time span {span / 86400:.0f} days",
           flush=True)
 
 

@@ -14,12 +14,14 @@ is the worker's, measured in a fresh process."""
 from __future__ import annotations
 
 import json
+import re
 
 import numpy as np
 import pyarrow as pa
 import pyarrow.parquet as pq
 
 from support.outputs import coordinator_peak_mib
+from support.run import run
 
 ROWS = 4_000_000
 # Six histories past one 8 MiB row (a measurement takes ~20 bytes of a row).
@@ -78,3 +80,34 @@ scratch = "{tmp_path}/scratch"
     # The longest history was split into rows of at most 8 MiB: the row path was exercised.
     assert manifest["totals"]["rows"] > manifest["totals"]["sources"], manifest["totals"]
     assert peak_mib <= BOUND_MIB, f"peak RSS {peak_mib} MiB > {BOUND_MIB} MiB"
+
+
+def test_rows_too_large_for_the_memory_are_refused_before_the_job_starts(tmp_path):
+    """A reduce holds 4 copies of a row beside its sort: 16 MiB rows leave a 64 MiB
+    worker's sort nothing. The job is refused at once (exit 2), naming both settings
+    and the least memory that fits; with that memory it runs."""
+    (tmp_path / "in").mkdir()
+    atlas_like(tmp_path / "in", 50_000, (1_000,))
+    spec = tmp_path / "job.toml"
+    spec.write_text(f"""
+[input]
+url = "{tmp_path}/in/*.parquet"
+[output]
+url = "{tmp_path}/out"
+shards = 2
+max_row_bytes = {16 << 20}
+[run]
+workers = 1
+memory_per_worker = "64MiB"
+scratch = "{tmp_path}/scratch"
+""")
+    proc = run(["run", str(spec)], check=False)
+    assert proc.returncode == 2, proc.stderr
+    assert "memory_per_worker 64.0 MiB is too small for [output] max_row_bytes 16.0 MiB" in proc.stderr
+    least = re.search(r"at least (\d+)MiB", proc.stderr)
+    assert least, proc.stderr
+    # The memory it names is enough.
+    spec.write_text(spec.read_text().replace('"64MiB"', f'"{least.group(1)}MiB"'))
+    run(["run", str(spec)])
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert manifest["totals"]["kept_measurements"] == 50_000
