@@ -580,7 +580,11 @@ mod tests {
         }
         assert_eq!(got, want);
         let buffers = out.into_buffers();
-        assert!(buffers.buffer.capacity() >= 1808, "{}", buffers.buffer.capacity());
+        assert!(
+            buffers.buffer.capacity() >= 1808,
+            "{}",
+            buffers.buffer.capacity()
+        );
         assert!(buffers.scattered.capacity() == 0);
     }
 

@@ -76,6 +76,8 @@ pub trait JobFile: Send + Sync + std::fmt::Debug + Sealed {
     fn to_json(&self) -> Result<Payload>;
     /// The input the engine lists and pins.
     fn inputs(&self) -> Vec<InputSource>;
+    /// See [`KindFile::validate_memory`].
+    fn validate_memory(&self, memory_per_worker: u64) -> std::result::Result<(), String>;
     /// Plans a new job; the plan is journaled.
     fn plan<'a>(
         &'a self,
@@ -289,6 +291,10 @@ impl<K: Kind> JobFile for FileOf<K> {
 
     fn fingerprint(&self) -> String {
         fingerprint_of(&self.file.identity())
+    }
+
+    fn validate_memory(&self, memory_per_worker: u64) -> std::result::Result<(), String> {
+        self.file.validate_memory(memory_per_worker)
     }
 
     fn to_json(&self) -> Result<Payload> {

@@ -129,6 +129,12 @@ pub trait KindFile: Serialize + DeserializeOwned + std::fmt::Debug + Send + Sync
     fn identity(&self) -> serde_json::Value;
     /// The input the engine lists and pins (none for input the kind makes itself).
     fn inputs(&self) -> Vec<InputSource>;
+    /// Checks the kind's settings against the memory each worker is given (`[run]
+    /// memory_per_worker`), when the job file is read; the message names the keys.
+    /// The default: nothing to check.
+    fn validate_memory(&self, _memory_per_worker: u64) -> std::result::Result<(), String> {
+        Ok(())
+    }
 }
 
 /// What planning gets besides the job file.

@@ -78,6 +78,9 @@ impl JobSpec {
         })?;
         let run = RunConfig::from_raw(keys.run).map_err(spec_error)?;
         let file_sections = kind.load(file, text)?;
+        file_sections
+            .validate_memory(run.memory_per_worker)
+            .map_err(spec_error)?;
         Ok(JobSpec {
             kind,
             file: file_sections,

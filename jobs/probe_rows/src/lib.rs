@@ -87,11 +87,6 @@ impl Kind for ProbeRows {
                 probeflow_engine::inputs::list_inputs(&[generated]).await?
             }
         };
-        // A reduce's rows and sort must fit a worker's memory: refused before any work.
-        reduce::ReduceMemory::of(
-            usize::try_from(context.memory_per_worker).unwrap_or(usize::MAX),
-            file.output.max_row_bytes,
-        )?;
         let rows_per_task =
             rows_per_map_task(file.input.rows_per_map_task, context.memory_per_worker);
         let (inputs, maps) = plan::plan_maps(&listed, rows_per_task).await?;
@@ -216,6 +211,17 @@ impl KindFile for ProbeRowsFile {
             .map(parquet_source)
             .into_iter()
             .collect()
+    }
+
+    /// A reduce's rows and sort must fit a worker's memory ([`reduce::ReduceMemory`]):
+    /// refused when the job file is read, before any work.
+    fn validate_memory(&self, memory_per_worker: u64) -> std::result::Result<(), String> {
+        reduce::ReduceMemory::of(
+            usize::try_from(memory_per_worker).unwrap_or(usize::MAX),
+            self.output.max_row_bytes,
+        )
+        .map(|_| ())
+        .map_err(|e| e.to_string())
     }
 }
 
