@@ -113,7 +113,7 @@ scratch = "{WORK / 'scratch'}"
     }
 
 
-def generate_atlas(rows: int, out: Path, seed: int = 45, files: int = 8) -> None:
+def generate_atlas(rows: int, out: Path, seed: int = 45, files: int = 8, even: bool = False) -> None:
     """`rows` measurements at RIPE Atlas's shape into `files` Parquet files under `out`
     (the demo generator's columns: src_addr, dst_addr (Utf8), ip_version (Int32), rtt
     (Float64 ms, -1.0 for a failed ping), event_time (Int64 unix s)), one file at a time
@@ -129,18 +129,24 @@ def generate_atlas(rows: int, out: Path, seed: int = 45, files: int = 8) -> None
       come and go), at a rate that makes its count; files cover consecutive stretches of
       time, in time order, each holding the sources active then, as Atlas's dumps do;
     * RTT: log-normal per (source, anchor) path around 40 ms with 20 % jitter; 3 % failed.
+
+    `even`: every source the same history, over the whole 30 days (rows / 2 000
+    sources, 10 000 to 100 000: 200M rows are 100 000 sources × 2 000 measurements).
     """
     import numpy as np  # noqa: PLC0415
     import pyarrow as pa  # noqa: PLC0415
     import pyarrow.parquet as pq  # noqa: PLC0415
 
     rng = np.random.default_rng(seed)
-    n = int(min(100_000, max(10_000, rows // 600)))
+    n = int(min(100_000, max(10_000, rows // (2_000 if even else 600))))
     weights = rng.lognormal(0.0, 1.2, n)
     top = np.argsort(weights)[-3:]
     weights[top] = 0.0
     weights *= 0.91 / weights.sum()
     weights[top] = 0.03
+    if even:
+        weights = np.full(n, 1.0 / n)
+        top = np.arange(n)
     counts = np.floor(weights * rows).astype(np.int64)
     counts[np.argmax(counts)] += rows - counts.sum()
     v6 = rng.random(n) >= 0.58
@@ -198,7 +204,7 @@ def generate_atlas(rows: int, out: Path, seed: int = 45, files: int = 8) -> None
         pq.write_table(table, out / f"part-{f:05d}.parquet", row_group_size=131_072, compression="zstd")
         del table, source, nth, event_time, order, path, anchor, rtt, six, jitter
     longest = int(counts.max())
-    print(f"atlas shape: {n} sources; longest history {longest} rows, median {int(np.median(counts))}; "
+    print(f"{'even' if even else 'atlas'} shape: {n} sources; longest history {longest} rows, median {int(np.median(counts))}; "
           f"{int((counts >= 400_000).sum())} sources of 400k+ rows; time span {span / 86400:.0f} days",
           flush=True)
 
@@ -209,13 +215,14 @@ def main() -> None:
     ap.add_argument("--runs", type=int, default=3, help="runs of each contender, alternating")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--skip", action="append", default=[], help="leave out contenders whose label has this")
-    ap.add_argument("--shape", choices=("demo", "atlas"), default="demo",
+    ap.add_argument("--shape", choices=("demo", "atlas", "even"), default="demo",
                     help="demo: the demo generator's (rows/200 sources, Zipf); atlas: RIPE Atlas's "
-                         "(fewer sources with long, heavy-tailed histories: generate_atlas)")
+                         "(fewer sources with long, heavy-tailed histories: generate_atlas); even: "
+                         "Atlas's columns and times, every source the same history (rows/2000 sources)")
     ap.add_argument("--shards", type=int, default=64, help="probeflow's [output] shards")
     args = ap.parse_args()
 
-    inp = WORK / (f"input-{args.rows}" if args.shape == "demo" else f"input-atlas-{args.rows}")
+    inp = WORK / (f"input-{args.rows}" if args.shape == "demo" else f"input-{args.shape}-{args.rows}")
     marker = inp / ".complete"
     if not marker.exists():
         shutil.rmtree(inp, ignore_errors=True)
@@ -224,7 +231,7 @@ def main() -> None:
             subprocess.run([str(COORDINATOR), "generate", "--rows", str(args.rows), "--out", str(inp)],
                            check=True)
         else:
-            generate_atlas(args.rows, inp)
+            generate_atlas(args.rows, inp, even=args.shape == "even")
         marker.touch()
     commands = {k: v for k, v in contenders(inp, args.threads, args.shards).items()
                 if not any(s in k for s in args.skip)}
