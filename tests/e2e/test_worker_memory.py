@@ -82,6 +82,45 @@ scratch = "{tmp_path}/scratch"
     assert peak_mib <= BOUND_MIB, f"peak RSS {peak_mib} MiB > {BOUND_MIB} MiB"
 
 
+def test_a_worker_stays_within_its_memory_setting_with_a_million_sources(tmp_path):
+    """The other shape: very many sources with short histories (800 000 IPv6 sources of
+    two measurements each). A worker keeps the addresses it parsed from one map task to
+    the next; at most a quarter of its setting of them."""
+    rows, sources = 1_600_000, 800_000
+    rng = np.random.default_rng(11)
+    names = pa.array([f"2001:db8:{i >> 16:x}:{i & 0xFFFF:x}::1" for i in range(sources)])
+    src = np.repeat(np.arange(sources, dtype=np.int32), 2)
+    rng.shuffle(src)
+    (tmp_path / "in").mkdir()
+    for f, part in enumerate(np.array_split(np.arange(rows), 4)):
+        pq.write_table(pa.table({
+            "src_addr": pa.DictionaryArray.from_arrays(pa.array(src[part]), names).cast(pa.string()),
+            "dst_addr": pa.array(["2001:67c:2e8::1"] * len(part)),
+            "ip_version": pa.array(np.full(len(part), 6, dtype=np.int32)),
+            "rtt": pa.array(np.round(rng.lognormal(np.log(40.0), 0.5, len(part)), 3)),
+            "event_time": pa.array(1_767_300_000 + part.astype(np.int64)),
+        }), tmp_path / "in" / f"part-{f}.parquet", row_group_size=131_072)
+    spec = tmp_path / "job.toml"
+    spec.write_text(f"""
+[input]
+url = "{tmp_path}/in/*.parquet"
+[output]
+url = "{tmp_path}/out"
+shards = 2
+[run]
+mode = "local"
+workers = 1
+memory_per_worker = "{MEMORY_MIB}MiB"
+scratch = "{tmp_path}/scratch"
+""")
+    peak_mib = coordinator_peak_mib("run", str(spec))
+    print(f"peak RSS {peak_mib} MiB (bound {BOUND_MIB} MiB)")
+    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    assert manifest["totals"]["kept_measurements"] == rows
+    assert manifest["totals"]["sources"] == sources
+    assert peak_mib <= BOUND_MIB, f"peak RSS {peak_mib} MiB > {BOUND_MIB} MiB"
+
+
 def test_rows_too_large_for_the_memory_are_refused_before_the_job_starts(tmp_path):
     """A reduce holds 4 copies of a row beside its sort: 16 MiB rows leave a 64 MiB
     worker's sort nothing. The job is refused at once (exit 2), naming both settings
