@@ -370,6 +370,7 @@ impl Runner<ProbeRows> for ProbeRowsRunner {
                 call.settings,
                 call.attempt,
                 &mut self.addresses,
+                env.resources.memory_bytes,
             )
             .await?
             .map(ProbeOutput::Map),

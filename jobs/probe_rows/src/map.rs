@@ -21,7 +21,7 @@ use parquet::arrow::{ArrowWriter, ProjectionMask};
 use super::error::ProbeRowsError;
 use super::key;
 use super::protocol::{MapOutput, MapTask, Settings};
-use super::validate::{rejects_batch, AddressCache, Reason, Validator};
+use super::validate::{cache_limit, rejects_batch, AddressCache, Reason, Validator};
 use probeflow_engine::completion::OutputFile;
 use probeflow_engine::error::{EngineError, Result};
 use probeflow_engine::kind::RunResult;
@@ -72,6 +72,7 @@ pub async fn run_map(
     settings: &Settings,
     attempt: u32,
     cache: &mut AddressCache,
+    memory: usize,
 ) -> Result<RunResult<MapOutput>> {
     let output = StoreUrl::parse(&job.output)?;
     // A file pinned with an ETag is read with If-Match on every request; one without
@@ -122,6 +123,7 @@ pub async fn run_map(
         settings.shards,
         settings.plausible,
         cache,
+        cache_limit(memory),
     );
     // Shuffle records per partition, with room for them at IPv4 size and an eighth to
     // spare.

@@ -100,14 +100,29 @@ pub struct AddressCache {
 }
 
 impl AddressCache {
-    /// Ready for a job with `shards` partitions (a source's entry holds its partition).
-    fn prepare(&mut self, shards: u32) {
-        if self.shards != shards || self.src.len() > CACHE_LIMIT || self.dst.len() > CACHE_LIMIT {
+    /// Ready for a job with `shards` partitions (a source's entry holds its partition),
+    /// holding at most `limit` addresses ([`cache_limit`]): past it, both tables start
+    /// again empty (their memory given back).
+    fn prepare(&mut self, shards: u32, limit: usize) {
+        if self.shards != shards || self.src.len() + self.dst.len() > limit {
             self.src.clear();
-            self.dst.clear();
+            self.dst = TextMap::default();
             self.shards = shards;
         }
     }
+}
+
+/// The most memory an address in the cache takes: a source's slot is 64 bytes in a
+/// table at most three quarters full, which doubles when it fills (the old table and
+/// the new one, four times as many slots as sources, for a moment); a destination's
+/// entry in its map as much.
+const CACHE_ENTRY_BYTES: usize = 256;
+
+/// The most addresses a worker's cache keeps from one map task to the next with
+/// `memory` bytes per task: a quarter of it (64 MiB: 65 536 addresses), at most
+/// [`CACHE_LIMIT`] and at least [`CACHE_MIN`].
+pub fn cache_limit(memory: usize) -> usize {
+    (memory / 4 / CACHE_ENTRY_BYTES).clamp(CACHE_MIN, CACHE_LIMIT)
 }
 
 /// The address of a dotted-quad IPv4 text as the standard parser reads it (four decimal
@@ -207,6 +222,8 @@ pub struct Validator<'c> {
     /// The first integer event time rejected as implausible, raw (for the unit hint).
     first_implausible_time: Option<i64>,
     cache: &'c mut AddressCache,
+    /// The most addresses `cache` keeps ([`cache_limit`]).
+    cache_limit: usize,
     src_memo: Memo<Source>,
     dst_memo: Memo<Destination>,
 }
@@ -331,7 +348,10 @@ fn lookup<'m, T>(
     }
 }
 
+/// See [`cache_limit`].
 const CACHE_LIMIT: usize = 1 << 20;
+/// See [`cache_limit`].
+const CACHE_MIN: usize = 1 << 12;
 
 /// Address caches are hit for every input row: a fast (non-DoS-resistant) hash.
 type FastMap<K, V> = std::collections::HashMap<K, V, foldhash::fast::RandomState>;
@@ -343,12 +363,14 @@ impl<'c> Validator<'c> {
         shards: u32,
         plausible: Plausible,
         cache: &'c mut AddressCache,
+        cache_limit: usize,
     ) -> Self {
-        cache.prepare(shards);
+        cache.prepare(shards, cache_limit);
         Validator {
             file,
             columns,
             shards,
+            cache_limit,
             plausible,
             first_implausible_time: None,
             cache,
@@ -528,7 +550,7 @@ impl<'c> Validator<'c> {
                 rejects.push((i as u32, reason));
             }
         }
-        self.cache.prepare(self.shards);
+        self.cache.prepare(self.shards, self.cache_limit);
         Ok(rejects)
     }
 
@@ -680,6 +702,7 @@ mod tests {
             2,
             plausible,
             &mut cache,
+            cache_limit(2 << 30),
         );
         let mut partitioned = key::PartitionedRecords::new(2, 0);
         let rejects = v.validate(b, &mut partitioned).unwrap();
@@ -761,6 +784,7 @@ mod tests {
             4,
             window(),
             &mut cache,
+            cache_limit(2 << 30),
         );
         let mut partitioned = key::PartitionedRecords::new(4, 0);
         for b in &batches {
@@ -773,6 +797,63 @@ mod tests {
         );
         let kept: u64 = partitioned.into_partitions().map(|(_, rows)| rows).sum();
         assert_eq!(kept, rows as u64);
+    }
+
+    #[test]
+    fn the_address_cache_keeps_at_most_its_limit_from_one_map_to_the_next() {
+        // A worker of 64 MiB keeps a quarter of it, 65 536 addresses; a larger one up
+        // to a million.
+        assert_eq!(cache_limit(64 << 20), 65_536);
+        assert_eq!(cache_limit(64 << 30), CACHE_LIMIT);
+        assert_eq!(cache_limit(0), CACHE_MIN);
+        let limit = CACHE_MIN;
+        let per_map = 1_000;
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("src_addr", DataType::Utf8, true),
+            Field::new("dst_addr", DataType::Utf8, true),
+            Field::new("event_time", DataType::Int64, true),
+            Field::new("rtt", DataType::Float64, true),
+            Field::new("ip_version", DataType::Int64, true),
+        ]));
+        let mut cache = AddressCache::default();
+        let mut most = 0;
+        // 30 maps of 1 000 sources each, every one new.
+        for map in 0..30 {
+            let src: Vec<String> = (0..per_map)
+                .map(|i| format!("2001:db8::{:x}", map * per_map + i))
+                .collect();
+            let batch = RecordBatch::try_new(
+                schema.clone(),
+                vec![
+                    Arc::new(StringArray::from(src)),
+                    Arc::new(StringArray::from(vec!["2001:db8:1::1"; per_map])),
+                    Arc::new(Int64Array::from(vec![NOW; per_map])),
+                    Arc::new(Float64Array::from(vec![12.5; per_map])),
+                    Arc::new(Int64Array::from(vec![6; per_map])),
+                ],
+            )
+            .unwrap();
+            let mut v = Validator::new(
+                "f.parquet".into(),
+                InputColumns::default(),
+                4,
+                window(),
+                &mut cache,
+                limit,
+            );
+            let mut partitioned = key::PartitionedRecords::new(4, 0);
+            assert!(v.validate(&batch, &mut partitioned).unwrap().is_empty());
+            drop(v);
+            let held = cache.src.len() + cache.dst.len();
+            // At most the limit, and what one batch added past it.
+            assert!(
+                held <= limit + per_map + 1,
+                "map {map}: {held} addresses held"
+            );
+            most = most.max(held);
+        }
+        // It filled up to its limit (and was emptied past it: 30 000 sources met).
+        assert!(most > limit - per_map, "{most}");
     }
 
     const NOW: i64 = 1_767_300_000; // 2026-01-01
