@@ -153,6 +153,7 @@ impl OverlapDriver {
                     groups: self.groups,
                     index_files,
                     eval_rows: self.index.values().map(|o| o.counts.rows).collect(),
+                    index_runs: self.index.values().map(|o| o.runs).collect(),
                     lengths: lengths.clone(),
                 };
                 tasks.push((index, OverlapTask::Scan(task)));
@@ -203,6 +204,7 @@ impl OverlapDriver {
                 .map(|o| o.shuffle_file.clone())
                 .collect(),
             eval_rows: self.index.values().map(|o| o.counts.rows).collect(),
+            runs: self.index.values().map(|o| o.runs).collect(),
             lengths: self.index_lengths(),
             groups: self.groups,
         });
@@ -392,6 +394,10 @@ impl Driver<NgramOverlap> for OverlapDriver {
             OverlapDone::Index(t, o) => {
                 if o.shuffle_file != index_shuffle_path(t.eval_file, attempt) {
                     return Err(format!("files not planned for this attempt: {o:?}"));
+                }
+                // Run r's segments are numbered from r × 2 × partitions.
+                if o.runs == 0 || o.runs.checked_mul(2 * self.settings.partitions).is_none() {
+                    return Err(format!("{} runs in an index file", o.runs));
                 }
                 check_rejects("eval", t.eval_file, &o.counts.rejects_file)?;
                 let longest = self.settings.n.iter().max().copied().unwrap_or(0);

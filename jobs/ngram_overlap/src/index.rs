@@ -111,7 +111,112 @@ fn row_windows(
     }
 }
 
-/// Runs index task `task` (on a blocking thread: call through `spawn_blocking`).
+/// The bytes of postings an index task holds at most, out of its worker's `memory`:
+/// a quarter of it (at least 1 MiB). Past it, the postings held so far are sorted and
+/// written as a run, and freed.
+pub fn postings_budget(memory: usize) -> usize {
+    (memory / 4).max(1 << 20)
+}
+
+/// The memory a partition's postings take: whole blocks, and the prefix keys' capacity.
+fn held_bytes(part: &PartitionPostings) -> usize {
+    part.keys.len() * POSTINGS_PER_BLOCK * (size_of::<u64>() + size_of::<u32>())
+        + part.prefixes.capacity() * size_of::<u64>()
+}
+
+/// An index task's shuffle file as its runs are written to it: run `r`'s partition `p`
+/// is segment `r × 2 × partitions + p`, its prefix keys segment `r × 2 × partitions +
+/// partitions + p` ([`run_segment`]).
+struct RunsWriter<'a> {
+    handle: &'a tokio::runtime::Handle,
+    partitions: u32,
+    upload: probeflow_engine::store::PartWriter,
+    segments: BTreeMap<u32, ShuffleSegment>,
+    offset: u64,
+    runs: u32,
+    ngrams: u64,
+    /// Buffers kept from one partition to the next.
+    segment: Vec<u8>,
+    sorted: Vec<(u64, u32)>,
+}
+
+impl RunsWriter<'_> {
+    /// Writes `parts` as the next run: partitions in order, each sorted, encoded,
+    /// uploaded (in parts) and freed before the next, so that the postings are held
+    /// once, not a second time as one encoded file.
+    fn write_run(&mut self, parts: Vec<PartitionPostings>) -> Result<()> {
+        let schema = posting_schema();
+        let prefix_schema = prefix_schema();
+        let run = self.runs;
+        for (p, part) in parts.into_iter().enumerate() {
+            if part.len == 0 {
+                continue;
+            }
+            sort_postings(
+                || {
+                    part.keys
+                        .iter()
+                        .flatten()
+                        .copied()
+                        .zip(part.rows.iter().flatten().copied())
+                },
+                partition_keys(p as u32, self.partitions),
+                &mut self.sorted,
+            );
+            drop(part.keys);
+            drop(part.rows);
+            let mut prefixes = part.prefixes;
+            self.ngrams += self.sorted.len() as u64;
+            let keys: UInt64Array = self.sorted.iter().map(|p| p.0).collect::<Vec<u64>>().into();
+            let rows: UInt32Array = self.sorted.iter().map(|p| p.1).collect::<Vec<u32>>().into();
+            let columns: Vec<ArrayRef> = vec![Arc::new(keys), Arc::new(rows)];
+            prefixes.sort_unstable();
+            prefixes.dedup();
+            let prefixes: ArrayRef = Arc::new(UInt64Array::from(prefixes));
+            let (postings_at, prefixes_at) = run_segment(run, p as u32, self.partitions);
+            self.put(
+                postings_at,
+                RecordBatch::try_new(schema.clone(), columns)?,
+                &schema,
+            )?;
+            if !prefixes.is_empty() {
+                let batch = RecordBatch::try_new(prefix_schema.clone(), vec![prefixes])?;
+                self.put(prefixes_at, batch, &prefix_schema)?;
+            }
+        }
+        self.sorted = Vec::new();
+        self.runs += 1;
+        Ok(())
+    }
+
+    fn put(&mut self, at: u32, batch: RecordBatch, schema: &SchemaRef) -> Result<()> {
+        let rows = batch.num_rows() as u64;
+        self.segment.clear();
+        let bytes = encode_segment(&mut self.segment, schema, [Ok(batch)])?;
+        self.handle.block_on(self.upload.write(&self.segment))?;
+        self.segments.insert(
+            at,
+            ShuffleSegment {
+                offset: self.offset,
+                len: bytes,
+                rows,
+            },
+        );
+        self.offset += bytes;
+        Ok(())
+    }
+}
+
+/// The segments of run `run`'s partition `p`: its postings and its prefix keys.
+pub fn run_segment(run: u32, p: u32, partitions: u32) -> (u32, u32) {
+    let first = run * 2 * partitions;
+    (first + p, first + partitions + p)
+}
+
+/// Runs index task `task` (on a blocking thread: call through `spawn_blocking`),
+/// holding at most `budget` bytes of postings ([`postings_budget`]): an eval file with
+/// more is written as several runs of its rows, in row order, into the one shuffle
+/// file (the scan merges them as it merges the partitions of several eval files).
 pub fn run_index(
     handle: &tokio::runtime::Handle,
     task: &IndexTask,
@@ -119,12 +224,29 @@ pub fn run_index(
     settings: &Settings,
     attempt: u32,
     whole: &mut WholeFiles,
+    budget: usize,
 ) -> Result<IndexOutput> {
-    let mut parts: Vec<PartitionPostings> = (0..settings.partitions)
-        .map(|_| PartitionPostings::default())
-        .collect();
+    let fresh = || -> Vec<PartitionPostings> {
+        (0..settings.partitions)
+            .map(|_| PartitionPostings::default())
+            .collect()
+    };
+    let mut parts = fresh();
+    let mut held = 0usize;
     let mut lengths = BTreeSet::new();
     let mut doc = ScanTokens::default();
+    let shuffle_file = index_shuffle_path(task.eval_file, attempt);
+    let mut runs = RunsWriter {
+        handle,
+        partitions: settings.partitions,
+        upload: output.put_in_parts(output.child(&shuffle_file)),
+        segments: BTreeMap::new(),
+        offset: 0,
+        runs: 0,
+        ngrams: 0,
+        segment: Vec::new(),
+        sorted: Vec::new(),
+    };
     let counts = read_records(
         handle,
         &task.file,
@@ -146,83 +268,47 @@ pub fn run_index(
             doc.fill(settings.tokenizer, record.text);
             row_windows(&doc, &settings.n, &mut lengths, |key, prefix| {
                 let p = &mut parts[partition_of(key, settings.partitions) as usize];
+                let before = held_bytes(p);
                 p.push(key, row);
                 if let Some(prefix) = prefix {
                     p.prefixes.push(prefix);
                 }
+                held += held_bytes(p) - before;
             });
+            // A run ends between rows: every posting of a row is in one run.
+            if held >= budget {
+                runs.write_run(std::mem::replace(&mut parts, fresh()))?;
+                held = 0;
+            }
             Ok(())
         },
     )?;
-    // Partitions in order, each sorted, encoded, uploaded (in parts) and freed before
-    // the next: the task holds its postings once, not a second time as one encoded file.
-    let schema = posting_schema();
-    let prefix_schema = prefix_schema();
-    let shuffle_file = index_shuffle_path(task.eval_file, attempt);
-    let mut upload = output.put_in_parts(output.child(&shuffle_file));
-    let mut segments = BTreeMap::new();
-    let mut offset = 0u64;
-    let mut segment = Vec::new();
-    let mut ngrams = 0u64;
-    let mut sorted = Vec::new();
-    for (p, part) in parts.into_iter().enumerate() {
-        if part.len == 0 {
-            continue;
-        }
-        sort_postings(
-            || {
-                part.keys
-                    .iter()
-                    .flatten()
-                    .copied()
-                    .zip(part.rows.iter().flatten().copied())
-            },
-            partition_keys(p as u32, settings.partitions),
-            &mut sorted,
-        );
-        let mut prefixes = part.prefixes;
-        ngrams += sorted.len() as u64;
-        let keys: UInt64Array = sorted.iter().map(|p| p.0).collect::<Vec<u64>>().into();
-        let rows: UInt32Array = sorted.iter().map(|p| p.1).collect::<Vec<u32>>().into();
-        let columns: Vec<ArrayRef> = vec![Arc::new(keys), Arc::new(rows)];
-        prefixes.sort_unstable();
-        prefixes.dedup();
-        let prefixes: ArrayRef = Arc::new(UInt64Array::from(prefixes));
-        let mut put = |at: u32, batch: RecordBatch, schema: &SchemaRef| {
-            let rows = batch.num_rows() as u64;
-            segment.clear();
-            let bytes = encode_segment(&mut segment, schema, [Ok(batch)])?;
-            handle.block_on(upload.write(&segment))?;
-            segments.insert(
-                at,
-                ShuffleSegment {
-                    offset,
-                    len: bytes,
-                    rows,
-                },
-            );
-            offset += bytes;
-            Ok::<_, EngineError>(())
-        };
-        put(
-            p as u32,
-            RecordBatch::try_new(schema.clone(), columns)?,
-            &schema,
-        )?;
-        if !prefixes.is_empty() {
-            let batch = RecordBatch::try_new(prefix_schema.clone(), vec![prefixes])?;
-            put(settings.partitions + p as u32, batch, &prefix_schema)?;
-        }
+    if held > 0 || runs.runs == 0 {
+        runs.write_run(parts)?;
     }
+    let RunsWriter {
+        upload,
+        segments,
+        runs,
+        ngrams,
+        ..
+    } = runs;
     handle.block_on(async {
         upload.finish().await?;
-        write_index(output, &shuffle_file, 2 * settings.partitions, &segments).await
+        write_index(
+            output,
+            &shuffle_file,
+            2 * settings.partitions * runs,
+            &segments,
+        )
+        .await
     })?;
     Ok(IndexOutput {
         shuffle_file,
         counts,
         ngrams,
         lengths,
+        runs,
     })
 }
 
@@ -233,7 +319,7 @@ pub fn run_index(
 /// `longest`: the longest configured length.
 pub async fn load_index(
     output: &StoreUrl,
-    files: &[String],
+    (files, runs): (&[String], &[u32]),
     eval_rows: &[u64],
     (lengths, longest): (&[u32], u32),
     (group, groups, partitions): (u32, u32, u32),
@@ -241,25 +327,33 @@ pub async fn load_index(
     let started = std::time::Instant::now();
     let schema = posting_schema();
     let bases = row_bases(eval_rows)?;
-    if files.len() != eval_rows.len() {
+    if files.len() != eval_rows.len() || !(runs.is_empty() || runs.len() == files.len()) {
         return Err(EngineError::Job(format!(
-            "{} index files but {} eval row counts",
+            "{} index files but {} eval row counts and {} run counts",
             files.len(),
-            eval_rows.len()
+            eval_rows.len(),
+            runs.len()
         )));
     }
+    // Every run of every file, in eval order: (file, its run number).
+    let sources: Vec<(usize, u32)> = (0..files.len())
+        .flat_map(|f| (0..runs.get(f).copied().unwrap_or(1)).map(move |r| (f, r)))
+        .collect();
     let mine: Vec<u32> = (group..partitions)
         .step_by(groups.max(1) as usize)
         .collect();
     // Every index entry of the group first (their posting counts size the index), many
     // at once: a store far away costs a round trip per request.
-    let segments = index_entries(output, files, mine.iter().copied()).await?;
+    let postings_of = |p: u32| move |r: u32| run_segment(r, p, partitions).0;
+    let segments =
+        index_entries(output, files, &sources, mine.iter().copied(), postings_of).await?;
     let postings: u64 = segments.iter().map(|(_, s)| s.rows).sum();
     check_group_size(postings)?;
     // The gated n-grams' prefixes, when the index has any gated length.
     let gated = lengths.iter().any(|&n| is_gated(n, longest));
     let prefix_segments = if gated {
-        index_entries(output, files, mine.iter().map(|&p| partitions + p)).await?
+        let prefixes_of = |p: u32| move |r: u32| run_segment(r, p, partitions).1;
+        index_entries(output, files, &sources, mine.iter().copied(), prefixes_of).await?
     } else {
         Vec::new()
     };
@@ -273,7 +367,7 @@ pub async fn load_index(
         }
     }
     let mut part: Vec<(u64, u32)> = Vec::new();
-    let per_partition = files.len().max(1);
+    let per_partition = sources.len().max(1);
     let mut segments = segments.into_iter();
     for &p in &mine {
         let these: Vec<_> = segments.by_ref().take(per_partition).collect();
@@ -317,15 +411,21 @@ const ENTRIES_IN_FLIGHT: usize = 64;
 /// Segments a scan fetches at once while loading its group (each is held until added).
 const SEGMENTS_IN_FLIGHT: usize = 8;
 
-/// The index entries of partitions `partitions` of every file, partition by partition
-/// (files in order within each): (file, segment).
-async fn index_entries(
+/// The index entries of partitions `partitions` of every run of every file (`sources`:
+/// (file, run)), partition by partition (runs in order within each): (file, segment).
+/// `segment_of(p)(r)`: the segment of run `r`'s partition `p`.
+async fn index_entries<S: Fn(u32) -> u32>(
     output: &StoreUrl,
     files: &[String],
+    sources: &[(usize, u32)],
     partitions: impl Iterator<Item = u32>,
+    segment_of: impl Fn(u32) -> S,
 ) -> Result<Vec<(usize, ShuffleSegment)>> {
     let wanted: Vec<(usize, u32)> = partitions
-        .flat_map(|p| (0..files.len()).map(move |f| (f, p)))
+        .flat_map(|p| {
+            let segment = segment_of(p);
+            sources.iter().map(move |&(f, r)| (f, segment(r)))
+        })
         .collect();
     futures::stream::iter(wanted)
         .map(|(f, p)| async move { Ok((f, read_index_entry(output, &files[f], p).await?)) })

@@ -241,6 +241,15 @@ pub struct IndexOutput {
     pub ngrams: u64,
     /// The effective n-gram lengths present.
     pub lengths: BTreeSet<u32>,
+    /// Runs of rows the shuffle file holds ([`crate::index::run_segment`]): more than
+    /// one when the file's postings exceeded the task's memory. Results journaled
+    /// before runs existed have one.
+    #[serde(default = "one_run")]
+    pub runs: u32,
+}
+
+fn one_run() -> u32 {
+    1
 }
 
 /// Stream training file `train_file` past index partitions `partitions`.
@@ -258,6 +267,9 @@ pub struct ScanTask {
     /// Each eval file's row count (rejected rows included), in eval order: what numbers
     /// the eval rows in one index.
     pub eval_rows: Vec<u64>,
+    /// Each index file's runs ([`IndexOutput::runs`]), in eval order; empty: one each.
+    #[serde(default)]
+    pub index_runs: Vec<u32>,
     /// The effective lengths the index holds.
     pub lengths: Vec<u32>,
 }
@@ -307,6 +319,9 @@ pub struct IndexGroups {
     pub files: Vec<String>,
     /// Each eval file's row count (rejected rows included), in eval order.
     pub eval_rows: Vec<u64>,
+    /// Each index file's runs, in eval order; empty: one each.
+    #[serde(default)]
+    pub runs: Vec<u32>,
     /// The effective lengths the index holds.
     pub lengths: Vec<u32>,
     pub groups: u32,

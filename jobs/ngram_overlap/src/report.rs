@@ -434,7 +434,7 @@ impl<'s> CutCheck<'s> {
             let load = || {
                 handle.block_on(load_index(
                     output,
-                    &index.files,
+                    (&index.files, &index.runs),
                     &index.eval_rows,
                     (&index.lengths, longest),
                     (group, index.groups, self.settings.partitions),

@@ -36,9 +36,10 @@ impl Runner<NgramOverlap> for OverlapRunner {
     async fn run(
         &mut self,
         call: TaskCall<'_, NgramOverlap>,
-        _env: TaskEnv<'_>,
+        env: TaskEnv<'_>,
     ) -> Result<RunResult<OverlapOutput>> {
         let settings = call.settings.clone();
+        let memory = env.resources.memory_bytes;
         let output = StoreUrl::parse(&call.job.output)?;
         let handle = tokio::runtime::Handle::current();
         let task = call.task.clone();
@@ -76,7 +77,7 @@ impl Runner<NgramOverlap> for OverlapRunner {
                             Some(index) => index,
                             None => Arc::new(handle.block_on(index::load_index(
                                 &output,
-                                &task.index_files,
+                                (&task.index_files, &task.index_runs),
                                 &task.eval_rows,
                                 (&task.lengths, settings.n.last().copied().unwrap_or(0)),
                                 (task.group, task.groups, settings.partitions),
@@ -89,7 +90,13 @@ impl Runner<NgramOverlap> for OverlapRunner {
                     }
                     OverlapTask::Index(task) => {
                         let out = index::run_index(
-                            &handle, &task, &output, &settings, attempt, &mut whole,
+                            &handle,
+                            &task,
+                            &output,
+                            &settings,
+                            attempt,
+                            &mut whole,
+                            index::postings_budget(memory),
                         )?;
                         Ok(done((OverlapOutput::Index(out), None, whole)))
                     }
