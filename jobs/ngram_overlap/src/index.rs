@@ -11,9 +11,11 @@
 //! key of their first [`PREFIX_TOKENS`] tokens, written as partition `partitions + p`
 //! of the same file: with `n = [13]` and no short rows there are none.
 //! A task holds its file's postings in fixed blocks per partition (12 bytes each, 20
-//! with a prefix key), then sorts each partition by (key, row), repeats removed
-//! ([`sort_postings`]), and writes it: an attempt's bytes depend only on the file and
-//! the settings. A scan loads its group's partitions in key order; a partition of one
+//! with a prefix key), up to [`postings_budget`]; then sorts each partition by (key,
+//! row), repeats removed ([`sort_postings`]), and writes it as one run of rows
+//! ([`RunsWriter`]), and goes on: an attempt's bytes depend only on the file, the
+//! settings and its worker's memory (the runs), and the scans' index does not depend on
+//! the runs. A scan loads its group's partitions in key order; a partition of one
 //! eval file arrives sorted, one of several is sorted again ([`IndexBuilder`]).
 
 use std::collections::{BTreeMap, BTreeSet};
