@@ -55,9 +55,10 @@ def atlas_like(path, rows: int, longest: tuple[int, ...], seed: int = 7) -> None
         pq.write_table(table, path / f"part-{f}.parquet", row_group_size=131_072)
 
 
-def test_a_worker_stays_within_its_memory_setting_at_atlas_shape(tmp_path):
-    (tmp_path / "in").mkdir()
-    atlas_like(tmp_path / "in", ROWS, LONGEST)
+def job_file(tmp_path, memory_mib: int, output: str = "", sections: str = ""):
+    """The job file of these tests: the Parquet files under `tmp_path/in`, two shards,
+    one local worker of `memory_mib`; `output`: more `[output]` keys, `sections`: more
+    sections."""
     spec = tmp_path / "job.toml"
     spec.write_text(f"""
 [input]
@@ -65,17 +66,27 @@ url = "{tmp_path}/in/*.parquet"
 [output]
 url = "{tmp_path}/out"
 shards = 2
-[split]
-test_fraction = 0.5
-[run]
+{output}{sections}[run]
 mode = "local"
 workers = 1
-memory_per_worker = "{MEMORY_MIB}MiB"
+memory_per_worker = "{memory_mib}MiB"
 scratch = "{tmp_path}/scratch"
 """)
+    return spec
+
+
+def peak_and_manifest(tmp_path, spec):
+    """Runs the job in a fresh process: its peak RSS (MiB) and its manifest."""
     peak_mib = coordinator_peak_mib("run", str(spec))
     print(f"peak RSS {peak_mib} MiB (bound {BOUND_MIB} MiB)")
-    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    return peak_mib, json.loads((tmp_path / "out" / "manifest.json").read_text())
+
+
+def test_a_worker_stays_within_its_memory_setting_at_atlas_shape(tmp_path):
+    (tmp_path / "in").mkdir()
+    atlas_like(tmp_path / "in", ROWS, LONGEST)
+    spec = job_file(tmp_path, MEMORY_MIB, sections="[split]\ntest_fraction = 0.5\n")
+    peak_mib, manifest = peak_and_manifest(tmp_path, spec)
     assert manifest["totals"]["kept_measurements"] == ROWS
     # The longest history was split into rows of at most 8 MiB: the row path was exercised.
     assert manifest["totals"]["rows"] > manifest["totals"]["sources"], manifest["totals"]
@@ -100,22 +111,8 @@ def test_a_worker_stays_within_its_memory_setting_with_a_million_sources(tmp_pat
             "rtt": pa.array(np.round(rng.lognormal(np.log(40.0), 0.5, len(part)), 3)),
             "event_time": pa.array(1_767_300_000 + part.astype(np.int64)),
         }), tmp_path / "in" / f"part-{f}.parquet", row_group_size=131_072)
-    spec = tmp_path / "job.toml"
-    spec.write_text(f"""
-[input]
-url = "{tmp_path}/in/*.parquet"
-[output]
-url = "{tmp_path}/out"
-shards = 2
-[run]
-mode = "local"
-workers = 1
-memory_per_worker = "{MEMORY_MIB}MiB"
-scratch = "{tmp_path}/scratch"
-""")
-    peak_mib = coordinator_peak_mib("run", str(spec))
-    print(f"peak RSS {peak_mib} MiB (bound {BOUND_MIB} MiB)")
-    manifest = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    spec = job_file(tmp_path, MEMORY_MIB)
+    peak_mib, manifest = peak_and_manifest(tmp_path, spec)
     assert manifest["totals"]["kept_measurements"] == rows
     assert manifest["totals"]["sources"] == sources
     assert peak_mib <= BOUND_MIB, f"peak RSS {peak_mib} MiB > {BOUND_MIB} MiB"
@@ -127,19 +124,7 @@ def test_rows_too_large_for_the_memory_are_refused_before_the_job_starts(tmp_pat
     and the least memory that fits; with that memory it runs."""
     (tmp_path / "in").mkdir()
     atlas_like(tmp_path / "in", 50_000, (1_000,))
-    spec = tmp_path / "job.toml"
-    spec.write_text(f"""
-[input]
-url = "{tmp_path}/in/*.parquet"
-[output]
-url = "{tmp_path}/out"
-shards = 2
-max_row_bytes = {16 << 20}
-[run]
-workers = 1
-memory_per_worker = "64MiB"
-scratch = "{tmp_path}/scratch"
-""")
+    spec = job_file(tmp_path, 64, output=f"max_row_bytes = {16 << 20}\n")
     proc = run(["run", str(spec)], check=False)
     assert proc.returncode == 2, proc.stderr
     assert "memory_per_worker 64.0 MiB is too small for [output] max_row_bytes 16.0 MiB" in proc.stderr

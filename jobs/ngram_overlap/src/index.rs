@@ -70,17 +70,30 @@ struct PartitionPostings {
     prefixes: Vec<u64>,
 }
 
+/// The bytes of one block of postings (keys and rows).
+const BLOCK_BYTES: usize = POSTINGS_PER_BLOCK * (size_of::<u64>() + size_of::<u32>());
+
 impl PartitionPostings {
-    fn push(&mut self, key: u64, row: u32) {
+    /// Adds a posting (and its prefix key); returns the bytes this allocated (a new
+    /// block, the prefix keys' growth), so that a task counts what it holds as it goes.
+    fn push(&mut self, key: u64, row: u32, prefix: Option<u64>) -> usize {
+        let mut allocated = 0;
         if self.len.is_multiple_of(POSTINGS_PER_BLOCK) {
             self.keys.push(Vec::with_capacity(POSTINGS_PER_BLOCK));
             self.rows.push(Vec::with_capacity(POSTINGS_PER_BLOCK));
+            allocated += BLOCK_BYTES;
         }
         if let (Some(keys), Some(rows)) = (self.keys.last_mut(), self.rows.last_mut()) {
             keys.push(key);
             rows.push(row);
             self.len += 1;
         }
+        if let Some(prefix) = prefix {
+            let before = self.prefixes.capacity();
+            self.prefixes.push(prefix);
+            allocated += (self.prefixes.capacity() - before) * size_of::<u64>();
+        }
+        allocated
     }
 }
 
@@ -118,12 +131,6 @@ fn row_windows(
 /// written as a run, and freed.
 pub fn postings_budget(memory: usize) -> usize {
     (memory / 4).max(1 << 20)
-}
-
-/// The memory a partition's postings take: whole blocks, and the prefix keys' capacity.
-fn held_bytes(part: &PartitionPostings) -> usize {
-    part.keys.len() * POSTINGS_PER_BLOCK * (size_of::<u64>() + size_of::<u32>())
-        + part.prefixes.capacity() * size_of::<u64>()
 }
 
 /// An index task's shuffle file as its runs are written to it: run `r`'s partition `p`
@@ -269,13 +276,8 @@ pub fn run_index(
             let row = record.row as u32;
             doc.fill(settings.tokenizer, record.text);
             row_windows(&doc, &settings.n, &mut lengths, |key, prefix| {
-                let p = &mut parts[partition_of(key, settings.partitions) as usize];
-                let before = held_bytes(p);
-                p.push(key, row);
-                if let Some(prefix) = prefix {
-                    p.prefixes.push(prefix);
-                }
-                held += held_bytes(p) - before;
+                held +=
+                    parts[partition_of(key, settings.partitions) as usize].push(key, row, prefix);
             });
             // A run ends between rows: every posting of a row is in one run.
             if held >= budget {

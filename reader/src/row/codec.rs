@@ -105,12 +105,10 @@ impl Columns {
         self.times.len()
     }
 
-    /// Measurements the columns hold without growing.
+    /// Measurements the columns hold without growing (they grow together, by
+    /// [`Columns::grow_to`]: the times' capacity is theirs).
     pub fn room(&self) -> usize {
-        self.times
-            .capacity()
-            .min(self.rtt.capacity())
-            .min(self.valid.capacity())
+        self.times.capacity()
     }
 
     /// Grows the columns to hold `n` measurements of `width`-byte destinations, exactly.
