@@ -344,4 +344,32 @@ mod tests {
         assert!(live.path().exists(), "a live run (lock held) is not stale");
         drop(again);
     }
+
+    /// Runs of one job starting at once (worker actors of one process, worker processes
+    /// sharing a scratch root) each get their directory: none removes another's while
+    /// it is being set up. (A run used to take a fresh directory's owner file, created
+    /// but not yet locked, for a crashed run's and remove it: the task failed with
+    /// "cannot lock a fresh scratch directory" or a missing directory, and ran again.)
+    #[test]
+    fn runs_of_one_job_starting_at_once_never_remove_each_other() {
+        let root = tempfile::tempdir().unwrap();
+        let threads = 8;
+        let barrier = std::sync::Barrier::new(threads);
+        std::thread::scope(|s| {
+            for _ in 0..threads {
+                s.spawn(|| {
+                    barrier.wait();
+                    for i in 0..300 {
+                        let run = JobScratch::create(root.path(), "dddddddddddddddd")
+                            .unwrap_or_else(|e| panic!("run {i}: {e}"));
+                        assert!(run.path().join(OWNER_FILE).exists(), "run {i}");
+                        let task = run.task_dir("reduce-00000-a1").unwrap();
+                        assert!(task.path().exists());
+                    }
+                });
+            }
+        });
+        let left: Vec<_> = std::fs::read_dir(root.path()).unwrap().flatten().collect();
+        assert!(left.is_empty(), "{left:?}");
+    }
 }
