@@ -4,6 +4,7 @@
 //! ```text
 //! <scratch root>/<job id (16 hex)>-<pid>-<nanos>-<n>/   created exclusively (create_dir)
 //!     .owner            held under an exclusive file lock while the run is alive
+//!                       (created as .owner-unlocked, renamed once locked)
 //!     reduce-PPPPP-aA/  one task attempt's files
 //! ```
 //!
@@ -11,6 +12,9 @@
 //! their settings, and two runs of the same job (two worker actors, two processes, a
 //! restart) get distinct ones. When a run starts it removes the directories of its own
 //! job whose lock nobody holds (a run that crashed); it never touches another job's.
+//! An owner file is only ever seen by that name locked or orphaned, never while its run
+//! is between creating and locking it; a run cut off in that moment leaves an empty
+//! hidden directory, which stays.
 //! Dropping the [`JobScratch`] removes its directory.
 
 use std::fs::{File, OpenOptions};
@@ -21,6 +25,10 @@ use crate::error::{EngineError, Result, ScratchFull};
 use crate::units::format_bytes;
 
 const OWNER_FILE: &str = ".owner";
+
+/// The owner file's name from its creation until it is locked (then renamed to
+/// [`OWNER_FILE`]).
+const OWNER_FILE_UNLOCKED: &str = ".owner-unlocked";
 
 /// Distinguishes the runs one process starts in the same nanosecond.
 static RUNS: AtomicU64 = AtomicU64::new(0);
@@ -75,18 +83,23 @@ impl JobScratch {
         let staging = root.join(format!(".{name}"));
         // Exclusive: an existing directory is an error, never shared.
         std::fs::create_dir(&staging).map_err(|e| scratch_err(&staging, e))?;
-        let owner_path = staging.join(OWNER_FILE);
+        // The owner file takes its name only once locked: a run cleaning up takes an
+        // owner file it can lock for a crashed run's, so it must never see one that is
+        // created but not yet locked.
+        let unlocked = staging.join(OWNER_FILE_UNLOCKED);
         let owner = OpenOptions::new()
             .create_new(true)
             .write(true)
-            .open(&owner_path)
-            .map_err(|e| scratch_err(&owner_path, e))?;
+            .open(&unlocked)
+            .map_err(|e| scratch_err(&unlocked, e))?;
         owner.try_lock().map_err(|e| {
             scratch_err(
-                &owner_path,
+                &unlocked,
                 std::io::Error::other(format!("cannot lock a fresh scratch directory: {e}")),
             )
         })?;
+        let owner_path = staging.join(OWNER_FILE);
+        std::fs::rename(&unlocked, &owner_path).map_err(|e| scratch_err(&owner_path, e))?;
         let dir = root.join(&name);
         std::fs::rename(&staging, &dir).map_err(|e| scratch_err(&dir, e))?;
         Ok(JobScratch {
@@ -242,8 +255,9 @@ fn remove_stale(root: &Path, job: &str) {
         let owner = entry.path().join(OWNER_FILE);
         // Locked by a live run: not stale. A directory without an owner file is being
         // set up (or was cut off then): left alone.
-        let stale = File::open(&owner).is_ok_and(|f| f.try_lock().is_ok());
-        if stale {
+        // The lock is held until the directory is gone: no other run removes it too.
+        let stale = File::open(&owner).ok().filter(|f| f.try_lock().is_ok());
+        if let Some(_held) = stale {
             match std::fs::remove_dir_all(entry.path()) {
                 Ok(()) => {
                     tracing::info!(dir = %entry.path().display(), "removed a stale scratch directory of this job")
