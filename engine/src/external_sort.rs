@@ -2,22 +2,24 @@
 //! when it fits and through sorted runs on local scratch when it does not.
 //!
 //! ```text
-//! push / push_encoded ─► buffer (half the sort's memory) ── full ──► sort ─► run file (scratch)
+//! push / push_encoded ─► buffer (7/8 of the sort's memory) ── full ──► sort ─► run file (scratch)
 //! finish ─► no run spilled: the buffer, sorted, from memory
 //!        └► runs spilled:   the buffer sorted and kept as the last run, then one k-way
 //!                           merge of it and the run files (each read a block at a time)
 //! ```
 //!
 //! The in-memory sort is a most-significant-byte-first radix sort ([`radix_sort`]) into
-//! a second buffer of the same size, down to buckets small enough to sort by
-//! comparison; it skips the bytes every record of a bucket shares (the address
-//! padding, the high bytes of times) at the cost of one pass.
+//! a scatter buffer, down to buckets small enough to sort by comparison; it skips the
+//! bytes every record of a bucket shares (the address padding, the high bytes of times)
+//! at the cost of one pass. The scatter buffer takes an eighth of the memory: records
+//! that outnumber it are first permuted into their buckets in place ([`sort_in_place`]),
+//! until each bucket fits it. So a partition of up to 7/8 of the memory never spills.
 //!
 //! Records equal under `Ord` must be the same bytes ([`SortRecord`]): the sorted
 //! sequence is then a pure function of the multiset of records pushed, whatever their
 //! arrival order, the memory given and how many runs were spilled. Memory is bounded:
 //! the two buffers take the sort's memory; a merge keeps the first (the last run) and
-//! gives each spilled run's reader an equal share of the second's half.
+//! gives each spilled run's reader an equal share of the scatter buffer's eighth.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -83,37 +85,14 @@ fn radix_level<R: SortRecord>(records: &mut [R], scratch: &mut [R], depth: usize
         }
         return;
     }
-    let first = records[0];
-    let first = first.words();
-    let mut differs = [0u64; MAX_WORDS];
-    let mut counts = [0usize; 256];
-    for r in records.iter() {
-        counts[byte_of(r, depth) as usize] += 1;
-        for ((d, w), f) in differs.iter_mut().zip(r.words()).zip(first) {
-            *d |= w ^ f;
-        }
-    }
-    let Some(word) = (depth / 8..first.len()).find(|&w| differs[w] != 0) else {
+    let Some((depth, counts)) = histogram(records, depth) else {
         // Every record is the same: sorted as they are.
         if to == ResultIn::Scratch {
             scratch.copy_from_slice(records);
         }
         return;
     };
-    let next_depth = word * 8 + differs[word].leading_zeros() as usize / 8;
-    if next_depth != depth {
-        counts = [0; 256];
-        for r in records.iter() {
-            counts[byte_of(r, next_depth) as usize] += 1;
-        }
-    }
-    let depth = next_depth;
-    let mut next = [0usize; 256];
-    let mut start = 0;
-    for (b, &c) in counts.iter().enumerate() {
-        next[b] = start;
-        start += c;
-    }
+    let mut next = bucket_starts(&counts);
     for r in records.iter() {
         let slot = &mut next[byte_of(r, depth) as usize];
         scratch[*slot] = *r;
@@ -143,6 +122,82 @@ fn radix_level<R: SortRecord>(records: &mut [R], scratch: &mut [R], depth: usize
     }
 }
 
+/// The first byte at or after `depth` that not every record of `records` shares, and
+/// the records counted by it; `None` when every record is the same. One pass counts the
+/// records by byte `depth` and ORs together how every record differs from the first
+/// (XOR of the words); a second counts again only when byte `depth` was shared.
+fn histogram<R: SortRecord>(records: &[R], depth: usize) -> Option<(usize, [usize; 256])> {
+    let first = records.first()?;
+    let first = first.words();
+    let mut differs = [0u64; MAX_WORDS];
+    let mut counts = [0usize; 256];
+    for r in records {
+        counts[byte_of(r, depth) as usize] += 1;
+        for ((d, w), f) in differs.iter_mut().zip(r.words()).zip(first) {
+            *d |= w ^ f;
+        }
+    }
+    let word = (depth / 8..first.len()).find(|&w| differs[w] != 0)?;
+    let next_depth = word * 8 + differs[word].leading_zeros() as usize / 8;
+    if next_depth != depth {
+        counts = [0; 256];
+        for r in records {
+            counts[byte_of(r, next_depth) as usize] += 1;
+        }
+    }
+    Some((next_depth, counts))
+}
+
+/// Where each bucket of `counts` starts.
+fn bucket_starts(counts: &[usize; 256]) -> [usize; 256] {
+    let mut starts = [0usize; 256];
+    let mut start = 0;
+    for (s, &c) in starts.iter_mut().zip(counts) {
+        *s = start;
+        start += c;
+    }
+    starts
+}
+
+/// Sorts `records` (sharing their bytes before `depth`) in their own buffer with a
+/// scratch buffer that may be shorter than they are. Records that fit `scratch` are
+/// sorted by [`radix_level`]; more are first permuted into their buckets by their first
+/// byte not all share, in place (each record swapped straight to its bucket's next free
+/// slot: an American flag sort's level), and each bucket is sorted the same way.
+fn sort_in_place<R: SortRecord>(records: &mut [R], scratch: &mut [R], depth: usize) {
+    let n = records.len();
+    if n <= scratch.len() {
+        return radix_level(records, &mut scratch[..n], depth, ResultIn::Records);
+    }
+    if n <= SMALL_BUCKET || depth >= R::BYTES {
+        return records.sort_unstable();
+    }
+    let Some((depth, counts)) = histogram(records, depth) else {
+        return;
+    };
+    let starts = bucket_starts(&counts);
+    let mut next = starts;
+    for b in 0..256 {
+        let end = starts[b] + counts[b];
+        while next[b] < end {
+            let mut r = records[next[b]];
+            let mut to = byte_of(&r, depth) as usize;
+            while to != b {
+                std::mem::swap(&mut r, &mut records[next[to]]);
+                next[to] += 1;
+                to = byte_of(&r, depth) as usize;
+            }
+            records[next[b]] = r;
+            next[b] += 1;
+        }
+    }
+    for (&start, &c) in starts.iter().zip(&counts) {
+        if c > 1 {
+            sort_in_place(&mut records[start..start + c], scratch, depth + 1);
+        }
+    }
+}
+
 /// A bucket of at most this many records is sorted by comparison, not by its next byte.
 const SMALL_BUCKET: usize = 64;
 
@@ -152,6 +207,10 @@ const RUN_READ_MAX: usize = 8 << 20;
 
 /// The bytes of records a spill encodes and writes at once.
 const RUN_WRITE: usize = 1 << 20;
+
+/// The scatter buffer takes 1 / `SCATTER_SHARE` of a sort's memory, the records the
+/// rest: a partition of up to 7/8 of the memory sorts without a spill.
+const SCATTER_SHARE: usize = 8;
 
 /// The two record buffers of an [`ExternalSort`], kept by a worker from one sort to the
 /// next ([`ExternalSort::with_buffers`], [`Sorted::into_buffers`]): a sort reuses their
@@ -177,8 +236,10 @@ pub struct ExternalSort<R: SortRecord> {
     /// Records held before the buffer is sorted and spilled.
     capacity: usize,
     buffer: Vec<R>,
-    /// The scatter target of the radix pass (kept between runs).
+    /// The scatter target of the radix pass (kept between runs), at most
+    /// `scatter_capacity` records.
     scattered: Vec<R>,
+    scatter_capacity: usize,
     runs: Vec<Run>,
     records: u64,
 }
@@ -199,7 +260,10 @@ impl<R: SortRecord> ExternalSort<R> {
     /// Like [`ExternalSort::new`], reusing `buffers` (emptied; their capacity beyond what
     /// `memory` allows is given back).
     pub fn with_buffers(dir: &Path, memory: usize, buffers: SortBuffers<R>) -> Self {
-        let capacity = (memory / (2 * size_of::<R>().max(1))).max(1);
+        let record = size_of::<R>().max(1);
+        let scatter_memory = memory / SCATTER_SHARE;
+        let capacity = ((memory - scatter_memory) / record).max(1);
+        let scatter_capacity = (scatter_memory / record).max(1);
         let SortBuffers {
             mut buffer,
             mut scattered,
@@ -208,14 +272,15 @@ impl<R: SortRecord> ExternalSort<R> {
         buffer.shrink_to(capacity);
         // The scatter target keeps its length (any records will do: every one is
         // overwritten before it is read), so a sort does not fill it again.
-        scattered.truncate(capacity);
-        scattered.shrink_to(capacity);
+        scattered.truncate(scatter_capacity);
+        scattered.shrink_to(scatter_capacity);
         ExternalSort {
             dir: dir.to_path_buf(),
             memory,
             capacity,
             buffer,
             scattered,
+            scatter_capacity,
             runs: Vec::new(),
             records: 0,
         }
@@ -260,10 +325,11 @@ impl<R: SortRecord> ExternalSort<R> {
             });
         }
         // The records still in the buffer stay there, sorted, as the merge's last run
-        // (never written and read back); the scatter buffer's half of the memory goes to
+        // (never written and read back); the scatter buffer's share of the memory goes to
         // the spilled runs' readers.
         drop(std::mem::take(&mut self.scattered));
-        let share = (self.memory / 2 / self.runs.len()).clamp(RUN_READ_MIN, RUN_READ_MAX);
+        let share =
+            (self.memory / SCATTER_SHARE / self.runs.len()).clamp(RUN_READ_MIN, RUN_READ_MAX);
         let mut readers = Vec::with_capacity(self.runs.len());
         let mut heap = BinaryHeap::with_capacity(self.runs.len() + 1);
         for run in self.runs {
@@ -295,18 +361,24 @@ impl<R: SortRecord> ExternalSort<R> {
         })
     }
 
-    /// Sorts the buffer in place ([`radix_sort`], with the second buffer as scratch).
+    /// Sorts the buffer in its place: by [`radix_sort`] into the scatter buffer when it
+    /// holds them all, else by [`sort_in_place`] down to buckets that it does.
     fn sort_buffer(&mut self) {
         let n = self.buffer.len();
         if n <= SMALL_BUCKET {
             self.buffer.sort_unstable();
             return;
         }
-        if self.scattered.len() < n {
-            self.scattered.reserve_exact(n - self.scattered.len());
-            self.scattered.resize(n, self.buffer[0]);
+        let scatter = n.min(self.scatter_capacity);
+        if self.scattered.len() < scatter {
+            self.scattered.reserve_exact(scatter - self.scattered.len());
+            self.scattered.resize(scatter, self.buffer[0]);
         }
-        radix_sort(&mut self.buffer, &mut self.scattered[..n], 0);
+        if n == scatter {
+            radix_sort(&mut self.buffer, &mut self.scattered[..n], 0);
+        } else {
+            sort_in_place(&mut self.buffer, &mut self.scattered[..scatter], 0);
+        }
     }
 
     /// Sorts the buffer and writes it as a new run.
@@ -525,12 +597,12 @@ mod tests {
 
     #[test]
     fn a_sort_given_memory_for_fewer_than_1024_records_spills_instead_of_panicking() {
-        // 1 KiB: 64 records of 8 bytes in each of the two buffers.
+        // 1 KiB: 112 records of 8 bytes a run, 16 in the scatter buffer.
         let input = records(1000, 5);
         let mut want = input.clone();
         want.sort();
         let (got, runs) = sorted_with(1 << 10, &input);
-        assert!(runs >= 15, "{runs} runs");
+        assert_eq!(runs, 8);
         assert_eq!(got, want);
     }
 
@@ -551,8 +623,8 @@ mod tests {
         let input = records(300_000, 11);
         let mut want = input.clone();
         want.sort();
-        // 8 bytes a record in memory, two buffers: 64 KiB holds 4096 records a run.
-        for memory in [64 << 10, 1 << 20, 4 << 20] {
+        // 8 bytes a record in memory: 64 KiB holds 7 168 records a run.
+        for memory in [64 << 10, 512 << 10, 2 << 20] {
             let (got, runs) = sorted_with(memory, &input);
             assert!(runs > 0, "{memory}: expected runs on scratch");
             assert_eq!(got, want, "memory {memory}");
@@ -565,8 +637,8 @@ mod tests {
         let mut want = input.clone();
         want.sort();
         let dir = tempfile::tempdir().unwrap();
-        // 64 KiB: 4096 records a run, so two spilled and 1 808 left in the buffer.
-        let mut sort = ExternalSort::<Six>::new(dir.path(), 64 << 10);
+        // 32 KiB: 3 584 records a run, so two spilled and 2 832 left in the buffer.
+        let mut sort = ExternalSort::<Six>::new(dir.path(), 32 << 10);
         for r in &input {
             sort.push(*r).unwrap();
         }
@@ -581,11 +653,78 @@ mod tests {
         assert_eq!(got, want);
         let buffers = out.into_buffers();
         assert!(
-            buffers.buffer.capacity() >= 1808,
+            buffers.buffer.capacity() >= 2832,
             "{}",
             buffers.buffer.capacity()
         );
         assert!(buffers.scattered.capacity() == 0);
+    }
+
+    /// A partition of up to 7/8 of the memory is sorted in memory: the scatter buffer
+    /// takes an eighth, and the records' buckets larger than it are first permuted in
+    /// place. (A scatter buffer as large as the records made a partition of more than
+    /// half the memory spill, and the reduce write and read it back.)
+    #[test]
+    fn records_of_up_to_seven_eighths_of_the_memory_sort_without_a_spill() {
+        let memory = 8 << 20;
+        let fits = memory * 7 / 8 / size_of::<Six>();
+        // Skewed as a partition with one long history is: four in five records share
+        // their first bytes (one source), and buckets below it still outgrow the
+        // scatter buffer, so in-place levels nest.
+        let mut input = records(fits / 5, 13);
+        let mut s = 0x9e37_79b9_7f4a_7c15u64;
+        input.extend((input.len()..fits).map(|_| {
+            s ^= s << 13;
+            s ^= s >> 7;
+            s ^= s << 17;
+            six((301 << 32) | (s >> 40))
+        }));
+        let mut want = input.clone();
+        want.sort();
+        let dir = tempfile::tempdir().unwrap();
+        let mut sort = ExternalSort::<Six>::new(dir.path(), memory);
+        for r in &input {
+            sort.push(*r).unwrap();
+        }
+        assert_eq!(
+            sort.runs(),
+            0,
+            "{} records of {} bytes spilled",
+            fits,
+            memory
+        );
+        let mut out = sort.finish().unwrap();
+        let mut got = Vec::with_capacity(fits);
+        while let Some(r) = out.next_record().unwrap() {
+            got.push(r);
+        }
+        assert_eq!(got, want);
+        let buffers = out.into_buffers();
+        let scatter_bytes = buffers.scattered.capacity() * size_of::<Six>();
+        let record_bytes = buffers.buffer.capacity() * size_of::<Six>();
+        assert!(scatter_bytes <= memory / 8, "{scatter_bytes}");
+        assert!(
+            scatter_bytes + record_bytes <= memory,
+            "{scatter_bytes} + {record_bytes}"
+        );
+    }
+
+    #[test]
+    fn sorting_in_place_with_any_scratch_gives_the_total_order() {
+        for (n, scratch) in [
+            (1000, 1),
+            (5000, 64),
+            (5000, 65),
+            (100_000, 700),
+            (100_000, 99_999),
+        ] {
+            let mut input = records(n, 17);
+            let mut want = input.clone();
+            want.sort();
+            let mut buffer = vec![six(0); scratch];
+            sort_in_place(&mut input, &mut buffer, 0);
+            assert_eq!(input, want, "{n} records, scratch {scratch}");
+        }
     }
 
     #[test]
