@@ -8,7 +8,7 @@
 //!                           merge of it and the run files (each read a block at a time)
 //! ```
 //!
-//! The in-memory sort is a most-significant-byte-first radix sort ([`radix_sort`]) into
+//! The in-memory sort is a most-significant-byte-first radix sort ([`radix_level`]) into
 //! a scatter buffer, down to buckets small enough to sort by comparison; it skips the
 //! bytes every record of a bucket shares (the address padding, the high bytes of times)
 //! at the cost of one pass. The scatter buffer takes an eighth of the memory: records
@@ -54,7 +54,7 @@ fn byte_of<R: SortRecord>(r: &R, i: usize) -> u8 {
 }
 
 /// Sorts `records`, which all share their bytes before `depth`, most significant byte
-/// first, with `scratch` (as long) to scatter into. One pass counts the records by byte
+/// first, with `scratch` (as long) to scatter into, leaving them where `to` says. One pass counts the records by byte
 /// `depth` and ORs together how every record differs from the first (XOR of the words):
 /// the first set bit is the first byte not every record shares, so bytes all records
 /// share (address padding, the high bytes of times) are skipped at no cost, and counted
@@ -63,19 +63,6 @@ fn byte_of<R: SortRecord>(r: &R, i: usize) -> u8 {
 /// byte, a bucket of at most [`SMALL_BUCKET`] records by comparison. The two buffers
 /// swap roles at every level, so records are not copied back level by level: only a
 /// bucket sorted by comparison is copied, once, to where its sorted records belong.
-fn radix_sort<R: SortRecord>(records: &mut [R], scratch: &mut [R], depth: usize) {
-    radix_level(records, scratch, depth, ResultIn::Records);
-}
-
-/// Where a level of [`radix_sort`] leaves its sorted records.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum ResultIn {
-    /// In the records' own buffer.
-    Records,
-    /// In the other buffer (the scratch given).
-    Scratch,
-}
-
 fn radix_level<R: SortRecord>(records: &mut [R], scratch: &mut [R], depth: usize, to: ResultIn) {
     let n = records.len();
     if n <= SMALL_BUCKET || depth >= R::BYTES {
@@ -120,6 +107,15 @@ fn radix_level<R: SortRecord>(records: &mut [R], scratch: &mut [R], depth: usize
         }
         start = end;
     }
+}
+
+/// Where a level of [`radix_level`] leaves its sorted records.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum ResultIn {
+    /// In the records' own buffer.
+    Records,
+    /// In the other buffer (the scratch given).
+    Scratch,
 }
 
 /// The first byte at or after `depth` that not every record of `records` shares, and
@@ -361,8 +357,8 @@ impl<R: SortRecord> ExternalSort<R> {
         })
     }
 
-    /// Sorts the buffer in its place: by [`radix_sort`] into the scatter buffer when it
-    /// holds them all, else by [`sort_in_place`] down to buckets that it does.
+    /// Sorts the buffer in its place ([`sort_in_place`], with the scatter buffer: as
+    /// long as the buffer, or its share's most).
     fn sort_buffer(&mut self) {
         let n = self.buffer.len();
         if n <= SMALL_BUCKET {
@@ -374,11 +370,7 @@ impl<R: SortRecord> ExternalSort<R> {
             self.scattered.reserve_exact(scatter - self.scattered.len());
             self.scattered.resize(scatter, self.buffer[0]);
         }
-        if n == scatter {
-            radix_sort(&mut self.buffer, &mut self.scattered[..n], 0);
-        } else {
-            sort_in_place(&mut self.buffer, &mut self.scattered[..scatter], 0);
-        }
+        sort_in_place(&mut self.buffer, &mut self.scattered[..scatter], 0);
     }
 
     /// Sorts the buffer and writes it as a new run.
