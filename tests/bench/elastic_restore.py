@@ -24,7 +24,7 @@ def main() -> None:
     rng = random.Random(1)
     with probeflow.ArrayRecordWriter(f"{d}/shard-00000.array_record", "group_size:1,uncompressed") as w:
         for r in range(20_000):
-            src = f"10.{r // 65536}.{r // 256 % 256}.{r % 256}"
+            src = f"11.{r // 65536}.{r // 256 % 256}.{r % 256}"
             times = sorted(1_650_000_000 + rng.randrange(10**6) for _ in range(20))
             for row in probeflow.build_rows(src, times, ["192.0.2.1"] * 20, [1.0] * 20):
                 w.write(row)

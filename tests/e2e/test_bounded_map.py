@@ -23,7 +23,7 @@ BOUND_MIB = MEMORY_MIB + 96
 
 def test_one_8m_row_group_stays_within_memory_per_worker(tmp_path):
     rng = np.random.default_rng(5)
-    sources = pa.array([f"10.{i // 250}.{i % 250}.1" for i in range(20_000)])
+    sources = pa.array([f"11.{i // 250}.{i % 250}.1" for i in range(20_000)])
     targets = pa.array([f"192.0.2.{i}" for i in range(200)])
     table = pa.table({
         "src_addr": pa.DictionaryArray.from_arrays(

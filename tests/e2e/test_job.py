@@ -395,6 +395,63 @@ def test_time_unit_ms_reads_millisecond_times(workdir):
     assert manifest["totals"]["rejected_rows"] == 0
 
 
+def sources_input(workdir, name: str, local_share: float) -> Path:
+    """2 000 rows of 100 sources, the first `local_share` of them private (RFC 1918),
+    CGNAT, link-local or unique-local addresses, the rest public."""
+    d = workdir / name
+    d.mkdir()
+    local = ["192.168.1.{}", "10.0.0.{}", "100.64.0.{}", "169.254.0.{}", "fd00::{:x}"]
+    sources = [local[i % len(local)].format(i + 1) if i < local_share * 100 else f"193.0.{i}.1"
+               for i in range(100)]
+    n = 2000
+    src = [sources[i % 100] for i in range(n)]
+    pq.write_table(
+        pa.table({
+            "src_addr": src,
+            "dst_addr": ["2001:67c:2e8::1" if ":" in s else "193.0.14.129" for s in src],
+            "ip_version": pa.array([6 if ":" in s else 4 for s in src], pa.int32()),
+            "rtt": [1.0 + i % 100 for i in range(n)],
+            "event_time": pa.array([1_767_300_000 + i for i in range(n)], pa.int64()),
+        }),
+        d / f"{name}.parquet",
+    )
+    return d / f"{name}.parquet"
+
+
+def test_an_input_keyed_by_private_sources_fails_naming_the_file_and_runs_with_the_option(workdir):
+    """Sources behind NAT (192.168.1.x, 10.x, CGNAT, ULA) name no probe: grouping by them
+    merges unrelated probes. A file whose rows are mostly keyed so fails at once, naming
+    the file, the share and the fix; the same job resumed with the option runs."""
+    path = sources_input(workdir, "private-sources", 0.6)
+    out = workdir / "out-private-sources"
+    spec = job_file(workdir, "private-sources", str(path), out)
+    proc = run(["run", str(spec)], check=False)
+    assert proc.returncode == 1, proc.stderr
+    assert "private-sources.parquet" in proc.stderr
+    assert "1200 of 2000 valid rows (60.0 %)" in proc.stderr, proc.stderr
+    assert "192.168.1.1, private" in proc.stderr, proc.stderr
+    assert "columns.src_addr" in proc.stderr and "allow_private_sources = true" in proc.stderr
+    assert "after 1 attempt" in proc.stderr, proc.stderr
+    assert not (out / "_SUCCESS").exists()
+
+    allowed = job_file(workdir, "private-sources", str(path), out, extra_input="allow_private_sources = true")
+    run(["run", str(allowed)])
+    got, manifest = read_output(out)
+    assert manifest["totals"]["kept_measurements"] == 2000
+    assert "192.168.1.1" in got and "fd00::5" in got and "193.0.99.1" in got
+
+
+def test_a_few_private_sources_are_kept(workdir):
+    """Real data has some probes keyed by a private address: below a majority, the job
+    runs and keeps them."""
+    path = sources_input(workdir, "few-private-sources", 0.5)
+    out = workdir / "out-few-private-sources"
+    run(["run", str(job_file(workdir, "few-private-sources", str(path), out))])
+    got, manifest = read_output(out)
+    assert manifest["totals"]["kept_measurements"] == 2000
+    assert "192.168.1.1" in got and len(got) == 100
+
+
 def test_corrupt_parquet_fails_naming_the_file(workdir):
     d = workdir / "corrupt"
     d.mkdir()
@@ -544,7 +601,7 @@ def test_a_large_row_group_is_read_by_several_maps_each_row_once(workdir):
     d.mkdir()
     n = 50_000
     table = pa.table({
-        "src_addr": [f"10.0.{i % 97}.{i % 13}" for i in range(n)],
+        "src_addr": [f"11.0.{i % 97}.{i % 13}" for i in range(n)],
         "dst_addr": [f"192.0.2.{i % 211}" for i in range(n)],
         "ip_version": pa.array([4] * n, pa.int32()),
         "rtt": [0.25 + (i * 7) % 500 for i in range(n)],

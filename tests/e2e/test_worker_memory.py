@@ -34,7 +34,7 @@ BOUND_MIB = int(1.25 * MEMORY_MIB + 100e6 / 2**20)
 def atlas_like(path, rows: int, longest: tuple[int, ...], seed: int = 7) -> None:
     rng = np.random.default_rng(seed)
     sources = 3_000
-    names = [f"10.{i // 250}.{i % 250}.1" if i % 3 else f"2001:db8:{i:x}::1" for i in range(sources)]
+    names = [f"11.{i // 250}.{i % 250}.1" if i % 3 else f"2001:db8:{i:x}::1" for i in range(sources)]
     src = np.concatenate([np.full(n, i, dtype=np.int32) for i, n in enumerate(longest)]
                          + [rng.integers(len(longest), sources, rows - sum(longest), dtype=np.int32)])
     rng.shuffle(src)

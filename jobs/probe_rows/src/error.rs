@@ -10,6 +10,11 @@ pub enum ProbeRowsError {
     /// unit): the job fails instead of rejecting a whole file row by row.
     #[error("{file}: {what}")]
     Implausible { file: String, what: String },
+    /// Most valid rows of an input split have a source of a local scope (private,
+    /// CGNAT, link-local, ...: [`crate::scope`]): grouping by them would merge
+    /// unrelated probes, so the job fails unless `[input] allow_private_sources`.
+    #[error("{file}: {what}")]
+    LocalSources { file: String, what: String },
     /// A worker's memory cannot hold a reduce's rows beside its sort: `max_row_bytes`
     /// is too large for `memory_per_worker`.
     #[error(
@@ -29,9 +34,9 @@ pub enum ProbeRowsError {
 impl KindError for ProbeRowsError {
     fn fault(&self) -> Fault {
         match self {
-            ProbeRowsError::Implausible { .. } | ProbeRowsError::MemoryTooSmall { .. } => {
-                Fault::Input
-            }
+            ProbeRowsError::Implausible { .. }
+            | ProbeRowsError::LocalSources { .. }
+            | ProbeRowsError::MemoryTooSmall { .. } => Fault::Input,
         }
     }
 }

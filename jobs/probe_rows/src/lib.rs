@@ -10,7 +10,7 @@
 //!
 //! * [`spec`]: the job file's `[input]`, `[output]`, `[split]`.
 //! * [`plan`]: input listing and Parquet footers → map tasks; map results → reduce tasks.
-//! * [`map`], [`validate`], [`key`]: the map task (Parquet through
+//! * [`map`], [`validate`], [`scope`], [`key`]: the map task (Parquet through
 //!   [`probeflow_engine::parquet_source`]).
 //! * [`reduce`]: the reduce task.
 //! * [`result_check`]: results checked against the plan.
@@ -29,6 +29,7 @@ pub mod plan;
 pub mod protocol;
 pub mod reduce;
 pub mod result_check;
+pub mod scope;
 mod source_table;
 pub mod spec;
 pub mod synthetic;

@@ -202,6 +202,15 @@ pub async fn run_map(
         .into());
     }
 
+    let sources = validator.local_sources();
+    if !settings.allow_private_sources && sources.too_many() {
+        return Err(ProbeRowsError::LocalSources {
+            file: task.file.clone(),
+            what: format!("row groups {:?}: {}", task.row_groups, sources.explain()),
+        }
+        .into());
+    }
+
     let validated = started.elapsed();
     // Partitions in order, each its shuffle records back to back (`key::decode_records`).
     let shuffle_file = shuffle_path(task.index, attempt);

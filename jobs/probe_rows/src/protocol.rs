@@ -38,6 +38,10 @@ pub struct Settings {
     pub val_fraction: f64,
     pub columns: InputColumns,
     pub plausible: Plausible,
+    /// `[input] allow_private_sources` ([`super::scope`]); left out when false, so
+    /// settings without it keep their old bytes.
+    #[serde(default, skip_serializing_if = "is_false")]
+    pub allow_private_sources: bool,
 }
 
 impl Settings {
@@ -51,6 +55,11 @@ impl Settings {
 /// without them keep their old bytes (and fingerprints).
 pub(crate) fn is_zero(f: &f64) -> bool {
     *f == 0.0
+}
+
+/// For flags that are left out of serialized settings when false (see [`is_zero`]).
+pub(crate) fn is_false(b: &bool) -> bool {
+    !*b
 }
 
 /// Column names in the input Parquet files.

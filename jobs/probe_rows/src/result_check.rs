@@ -126,6 +126,7 @@ mod tests {
             val_fraction: 0.0,
             columns: Default::default(),
             plausible: Plausible::default(),
+            allow_private_sources: false,
         }
     }
 

@@ -82,6 +82,7 @@ const _: () = assert!(size_of::<Slot>() == 64);
 const NOT_A_SOURCE: Source = Source {
     key: [0; 17],
     version: 0,
+    local: false,
     partition: 0,
 };
 
@@ -242,6 +243,7 @@ mod tests {
         Source {
             key: [n as u8; 17],
             version: 4,
+            local: false,
             partition: n,
         }
     }

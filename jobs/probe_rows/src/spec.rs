@@ -54,6 +54,13 @@ pub struct InputSpec {
     /// (nor the journaled sections).
     #[serde(default, skip_serializing)]
     pub rows_per_map_task: Option<u64>,
+    /// Keep input whose sources are mostly of a local scope (private, shared/CGNAT,
+    /// link-local, unique-local, loopback): without it, a map task whose valid rows are
+    /// mostly keyed so fails the job, since such addresses are interfaces behind NAT
+    /// that unrelated probes share. Whether the job runs, not what it writes: not in
+    /// the fingerprint (a job that failed on it resumes with it set).
+    #[serde(default, skip_serializing)]
+    pub allow_private_sources: bool,
 }
 
 fn default_earliest_event_time() -> String {
@@ -236,6 +243,7 @@ impl ProbeRowsFile {
             val_fraction: self.split.val_fraction,
             columns: self.input.columns.clone(),
             plausible,
+            allow_private_sources: self.input.allow_private_sources,
         }
     }
 }

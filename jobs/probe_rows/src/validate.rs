@@ -29,6 +29,7 @@ use probeflow_reader::row::{addr, partition, RttCode};
 
 use super::key;
 use super::protocol::{InputColumns, Plausible, TimeUnit};
+use super::scope::{self, LocalSources};
 use super::source_table::{SourceTable, TextKey};
 use probeflow_engine::error::{EngineError, Result};
 
@@ -75,11 +76,13 @@ impl Reason {
     }
 }
 
-/// A parsed source: its key bytes, IP version and partition.
+/// A parsed source: its key bytes, IP version, whether it is of a local scope
+/// ([`super::scope`]) and its partition.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct Source {
     pub(super) key: [u8; 17],
     pub(super) version: u8,
+    pub(super) local: bool,
     pub(super) partition: u32,
 }
 
@@ -200,6 +203,7 @@ fn parse_source(text: &str, shards: u32) -> Option<Source> {
     Some(Source {
         key: key::addr_key(&a),
         version: addr::ip_version(&a),
+        local: scope::local_scope(a).is_some(),
         partition,
     })
 }
@@ -221,6 +225,8 @@ pub struct Validator<'c> {
     plausible: Plausible,
     /// The first integer event time rejected as implausible, raw (for the unit hint).
     first_implausible_time: Option<i64>,
+    /// Valid rows by whether their source is of a local scope.
+    local_sources: LocalSources,
     cache: &'c mut AddressCache,
     /// The most addresses `cache` keeps ([`cache_limit`]).
     cache_limit: usize,
@@ -373,6 +379,7 @@ impl<'c> Validator<'c> {
             cache_limit,
             plausible,
             first_implausible_time: None,
+            local_sources: LocalSources::default(),
             cache,
             src_memo: Memo::default(),
             dst_memo: Memo::default(),
@@ -445,6 +452,11 @@ impl<'c> Validator<'c> {
     /// The source and destination dictionaries (or plain batches) resolved so far.
     pub fn resolutions(&self) -> (u64, u64) {
         (self.src_memo.resolutions, self.dst_memo.resolutions)
+    }
+
+    /// The valid rows so far, by whether their source is of a local scope.
+    pub fn local_sources(&self) -> &LocalSources {
+        &self.local_sources
     }
 
     pub fn time_unit_hint(&self) -> String {
@@ -613,6 +625,15 @@ impl<'c> Validator<'c> {
         }
         let code = RttCode::from_ms(rtt).map_err(|_| Reason::NanRtt)?;
         keys.push(src.partition as usize, &src.key, event_time, &dst.key, code);
+        let counts = &mut self.local_sources;
+        counts.rows += 1;
+        if src.local {
+            counts.local_rows += 1;
+            if counts.example.is_none() {
+                let len = usize::from(src.key[16]);
+                counts.example = addr::addr_from_bytes(&src.key[..len]);
+            }
+        }
         Ok(())
     }
 }
