@@ -13,6 +13,8 @@
 //!                    run's state machine and its actor: private); journal (written by the
 //!                    coordinator, read by both)
 //!                    worker: join (the worker actor and its store gate: private)
+//!  watching          monitor (the coordinator's model of the job, /metrics, probes, the
+//!                    status page: the read-only HTTP listener of both runtimes)
 //!  settings          settings ([run], a worker's resources) and every default
 //!  errors            error (EngineError, its Fault, the exit code), fault (injection, test builds)
 //! ```
@@ -43,6 +45,7 @@ pub(crate) mod journal;
 pub mod kind;
 pub(crate) mod listener;
 pub(crate) mod messages;
+pub mod monitor;
 pub mod parquet_source;
 pub mod protocol;
 pub mod scratch;
