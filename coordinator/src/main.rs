@@ -41,6 +41,14 @@ enum Command {
         /// The job file, e.g. jobs/local.toml. Without one: the embedded demo job
         /// (jobs/demo.toml: 2M generated measurements, local mode, output in out/demo).
         job: Option<PathBuf>,
+        /// Serve /metrics, /livez, /readyz, /api/v1/status and a live status page on
+        /// this address (ip:port, or a port alone for 127.0.0.1); overrides [run] http.
+        #[arg(long, value_name = "ADDR", value_parser = parse_http)]
+        http: Option<std::net::SocketAddr>,
+        /// Seconds the HTTP listener keeps serving after the job ends, so that the
+        /// last scrape sees how it ended; overrides [run] http_linger_seconds (60).
+        #[arg(long, value_name = "SECONDS")]
+        linger: Option<u64>,
     },
     /// Print the state of a running or finished job.
     Status {
@@ -79,11 +87,16 @@ enum Command {
     },
 }
 
+fn parse_http(text: &str) -> Result<std::net::SocketAddr, String> {
+    probeflow_engine::settings::parse_http_addr(text)
+}
+
 fn exit_code(e: &EngineError) -> ExitCode {
     ExitCode::from(e.exit_code())
 }
 
 fn main() -> ExitCode {
+    probeflow_engine::monitor::process::start_time();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()
@@ -96,7 +109,7 @@ fn main() -> ExitCode {
     // The job file is read before the runtime starts: the allocator is set up for the
     // tasks this process runs itself (local mode's workers) before any thread exists.
     let spec = match &cli.command {
-        Command::Run { job } => {
+        Command::Run { job, http, linger } => {
             let spec = match job {
                 Some(path) => JobSpec::load(path, KINDS),
                 None => {
@@ -105,7 +118,15 @@ fn main() -> ExitCode {
                 }
             };
             match spec {
-                Ok(spec) => Some(spec),
+                Ok(mut spec) => {
+                    if let Some(addr) = http {
+                        spec.run.http = Some(*addr);
+                    }
+                    if let Some(seconds) = linger {
+                        spec.run.http_linger = std::time::Duration::from_secs(*seconds);
+                    }
+                    Some(spec)
+                }
                 Err(e) => {
                     eprintln!("coordinator: error: {e}");
                     return exit_code(&e);

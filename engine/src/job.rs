@@ -96,8 +96,9 @@ pub trait JobDriver: Send + Sealed {
     /// See [`Driver::progress_totals`].
     fn progress_totals(&self) -> ProgressTotals;
     /// See [`Driver::stage`]: the tasks of the kind's stage number `stage` (from 0, in
-    /// the order of [`Stage::ALL`]); `None` after the last.
-    fn stage(&mut self, stage: usize) -> Result<Option<Vec<TaskSpec>>>;
+    /// the order of [`Stage::ALL`]) with their work units ([`Driver::task_units`]);
+    /// `None` after the last.
+    fn stage(&mut self, stage: usize) -> Result<Option<PlannedStage>>;
     /// See [`Driver::check`]; a result that does not decode is refused too.
     fn check(
         &self,
@@ -115,6 +116,14 @@ pub trait JobDriver: Send + Sealed {
     fn clean_up<'a>(&'a mut self, output: &'a StoreUrl) -> BoxFuture<'a, Result<()>>;
     /// See [`Kind::attempt_files`].
     fn attempt_files(&self, task: TaskId, attempt: u32) -> Result<Vec<String>>;
+}
+
+/// A stage's tasks as the engine gets them: each with its work units, in `unit`.
+pub struct PlannedStage {
+    pub tasks: Vec<TaskSpec>,
+    /// `units[i]`: the work of `tasks[i]` ([`Driver::task_units`]).
+    pub units: Vec<u64>,
+    pub unit: &'static str,
 }
 
 /// Runs one kind's tasks on a worker, its types erased.
@@ -348,14 +357,19 @@ impl<K: Kind> JobDriver for DriverOf<K> {
         self.driver.progress_totals()
     }
 
-    fn stage(&mut self, stage: usize) -> Result<Option<Vec<TaskSpec>>> {
+    fn stage(&mut self, stage: usize) -> Result<Option<PlannedStage>> {
         let Some(&stage) = StageOf::<K>::ALL.get(stage) else {
             return Ok(None);
         };
         let Some(tasks) = self.driver.stage(stage)? else {
             return Ok(None);
         };
-        tasks
+        let unit = self.driver.work_unit(stage);
+        let units = tasks
+            .iter()
+            .map(|(_, task)| self.driver.task_units(task))
+            .collect();
+        let tasks = tasks
             .into_iter()
             .map(|(index, task)| {
                 Ok(TaskSpec {
@@ -363,8 +377,8 @@ impl<K: Kind> JobDriver for DriverOf<K> {
                     body: task.encode()?,
                 })
             })
-            .collect::<Result<Vec<_>>>()
-            .map(Some)
+            .collect::<Result<Vec<_>>>()?;
+        Ok(Some(PlannedStage { tasks, units, unit }))
     }
 
     fn check(

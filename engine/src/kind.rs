@@ -194,6 +194,17 @@ pub trait Driver<K: Kind>: Send + 'static {
     /// accepted so far (all of the stages before it); `None` when the job ends before
     /// this stage (a last stage its settings leave out).
     fn stage(&mut self, stage: StageOf<K>) -> Result<Option<StageTasks<K>>>;
+    /// The work `task` stands for, in its stage's unit ([`Self::work_unit`]): what the
+    /// monitor weighs progress, rates and the ETA by (a task count says little when
+    /// tasks differ a hundredfold). Known when the stage is made. The default: 1.
+    fn task_units(&self, _task: &K::Task) -> u64 {
+        1
+    }
+    /// The unit of stage `stage`'s work ([`Self::task_units`]), a metric label:
+    /// lowercase, `_` between words. The default: `"tasks"`.
+    fn work_unit(&self, _stage: StageOf<K>) -> &'static str {
+        "tasks"
+    }
     /// Checks a result against its task before it counts (a refused result is a
     /// failed attempt): it may name only what was planned for this task and attempt.
     fn check(&self, done: Done<'_, K>, attempt: u32) -> std::result::Result<(), String>;

@@ -65,6 +65,8 @@ pub(crate) struct RawRun {
     listen: Option<String>,
     tls: Option<RawTls>,
     allow_plaintext: Option<bool>,
+    http: Option<String>,
+    http_linger_seconds: Option<u64>,
     /// Moved to `[input] rows_per_map_task` (a setting of the probe_rows kind): here
     /// only to say so.
     rows_per_map_task: Option<toml::Value>,
@@ -105,6 +107,25 @@ pub struct RunConfig {
     /// Cluster mode without TLS on a non-loopback `listen`: refused unless set (for
     /// private networks only: the traffic is plaintext).
     pub allow_plaintext: bool,
+    /// The coordinator's read-only HTTP listener (metrics, probes, status page); none
+    /// by default.
+    pub http: Option<SocketAddr>,
+    /// How long the listener keeps serving after the job ends (the last scrape sees
+    /// how it ended).
+    pub http_linger: Duration,
+}
+
+/// `[run] http_linger_seconds`' default: a minute, Prometheus' default scrape interval.
+pub const DEFAULT_HTTP_LINGER: Duration = Duration::from_secs(60);
+
+/// An HTTP listener's address: `ip:port`, or a port alone for loopback
+/// (`127.0.0.1:port`): nothing listens beyond this host unless the operator says so.
+pub fn parse_http_addr(text: &str) -> Result<SocketAddr, String> {
+    if let Ok(port) = text.parse::<u16>() {
+        return Ok(SocketAddr::from(([127, 0, 0, 1], port)));
+    }
+    text.parse()
+        .map_err(|e| format!("{text:?}: expected ip:port or a port ({e})"))
 }
 
 /// `[run.tls]`: the coordinator's certificate and key, and the CA that signs every
@@ -135,6 +156,8 @@ impl Default for RunConfig {
             listen: SocketAddr::from(([0, 0, 0, 0], 7077)),
             tls: None,
             allow_plaintext: false,
+            http: None,
+            http_linger: DEFAULT_HTTP_LINGER,
         }
     }
 }
@@ -229,6 +252,13 @@ impl RunConfig {
             listen,
             tls,
             allow_plaintext: raw.allow_plaintext.unwrap_or(d.allow_plaintext),
+            http: match raw.http {
+                None => None,
+                Some(text) => Some(parse_http_addr(&text).map_err(|e| format!("[run] http {e}"))?),
+            },
+            http_linger: raw
+                .http_linger_seconds
+                .map_or(d.http_linger, Duration::from_secs),
         })
     }
 }

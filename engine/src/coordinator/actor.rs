@@ -215,6 +215,7 @@ impl Actor for CoordinatorActor {
             }
             CoordinatorMsg::NodeLost { node } => s.run.node_lost(&node),
             CoordinatorMsg::Tick => {
+                s.effects.monitor.lock().actor_stepped = std::time::SystemTime::now();
                 let lost = s.effects.lock_lost.borrow().clone();
                 let mut effects = Vec::new();
                 match lost {

@@ -22,6 +22,7 @@ use crate::coordinator::output_writer::OutputWriter;
 use crate::coordinator::progress::Progress;
 use crate::coordinator::run::{Effect, JobRun};
 use crate::error::{EngineError, Result};
+use crate::monitor::Monitor;
 use crate::protocol::{Payload, TaskId};
 use crate::store::StoreUrl;
 
@@ -59,11 +60,37 @@ pub struct EffectHandler {
     /// and the final outputs.
     pub final_dirs: &'static [&'static str],
     pub completion: CompletionRecord,
+    /// What the operator watches: told what the run observed.
+    pub monitor: Monitor,
 }
 
 impl EffectHandler {
     /// Carries out `effects` of `run`, in order; the job's end if one of them ended it.
     pub async fn apply(
+        &mut self,
+        run: &mut JobRun,
+        effects: Vec<Effect>,
+        journal: &mut impl JournalWrites,
+    ) -> Option<JobEnd> {
+        self.observe(run);
+        let end = self.apply_effects(run, effects, journal).await;
+        self.observe(run);
+        end
+    }
+
+    /// Tells the monitor what `run` observed since it last asked.
+    fn observe(&self, run: &mut JobRun) {
+        let observed = run.take_observed();
+        if !observed.is_empty() {
+            let now = std::time::SystemTime::now();
+            let mut monitor = self.monitor.lock();
+            for o in observed {
+                monitor.observe(o, now);
+            }
+        }
+    }
+
+    async fn apply_effects(
         &mut self,
         run: &mut JobRun,
         effects: Vec<Effect>,
@@ -111,12 +138,16 @@ impl EffectHandler {
                     }
                 }
                 Effect::Finish => {
+                    // The last results are seen before the final outputs are written.
+                    self.observe(run);
                     // Not on an output this coordinator no longer owns.
                     let lost = self.lock_lost.borrow().clone();
+                    self.monitor.lock().finishing = true;
                     let result = match lost {
                         Some(why) => Err(EngineError::Conflict(why)),
                         None => self.write_final_outputs(run).await,
                     };
+                    self.monitor.lock().finishing = false;
                     run.finished(result.is_ok());
                     self.progress.finish();
                     let tasks_run = run.tasks_run();

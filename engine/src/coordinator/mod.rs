@@ -21,6 +21,8 @@
 //! * [`output_lock`]: one coordinator per output (an atomic, renewed lock object).
 //! * [`progress`]: the progress bar or log lines.
 //! * [`output_writer`]: the job kind's progress files, written off the actor, in order.
+//! * [`watch`]: the job's monitor and its HTTP listener (`[run] http`): readiness,
+//!   liveness, the linger after the job.
 
 pub(crate) mod actor;
 pub(crate) mod effects;
@@ -35,6 +37,7 @@ pub(crate) mod schedule;
 mod spec;
 mod status;
 mod verify;
+pub(crate) mod watch;
 
 pub use run_job::{run_job, RunOutcome};
 pub use spec::JobSpec;

@@ -62,6 +62,8 @@ pub struct OpenedJob {
     pub replayed: Vec<(TaskId, Progressed)>,
     /// The completion record, but for the summary and the final outputs.
     pub completion: CompletionRecord,
+    /// This coordinator's epoch.
+    pub epoch: u32,
 }
 
 /// Plans the job of `spec` on `output` (lists and pins its input, journals the plan),
@@ -159,6 +161,7 @@ pub async fn open_job(spec: &JobSpec, output: &StoreUrl) -> Result<OpenedJob> {
         totals,
         stages,
         replayed,
+        epoch,
         completion: CompletionRecord {
             kind: spec.kind.name().to_string(),
             release: completion::RELEASE.to_string(),

@@ -33,6 +33,8 @@ use crate::protocol::{
 
 use crate::coordinator::leases::{AfterFailure, Grant, Lease, LeaseBoard, Refused, Revoked};
 use crate::coordinator::schedule::{worker_of, RetryPolicy};
+use crate::monitor::model::{LEASE_EXPIRED, WORKER_LEFT};
+use crate::monitor::{JobState, Observation, Outcome};
 
 /// The attempt a report is for, as its worker names it.
 #[derive(Debug, Clone, Copy)]
@@ -96,6 +98,7 @@ enum Phase {
 
 /// A result whose journal entry is being written.
 struct Journaling {
+    worker: String,
     attempt: u32,
     output: Payload,
     nonce: String,
@@ -118,6 +121,8 @@ pub struct JobRun {
     phase: Phase,
     /// Leases granted.
     tasks_run: u64,
+    /// What happened since the interpreter last took them ([`Self::take_observed`]).
+    observed: Vec<Observation>,
 }
 
 impl JobRun {
@@ -144,6 +149,7 @@ impl JobRun {
             journaling: HashMap::new(),
             phase: Phase::Running,
             tasks_run: 0,
+            observed: Vec::new(),
         }
     }
 
@@ -157,6 +163,7 @@ impl JobRun {
     ) -> Result<Progressed, EngineError> {
         let progressed = self.driver.accept(task, output)?;
         self.accepted.insert(task, attempt);
+        self.observed.push(Observation::Replayed { task });
         Ok(progressed)
     }
 
@@ -166,6 +173,12 @@ impl JobRun {
         let mut effects = Vec::new();
         self.advance(&mut effects);
         effects
+    }
+
+    /// What happened since the last call, for the monitor (the interpreter takes them
+    /// after each event).
+    pub fn take_observed(&mut self) -> Vec<Observation> {
+        std::mem::take(&mut self.observed)
     }
 
     /// The timing workers get.
@@ -228,6 +241,11 @@ impl JobRun {
             ));
         }
         tracing::info!(worker = %r.worker, capacity = r.capacity, memory = r.memory_bytes, "worker joined");
+        self.observed.push(Observation::WorkerJoined {
+            worker: r.worker.clone(),
+            memory_bytes: r.memory_bytes,
+            capacity: r.capacity,
+        });
         self.workers.insert(r.worker.clone(), r);
         Ok(self.timing)
     }
@@ -276,6 +294,11 @@ impl JobRun {
             } => {
                 self.tasks_run += 1;
                 tracing::debug!(worker = %actor, task = %spec.id(), attempt, "leased");
+                self.observed.push(Observation::AttemptStarted {
+                    task: spec.id(),
+                    attempt,
+                    worker: worker_of(actor).to_string(),
+                });
                 TaskReply::Task(Box::new(Assignment {
                     task: spec,
                     attempt,
@@ -296,6 +319,9 @@ impl JobRun {
         now: Instant,
     ) {
         self.board.heartbeat(actor, task, attempt, token, now);
+        self.observed.push(Observation::Heartbeat {
+            worker: worker_of(actor).to_string(),
+        });
     }
 
     /// A task's report: a result or a failure of the attempt `from` names; `nonce`: a
@@ -338,21 +364,33 @@ impl JobRun {
             }
         };
         // A result names only what was planned for this task and attempt.
-        let result = result.and_then(|output| match self.driver.check(&lease.spec, attempt, &output) {
-            Ok(()) => Ok(output),
-            Err(why) => {
-                tracing::warn!(worker = %actor, %task, attempt, reason = %why, "result refused");
-                Err(TaskFailure {
-                    error: format!("result refused: {why}"),
-                    retryable: true,
-                })
-            }
-        });
+        let result = result
+            .map_err(|failure| (Outcome::Failed, failure))
+            .and_then(|output| match self.driver.check(&lease.spec, attempt, &output) {
+                Ok(()) => Ok(output),
+                Err(why) => {
+                    tracing::warn!(worker = %actor, %task, attempt, reason = %why, "result refused");
+                    let failure = TaskFailure {
+                        error: format!("result refused: {why}"),
+                        retryable: true,
+                    };
+                    Err((Outcome::Refused, failure))
+                }
+            });
         match result {
             Ok(output) => {
-                self.journal(task, attempt, output, nonce, &mut effects);
+                self.journal(actor, task, attempt, output, nonce, &mut effects);
             }
-            Err(failure) => self.attempt_failed(actor, lease, failure, now, &mut effects),
+            Err((outcome, failure)) => {
+                self.observed.push(Observation::AttemptEnded {
+                    task,
+                    attempt,
+                    worker: worker_of(actor).to_string(),
+                    outcome,
+                    reason: Some(failure.error.clone()),
+                });
+                self.attempt_failed(actor, lease, failure, now, &mut effects)
+            }
         }
         effects
     }
@@ -397,7 +435,7 @@ impl JobRun {
         }
         self.board.withdraw(task);
         tracing::info!(worker = %actor, %task, attempt, "a predecessor's attempt adopted");
-        self.journal(task, attempt, output, nonce, &mut effects);
+        self.journal(actor, task, attempt, output, nonce, &mut effects);
         effects
     }
 
@@ -405,6 +443,7 @@ impl JobRun {
     /// (with `nonce`), and the result counts once that is confirmed ([`Self::journaled`]).
     fn journal(
         &mut self,
+        actor: &str,
         task: TaskId,
         attempt: u32,
         output: Payload,
@@ -414,6 +453,7 @@ impl JobRun {
         self.journaling.insert(
             task,
             Journaling {
+                worker: worker_of(actor).to_string(),
                 attempt,
                 output: output.clone(),
                 nonce: nonce.clone(),
@@ -457,6 +497,10 @@ impl JobRun {
                 excluded: Some(why),
             } => {
                 tracing::warn!(worker = worker_of(actor), reason = %why, "worker excluded for the rest of the job");
+                self.observed.push(Observation::WorkerExcluded {
+                    worker: worker_of(actor).to_string(),
+                    reason: why.to_string(),
+                });
                 effects.push(Effect::RecordExcluded(self.board.excluded().clone()));
             }
         }
@@ -492,6 +536,13 @@ impl JobRun {
         tracing::debug!(%task, attempt = j.attempt, "journaled");
         match self.driver.accept(task, &j.output) {
             Ok(progressed) => {
+                self.observed.push(Observation::AttemptEnded {
+                    task,
+                    attempt: j.attempt,
+                    worker: j.worker.clone(),
+                    outcome: Outcome::Accepted,
+                    reason: None,
+                });
                 effects.push(Effect::WriteProgress(self.driver.record_progress(None)));
                 effects.push(Effect::TaskDone {
                     stage: task.stage,
@@ -513,8 +564,8 @@ impl JobRun {
     /// stage, [`Effect::Finish`].
     fn advance(&mut self, effects: &mut Vec<Effect>) {
         loop {
-            let tasks = match self.driver.stage(self.stage) {
-                Ok(Some(tasks)) => tasks,
+            let planned = match self.driver.stage(self.stage) {
+                Ok(Some(planned)) => planned,
                 Ok(None) => {
                     self.phase = Phase::Finishing;
                     effects.push(Effect::Finish);
@@ -522,10 +573,16 @@ impl JobRun {
                 }
                 Err(e) => return self.fail(e, effects),
             };
+            let tasks = planned.tasks;
             if let Some(first) = tasks.first() {
                 effects.push(Effect::StagePlanned {
                     stage: first.id.stage,
                     tasks: tasks.len() as u64,
+                });
+                self.observed.push(Observation::StagePlanned {
+                    stage: first.id.stage,
+                    unit: planned.unit,
+                    tasks: tasks.iter().map(|t| t.id).zip(planned.units).collect(),
                 });
             }
             let pending: Vec<_> = tasks
@@ -561,6 +618,13 @@ impl JobRun {
         } else {
             Phase::Stopped
         };
+        let state = if written {
+            JobState::Succeeded
+        } else {
+            JobState::Stopped
+        };
+        self.observed
+            .push(Observation::State { state, error: None });
         self.board.clear();
     }
 
@@ -581,6 +645,14 @@ impl JobRun {
         if !self.is_over() {
             self.phase = phase;
             self.board.clear();
+            let state = match phase {
+                Phase::Stopped => JobState::Stopped,
+                _ => JobState::Failed,
+            };
+            self.observed.push(Observation::State {
+                state,
+                error: Some(error.to_string()),
+            });
             effects.push(Effect::Fail(error));
         }
     }
@@ -598,10 +670,14 @@ impl JobRun {
         };
         self.workers.remove(&worker);
         tracing::info!(%worker, "worker left");
+        self.observed.push(Observation::WorkerLeft {
+            worker: worker.clone(),
+        });
         let revoked = self.board.node_lost(&worker);
         self.revoked(
             revoked,
             "worker node lost",
+            WORKER_LEFT,
             &format!("worker {worker} lost"),
             &mut effects,
         );
@@ -615,22 +691,32 @@ impl JobRun {
         self.revoked(
             revoked,
             "lease expired",
+            LEASE_EXPIRED,
             "lease expired (worker silent)",
             &mut effects,
         );
         effects
     }
 
-    /// Logs leases taken back; a task out of attempts fails the job with `why`.
+    /// Logs leases taken back (`reason`: the monitor's, [`LEASE_EXPIRED`] or
+    /// [`WORKER_LEFT`]); a task out of attempts fails the job with `why`.
     fn revoked(
         &mut self,
         revoked: Vec<Revoked>,
         event: &str,
+        reason: &str,
         why: &str,
         effects: &mut Vec<Effect>,
     ) {
         for r in revoked {
             tracing::warn!(worker = %r.worker, task = %r.task, attempt = r.attempt, "{event}; re-queued");
+            self.observed.push(Observation::AttemptEnded {
+                task: r.task,
+                attempt: r.attempt,
+                worker: worker_of(&r.worker).to_string(),
+                outcome: Outcome::Lost,
+                reason: Some(reason.to_string()),
+            });
             if r.out_of_attempts {
                 let error = EngineError::TaskFailed {
                     task: r.task.to_string(),

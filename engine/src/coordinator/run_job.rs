@@ -14,6 +14,7 @@
 //! by `(task, attempt, lease token)`: only the attempt that holds the lease is accepted,
 //! so a late duplicate changes nothing ([`crate::coordinator::run`]).
 
+use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 use crate::cluster;
@@ -35,8 +36,10 @@ use crate::coordinator::output_lock::{OutputLock, LOCK_PATH};
 use crate::coordinator::output_writer::OutputWriter;
 use crate::coordinator::progress::Progress;
 use crate::coordinator::spec::JobSpec;
+use crate::coordinator::watch::Watch;
 use crate::error::{EngineError, Result};
 use crate::journal::Journal;
+use crate::monitor::{JobState, Observation};
 use crate::settings::Mode;
 
 /// What a run did.
@@ -101,20 +104,46 @@ pub async fn run_job(spec: &JobSpec, kinds: Kinds) -> Result<RunOutcome> {
         }
     };
     let output = StoreUrl::parse(spec.output_url())?;
+    // Bound before the output is touched: served (not ready) while the lock is awaited.
+    let watch = Watch::start(spec).await?;
+    let result = run_watched(spec, kinds, output, cluster, &watch).await;
+    let ended = match &result {
+        Ok(_) => (JobState::Succeeded, None),
+        Err(e) => (JobState::Failed, Some(e.to_string())),
+    };
+    if !watch.monitor.lock().state.is_over() {
+        watch.monitor.observe(Observation::State {
+            state: ended.0,
+            error: ended.1,
+        });
+    }
+    watch.stop().await;
+    result
+}
 
+/// [`run_job`] once its settings are checked and its monitor started.
+async fn run_watched(
+    spec: &JobSpec,
+    kinds: Kinds,
+    output: StoreUrl,
+    cluster: Option<ClusterSettings>,
+    watch: &Watch,
+) -> Result<RunOutcome> {
     if let Some(summary) = already_complete(spec, &output).await? {
         finish_interrupted_clean_up(spec, &output).await?;
         return Ok(RunOutcome::AlreadyComplete(summary));
     }
     let lock = OutputLock::acquire(&output, spec.run.output_lock).await?;
+    watch.ready.output_lock.store(true, Ordering::Relaxed);
     let keeper = LockKeeper::start(lock);
     // Another coordinator may have finished the job between the check and the lock.
     let result = match already_complete(spec, &output).await {
         Ok(Some(summary)) => Ok(RunOutcome::AlreadyComplete(summary)),
-        Ok(None) => run_owned(spec, kinds, output, cluster, keeper.lost()).await,
+        Ok(None) => run_owned(spec, kinds, output, cluster, keeper.lost(), watch).await,
         Err(e) => Err(e),
     };
     keeper.release().await;
+    watch.ready.output_lock.store(false, Ordering::Relaxed);
     result
 }
 
@@ -204,6 +233,7 @@ async fn run_owned(
     output: StoreUrl,
     cluster: Option<ClusterSettings>,
     lock_lost: tokio::sync::watch::Receiver<Option<String>>,
+    watch: &Watch,
 ) -> Result<RunOutcome> {
     let OpenedJob {
         mut run,
@@ -211,7 +241,14 @@ async fn run_owned(
         stages,
         replayed,
         completion,
+        epoch,
     } = open_job(spec, &output).await?;
+    watch.monitor.lock().epoch = epoch;
+    watch.ready.journal.store(true, Ordering::Relaxed);
+    watch.monitor.observe(Observation::State {
+        state: JobState::Running,
+        error: None,
+    });
     let progress = Progress::new(&totals, &stages);
     for (task, p) in &replayed {
         progress.task_done(task.stage.as_str(), *p);
@@ -244,6 +281,7 @@ async fn run_owned(
             lock_lost,
             final_dirs: spec.kind.final_dirs(),
             completion,
+            monitor: watch.monitor.clone(),
         },
         done: Some(tx),
         tokens: 0,
@@ -265,10 +303,11 @@ async fn run_owned(
         });
     }
     if let Some(settings) = cluster {
-        let (node, result) = serve_cluster(coordinator, coordinator_handle, rx, settings).await?;
+        let (node, result) =
+            serve_cluster(coordinator, coordinator_handle, rx, settings, watch).await?;
         node.stop(None);
         tracing::info!(
-            bytes = crate::messages::LARGEST_MESSAGE.load(std::sync::atomic::Ordering::Relaxed),
+            bytes = crate::messages::LARGEST_MESSAGE.load(Ordering::Relaxed),
             "largest message field sent"
         );
         let (tasks_run, summary) = result??;
@@ -278,6 +317,8 @@ async fn run_owned(
             tasks_resumed: resumed,
         });
     }
+    // In-process workers need no port.
+    watch.ready.workers_port.store(true, Ordering::Relaxed);
     let memory = spec.run.memory_per_worker as usize;
     let mut handles = Vec::new();
     let mut workers = Vec::new();
@@ -344,6 +385,7 @@ async fn serve_cluster(
     coordinator_handle: tokio::task::JoinHandle<()>,
     rx: oneshot::Receiver<Result<(u64, String)>>,
     settings: ClusterSettings,
+    watch: &Watch,
 ) -> Result<(ActorRef<ractor_cluster::NodeServerMessage>, ActorResult)> {
     let ClusterSettings {
         listen,
@@ -357,6 +399,7 @@ async fn serve_cluster(
         tls.as_ref().map(|(t, d)| (t, *d)),
     )
     .await?;
+    watch.ready.workers_port.store(true, Ordering::Relaxed);
     node.cast(ractor_cluster::NodeServerMessage::SubscribeToEvents {
         id: "probeflow-coordinator".into(),
         subscription: Box::new(cluster::NodeLossNotifier(coordinator.clone())),

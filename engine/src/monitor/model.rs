@@ -148,6 +148,8 @@ pub struct JobMonitor {
     replayed: Vec<TaskId>,
     /// When the coordinator's actor last stepped (liveness).
     pub actor_stepped: SystemTime,
+    /// The final outputs are being written (the actor does not step meanwhile).
+    pub finishing: bool,
 }
 
 fn unix(t: SystemTime) -> f64 {
@@ -285,6 +287,7 @@ impl JobMonitor {
             events: VecDeque::new(),
             replayed: Vec::new(),
             actor_stepped: now,
+            finishing: false,
         }
     }
 

@@ -99,6 +99,11 @@ impl Bed {
             lock_lost,
             final_dirs: spec.kind.final_dirs(),
             completion: opened.completion,
+            monitor: crate::monitor::Monitor::new(crate::monitor::JobMonitor::new(
+                spec.kind.name(),
+                spec.output_url(),
+                std::time::SystemTime::now(),
+            )),
         };
         let mut bed = Bed {
             runner: spec.kind.runner(),

@@ -366,6 +366,22 @@ impl Driver<NgramOverlap> for OverlapDriver {
         }
     }
 
+    /// An index or scan task's input bytes; a report or clean task: one task.
+    fn task_units(&self, task: &OverlapTask) -> u64 {
+        match task {
+            OverlapTask::Index(t) => t.file.size,
+            OverlapTask::Scan(t) => t.file.size,
+            OverlapTask::Report(_) | OverlapTask::Clean(_) => 1,
+        }
+    }
+
+    fn work_unit(&self, stage: OverlapStage) -> &'static str {
+        match stage {
+            OverlapStage::Index | OverlapStage::Scan => "input_bytes",
+            OverlapStage::Report | OverlapStage::Clean => "tasks",
+        }
+    }
+
     fn stage(&mut self, stage: OverlapStage) -> Result<Option<StageTasks<NgramOverlap>>> {
         Ok(Some(match stage {
             OverlapStage::Index => self

@@ -277,6 +277,27 @@ impl Driver<ProbeRows> for ProbeRowsDriver {
         }
     }
 
+    /// A map's input rows; a reduce's share of the shuffled rows (the maps' kept rows,
+    /// shared evenly over the partitions: a partition's own count is known only to the
+    /// map outputs' indexes, which the coordinator does not read).
+    fn task_units(&self, task: &ProbeTask) -> u64 {
+        match task {
+            ProbeTask::Map(m) => m.rows,
+            ProbeTask::Reduce(r) => {
+                let kept: u64 = self.maps.values().map(|m| m.kept_rows).sum();
+                let shards = u64::from(self.settings.shards.max(1));
+                kept / shards + u64::from(u64::from(r.partition) < kept % shards)
+            }
+        }
+    }
+
+    fn work_unit(&self, stage: ProbeStage) -> &'static str {
+        match stage {
+            ProbeStage::Map => "input_rows",
+            ProbeStage::Reduce => "shuffled_rows",
+        }
+    }
+
     fn stage(&mut self, stage: ProbeStage) -> Result<Option<StageTasks<ProbeRows>>> {
         Ok(Some(match stage {
             ProbeStage::Map => self
