@@ -75,6 +75,10 @@ struct Args {
     /// the host of --join).
     #[arg(long, value_name = "NAME", requires = "tls_ca")]
     tls_server_name: Option<String>,
+    /// Serve /metrics, /livez and /readyz (ready once joined) on this address (ip:port,
+    /// or a port alone for 127.0.0.1).
+    #[arg(long, value_name = "ADDR", value_parser = probeflow_engine::settings::parse_http_addr)]
+    http: Option<SocketAddr>,
 }
 
 /// The flags, checked: what `worker` is asked to do.
@@ -126,10 +130,12 @@ fn plan(args: Args) -> anyhow::Result<JoinConfig> {
         give_up_after: Duration::from_secs(args.give_up_after),
         tls,
         faults: Faults::from_env()?,
+        http: args.http,
     })
 }
 
 fn main() -> ExitCode {
+    probeflow_engine::monitor::process::start_time();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_default_env()

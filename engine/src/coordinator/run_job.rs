@@ -337,6 +337,7 @@ async fn run_owned(
             kinds,
             unreported: Default::default(),
             sent: Vec::new(),
+            stats: Default::default(),
         };
         let (worker, h) = Actor::spawn(None, WorkerActor, args)
             .await

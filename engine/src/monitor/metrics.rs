@@ -26,13 +26,13 @@ pub const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; char
 pub const TEXT_004: &str = "text/plain; version=0.0.4; charset=utf-8";
 
 /// A label set: names from a fixed set, values from fixed sets or worker names.
-type Labels = Vec<(&'static str, String)>;
+pub(super) type Labels = Vec<(&'static str, String)>;
 
 /// Writes metric families through `prometheus-client`'s encoder.
-struct Families<'a>(DescriptorEncoder<'a>);
+pub(super) struct Families<'a>(pub(super) DescriptorEncoder<'a>);
 
 impl Families<'_> {
-    fn write<M: EncodeMetric>(
+    pub(super) fn write<M: EncodeMetric>(
         &mut self,
         name: &'static str,
         help: &'static str,
@@ -53,7 +53,7 @@ impl Families<'_> {
         Ok(())
     }
 
-    fn gauges(
+    pub(super) fn gauges(
         &mut self,
         name: &'static str,
         help: &'static str,
@@ -67,7 +67,7 @@ impl Families<'_> {
         self.write(name, help, unit, MetricType::Gauge, samples)
     }
 
-    fn gauge(
+    pub(super) fn gauge(
         &mut self,
         name: &'static str,
         help: &'static str,
@@ -78,7 +78,7 @@ impl Families<'_> {
     }
 
     /// A counter family; `name` without `_total` (the encoder adds it).
-    fn counters(
+    pub(super) fn counters(
         &mut self,
         name: &'static str,
         help: &'static str,

@@ -18,6 +18,7 @@ pub mod metrics;
 pub mod model;
 pub mod page;
 pub mod process;
+pub mod worker;
 
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::SystemTime;

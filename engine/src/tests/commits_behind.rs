@@ -260,6 +260,7 @@ fn worker_args(coordinator: &ActorRef<CoordinatorMsg>, scratch: &tempfile::TempD
         kinds: KINDS,
         unreported: Default::default(),
         sent: Vec::new(),
+        stats: Default::default(),
     }
 }
 

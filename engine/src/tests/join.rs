@@ -41,6 +41,7 @@ fn worker(address: &str, dir: &std::path::Path, give_up_after: Duration) -> Join
         give_up_after,
         tls: None,
         faults: Faults::none(),
+        http: None,
     }
 }
 

@@ -113,6 +113,8 @@ pub struct WorkerArgs {
     /// Reports sent to this coordinator before this actor started (unreported attempts
     /// offered again), not yet known to have arrived.
     pub sent: Vec<Unreported>,
+    /// The process's counts for its `/metrics`.
+    pub stats: Arc<crate::monitor::worker::WorkerStats>,
 }
 
 pub struct WorkerActor;
@@ -396,6 +398,8 @@ impl Actor for WorkerActor {
                     return Ok(());
                 };
                 let runner = runners.entry(kind.name()).or_insert_with(|| kind.runner());
+                let stage = task.stage;
+                state.stats.task_started(stage.as_str());
                 let result = match JobScratch::for_job(
                     scratch,
                     &state.resources.scratch,
@@ -432,6 +436,11 @@ impl Actor for WorkerActor {
                     ms = started.elapsed().as_millis() as u64,
                     ok = matches!(result, Ok(Ok(_))),
                     "task ended"
+                );
+                state.stats.task_ended(
+                    stage.as_str(),
+                    matches!(result, Ok(Ok(_))),
+                    started.elapsed().as_secs_f64(),
                 );
                 // What the task freed goes back to the system before the next one.
                 crate::allocator::release_freed();

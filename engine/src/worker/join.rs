@@ -23,6 +23,7 @@ use crate::error::{EngineError, Result};
 use crate::fault::Faults;
 use crate::job::Kinds;
 use crate::messages::{CoordinatorMsg, Wire, LARGEST_MESSAGE};
+use crate::monitor::worker::WorkerStats;
 use crate::protocol::{Registration, PROTOCOL_VERSION, RELEASE};
 use crate::settings::WorkerResources;
 use crate::store::StoreUrl;
@@ -74,13 +75,35 @@ pub struct JoinConfig {
     pub tls: Option<WorkerTls>,
     /// `PROBEFLOW_FAULT` (test builds only).
     pub faults: Faults,
+    /// The read-only HTTP listener (`--http`): metrics and probes.
+    pub http: Option<SocketAddr>,
 }
 
 /// Joins the coordinator of `plan` with `cookie` and runs tasks of `kinds` until the
 /// job is done. Errors: [`EngineError::Refused`] when the coordinator refuses this
 /// worker (no retry), [`EngineError::Runtime`] when it stays unreachable.
 pub async fn join(plan: JoinConfig, cookie: String, kinds: Kinds) -> Result<()> {
-    let joined = join_and_work(&plan, cookie, kinds).await;
+    let stats = WorkerStats::new(
+        plan.resources.memory_bytes as u64,
+        plan.resources.scratch.clone(),
+    );
+    let server = match plan.http {
+        None => None,
+        Some(addr) => {
+            let listener = crate::monitor::http::bind(addr).await?;
+            let bound = listener.local_addr().unwrap_or(addr);
+            tracing::info!(%bound, "serving /metrics, /livez and /readyz");
+            let endpoints = Arc::new(crate::monitor::worker::endpoints(stats.clone()));
+            let (stop, stopped) = tokio::sync::watch::channel(false);
+            let task = tokio::spawn(crate::monitor::http::serve(listener, endpoints, stopped));
+            Some((stop, task))
+        }
+    };
+    let joined = join_and_work(&plan, cookie, kinds, &stats).await;
+    if let Some((stop, task)) = server {
+        let _ = stop.send(true);
+        let _ = task.await;
+    }
     tracing::info!(
         bytes = LARGEST_MESSAGE.load(Ordering::Relaxed),
         "largest message field sent"
@@ -88,7 +111,12 @@ pub async fn join(plan: JoinConfig, cookie: String, kinds: Kinds) -> Result<()> 
     joined
 }
 
-async fn join_and_work(plan: &JoinConfig, cookie: String, kinds: Kinds) -> Result<()> {
+async fn join_and_work(
+    plan: &JoinConfig,
+    cookie: String,
+    kinds: Kinds,
+    stats: &Arc<WorkerStats>,
+) -> Result<()> {
     let node_name = cluster::unique_node_name(&plan.name);
     let tls = plan.tls.as_ref().map(|t| &t.tls);
     // The worker dials out; its own socket admits only peers that authenticate in time.
@@ -188,6 +216,7 @@ async fn join_and_work(plan: &JoinConfig, cookie: String, kinds: Kinds) -> Resul
             "joined"
         );
         backoff = FIRST_RECONNECT_WAIT;
+        stats.connected(true);
         let sent = offer_unreported(&unreported, &coordinator, &plan.name);
         let done = Arc::new(AtomicBool::new(false));
         let mut handles = Vec::new();
@@ -209,6 +238,7 @@ async fn join_and_work(plan: &JoinConfig, cookie: String, kinds: Kinds) -> Resul
                 unreported: unreported.clone(),
                 // The first actor's first answer confirms the reports offered again.
                 sent: if t == 0 { sent.clone() } else { Vec::new() },
+                stats: stats.clone(),
             };
             let (_, handle) = Actor::spawn(None, WorkerActor, args)
                 .await
@@ -218,6 +248,7 @@ async fn join_and_work(plan: &JoinConfig, cookie: String, kinds: Kinds) -> Resul
         for h in handles {
             let _ = h.await;
         }
+        stats.connected(false);
         if done.load(Ordering::SeqCst) {
             tracing::info!(worker = %plan.name, "the job is done");
             settle_unreported(&unreported, kinds, &plan.name).await;
