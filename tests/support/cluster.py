@@ -15,7 +15,7 @@ from support.run import COOKIE, COORDINATOR, WORKER, free_port
 
 
 def job(tmp: Path, name: str, input_dir: Path, mode: str, port: int = 0, lease: int = 60,
-        tls: Path | None = None, handshake_timeout: int = 10) -> Path:
+        tls: Path | None = None, handshake_timeout: int = 10, output_lock: int | None = None) -> Path:
     """The cluster tests' probe-rows job `tmp/<name>.toml` on `input_dir`'s Parquet
     files: in `mode`, listening on `port`, with `lease`, and mutual TLS with the
     certificates in `tls` (from :func:`make_certs`) when given."""
@@ -33,7 +33,7 @@ def job(tmp: Path, name: str, input_dir: Path, mode: str, port: int = 0, lease: 
             "split": {"test_fraction": 0.25, "seed": 17},
             "run": {"mode": mode, "workers": 2, "listen": f"127.0.0.1:{port}",
                     "memory_per_worker": "256MiB", "scratch": tmp / ("scratch-" + name),
-                    "lease_seconds": lease},
+                    "lease_seconds": lease, "output_lock_seconds": output_lock},
             "run.tls": tls_table,
         },
     )
@@ -64,25 +64,29 @@ def env(cookie: str = COOKIE) -> dict:
 class Cluster:
     """A coordinator and its workers as child processes, with their logs."""
 
-    def __init__(self, tmp: Path, spec: Path, port: int):
+    def __init__(self, tmp: Path, spec: Path, port: int, coordinator_args: list[str] = ()):
         self.tmp, self.spec, self.port = tmp, spec, port
+        self.coordinator_args = list(coordinator_args)
         self.logs = tmp / "logs"
         self.logs.mkdir(exist_ok=True)
         self.workers: dict[str, subprocess.Popen] = {}
         self.coordinator = self.start_coordinator()
 
     @classmethod
-    def for_job(cls, tmp: Path, inputs: Path, name: str, **job_options) -> "Cluster":
-        """A cluster-mode job `name` on a free port (output: `tmp/out-<name>`), its coordinator started."""
+    def for_job(cls, tmp: Path, inputs: Path, name: str, coordinator_args: list[str] = (),
+                **job_options) -> "Cluster":
+        """A cluster-mode job `name` on a free port (output: `tmp/out-<name>`), its
+        coordinator started with `coordinator_args` after `run JOB`."""
         port = free_port()
-        c = cls(tmp, job(tmp, name, inputs, "cluster", port, **job_options), port)
+        c = cls(tmp, job(tmp, name, inputs, "cluster", port, **job_options), port, coordinator_args)
         c.out = tmp / f"out-{name}"
         return c
 
     def start_coordinator(self) -> subprocess.Popen:
         n = len(list(self.logs.glob("coordinator-*.log")))
         out = open(self.logs / f"coordinator-{n}.log", "w")
-        proc = subprocess.Popen([str(COORDINATOR), "run", str(self.spec)], env=env(), stdout=out, stderr=out)
+        proc = subprocess.Popen([str(COORDINATOR), "run", str(self.spec), *self.coordinator_args],
+                                env=env(), stdout=out, stderr=out)
         self.wait_listening()
         return proc
 

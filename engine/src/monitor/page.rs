@@ -297,9 +297,8 @@ fn timeline(h: &mut String, s: &Status) {
     }
     let _ = write!(
         h,
-        "<text x=\"{label}\" y=\"{:.1}\">{}</text><text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">+{}</text></svg>",
+        "<text x=\"{label}\" y=\"{:.1}\">start</text><text x=\"{:.1}\" y=\"{:.1}\" text-anchor=\"end\">+{}</text></svg>",
         height - 4.0,
-        "start",
         width,
         height - 4.0,
         duration(end - start)

@@ -1,0 +1,226 @@
+"""Watching a job: a real Prometheus server (Debian's package) scrapes a cluster job's
+coordinator and workers every second through their `--http` listeners, while one
+worker's attempts fail by injection and another worker is SIGKILLed holding a lease;
+`promtool` checks both endpoints' exposition; the probes answer as Kubernetes expects.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import signal
+import subprocess
+import threading
+import time
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from support.cluster import Cluster, wait_for
+from support.run import free_port, run
+
+pytestmark = pytest.mark.skipif(
+    shutil.which("prometheus") is None or shutil.which("promtool") is None,
+    reason="needs Debian's prometheus package (tests/run installs it as root)",
+)
+
+
+def answers(url: str, status: int = 200) -> bool:
+    """Whether `url` answers with `status` now (False while nothing listens)."""
+    try:
+        return get(url)[0] == status
+    except OSError:
+        return False
+
+
+def get(url: str, accept: str | None = None) -> tuple[int, str]:
+    req = urllib.request.Request(url, headers={"Accept": accept} if accept else {})
+    try:
+        with urllib.request.urlopen(req, timeout=5) as r:
+            return r.status, r.read().decode()
+    except urllib.error.HTTPError as e:
+        return e.code, e.read().decode()
+
+
+@pytest.fixture(scope="module")
+def inputs(tmp_path_factory):
+    d = tmp_path_factory.mktemp("watch-input")
+    for seed in (1, 2, 3):
+        g = d / f"gen-{seed}"
+        run(["generate", "--rows", "60000", "--out", str(g), "--seed", str(seed)])
+        for f in sorted(g.glob("*.parquet")):
+            f.rename(d / f"{seed}-{f.name}")
+    return d
+
+
+def lint_metrics(name: str, port: int) -> None:
+    """`promtool check metrics` says nothing of the endpoint's exposition."""
+    status, text = get(f"http://127.0.0.1:{port}/metrics")
+    assert status == 200 and "process_cpu_seconds_total" in text, (name, text[:500])
+    lint = subprocess.run(["promtool", "check", "metrics"], input=text, capture_output=True, text=True)
+    assert lint.returncode == 0 and not (lint.stdout + lint.stderr).strip(), (name, lint.stdout + lint.stderr)
+
+
+class Prometheus:
+    """A Prometheus server on loopback scraping `targets` (job name → addresses) every second."""
+
+    def __init__(self, tmp: Path, targets: dict[str, list[str]]):
+        self.port = free_port()
+        config = {"global": {"scrape_interval": "1s", "scrape_timeout": "900ms"},
+                  "scrape_configs": [{"job_name": job, "static_configs": [{"targets": addrs}]}
+                                     for job, addrs in targets.items()]}
+        (tmp / "prometheus.yml").write_text(json.dumps(config))  # JSON is YAML
+        self.log = open(tmp / "prometheus.log", "w")
+        self.proc = subprocess.Popen(
+            ["prometheus", f"--config.file={tmp / 'prometheus.yml'}", f"--storage.tsdb.path={tmp / 'tsdb'}",
+             f"--web.listen-address=127.0.0.1:{self.port}"],
+            stdout=self.log, stderr=self.log)
+        wait_for(lambda: answers(f"http://127.0.0.1:{self.port}/-/ready"), timeout=60)
+
+    def query(self, expr: str) -> list[dict]:
+        url = f"http://127.0.0.1:{self.port}/api/v1/query?" + urllib.parse.urlencode({"query": expr})
+        status, body = get(url)
+        assert status == 200, body
+        return json.loads(body)["data"]["result"]
+
+    def value(self, expr: str) -> float | None:
+        r = self.query(expr)
+        return float(r[0]["value"][1]) if r else None
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(timeout=30)
+
+
+def test_prometheus_scrapes_a_cluster_job_through_a_failure_and_a_kill(tmp_path, inputs):
+    http = {name: free_port() for name in ("coordinator", "w1", "w2", "w3")}
+    c = Cluster.for_job(tmp_path, inputs, "watched",
+                        coordinator_args=["--http", str(http["coordinator"]), "--linger", "6"])
+    prom = None
+    try:
+        prom = Prometheus(tmp_path, {
+            "probeflow-coordinator": [f"127.0.0.1:{http['coordinator']}"],
+            "probeflow-worker": [f"127.0.0.1:{http[w]}" for w in ("w1", "w2", "w3")],
+        })
+        base = f"http://127.0.0.1:{http['coordinator']}"
+        # w2 is honest and slow enough for the job to last; w3 holds each lease 4 s and
+        # is killed; w1 fails every attempt (a full scratch disk) until it is excluded
+        # (and exits), so it starts once the others are scraped.
+        c.start_worker("w2", fault="slow-report:700", extra=["--http", str(http["w2"])])
+        w3 = c.start_worker("w3", fault="slow-report:4000", extra=["--http", str(http["w3"])])
+        wait_for(lambda: answers(f"{base}/readyz"), timeout=60)
+        steady = 'up{instance!="127.0.0.1:%d"}' % http["w1"]
+        wait_for(lambda: prom.value(f"min({steady})") == 1.0 and prom.value(f"count({steady})") == 3.0,
+                 timeout=60)
+        # The workers' exposition, while they run, is clean by Prometheus' own linter.
+        for name in ("w2", "w3"):
+            lint_metrics(name, http[name])
+        c.start_worker("w1", fault="scratch-full", extra=["--http", str(http["w1"])])
+        lint_metrics("coordinator", http["coordinator"])
+        status, text = get(f"{base}/metrics", accept="application/openmetrics-text;version=1.0.0")
+        assert status == 200 and text.endswith("# EOF\n")
+        # The kill lands while w3 holds a lease (its slow report has begun).
+        wait_for(lambda: "fault injection: slow report" in c.log("w3"), timeout=60)
+        w3.send_signal(signal.SIGKILL)
+        w3.wait()
+        # Inside the coordinator's linger, Prometheus' last scrapes see how the job ended.
+        wait_for(lambda: (c.out / "_SUCCESS").exists(), timeout=180)
+        last = lambda expr: prom.value(f"last_over_time({expr}[5m])")
+        wait_for(lambda: last('probeflow_job_state{state="succeeded"}') == 1, timeout=30)
+        manifest = json.loads((c.out / "manifest.json").read_text())
+        assert last('probeflow_work_units_done_total{stage="map"}') == manifest["totals"]["input_rows"]
+        assert prom.value('sum(last_over_time(probeflow_task_attempts_total{outcome="failed"}[5m]))') >= 1
+        assert prom.value('sum(last_over_time(probeflow_task_attempts_total{outcome="lost"}[5m]))') >= 1
+        assert last("probeflow_workers_excluded") == 1
+        # Until the kill every target was up: w3 went down with it, the others stayed.
+        assert prom.value('max_over_time(up{instance="127.0.0.1:%d"}[5m])' % http["w3"]) == 1
+        assert prom.value('up{instance="127.0.0.1:%d"}' % http["w3"]) == 0
+        assert prom.value('min_over_time(up{instance="127.0.0.1:%d"}[5m])' % http["coordinator"]) == 1
+        stdout = c.finish()
+        assert c.coordinator.returncode == 0, stdout[-3000:]
+    finally:
+        c.kill_all()
+        if prom:
+            prom.stop()
+
+
+def test_livez_and_readyz_follow_the_actor_and_the_restart(tmp_path, inputs):
+    """/readyz is 503 while a restarted coordinator waits for its predecessor's lock and
+    200 once it holds it and has replayed the journal; /livez stays 200 through a task
+    far longer than the probe's limit and fails while the coordinator is SIGSTOPped."""
+    port = free_port()
+    c = Cluster.for_job(tmp_path, inputs, "probed", coordinator_args=["--http", str(port), "--linger", "0"])
+    base = f"http://127.0.0.1:{port}"
+    try:
+        c.start_worker("w1", fault="slow-report:5000")
+        wait_for(lambda: answers(f"{base}/readyz"), timeout=60)
+        status, text = get(f"{base}/readyz?verbose")
+        assert "[+]journal ok" in text and "[+]output_lock ok" in text and "[+]workers_port ok" in text, text
+        # A task of 5 s: liveness does not depend on the job's progress.
+        wait_for(lambda: "fault injection: slow report" in c.log("w1"), timeout=60)
+        for _ in range(6):
+            assert get(f"{base}/livez")[0] == 200
+            time.sleep(0.5)
+        # Stopped, the coordinator answers nothing: the probe fails (a timeout).
+        c.coordinator.send_signal(signal.SIGSTOP)
+        with pytest.raises(OSError):
+            urllib.request.urlopen(f"{base}/livez", timeout=2)
+        c.coordinator.send_signal(signal.SIGCONT)
+        # Woken, it is live again once its actor steps.
+        wait_for(lambda: answers(f"{base}/livez"), timeout=10)
+        # A restart: the new coordinator serves its probes before it takes the output
+        # lock, and is not ready (503) until it holds it, has replayed the journal and
+        # listens for workers; then 200.
+        c.coordinator.send_signal(signal.SIGKILL)
+        c.coordinator.wait()
+        seen: list[int] = []
+        done = threading.Event()
+
+        def poll() -> None:
+            while not done.is_set():
+                try:
+                    seen.append(get(f"{base}/readyz")[0])
+                except OSError:
+                    time.sleep(0.002)
+
+        poller = threading.Thread(target=poll)
+        poller.start()
+        try:
+            c.coordinator = c.start_coordinator()
+            wait_for(lambda: seen and seen[-1] == 200, timeout=120)
+        finally:
+            done.set()
+            poller.join()
+        assert 503 in seen and seen[-1] == 200, seen
+        assert seen.index(200) > seen.index(503), seen
+        stdout = c.finish()
+        assert c.coordinator.returncode == 0, stdout[-3000:]
+    finally:
+        c.kill_all()
+
+
+def test_the_status_api_and_page_show_stages_workers_and_attempts(tmp_path, inputs):
+    port = free_port()
+    c = Cluster.for_job(tmp_path, inputs, "paged", coordinator_args=["--http", str(port), "--linger", "30"])
+    base = f"http://127.0.0.1:{port}"
+    try:
+        c.start_worker("w1")
+        wait_for(lambda: answers(f"{base}/api/v1/status")
+                 and json.loads(get(f"{base}/api/v1/status")[1])["state"] == "succeeded", timeout=120)
+        status, body = get(f"{base}/api/v1/status")
+        assert status == 200, body
+        s = json.loads(body)
+        assert s["version"] == 1 and s["state"] == "succeeded" and s["kind"] == "probe_rows"
+        stages = {st["name"]: st for st in s["stages"]}
+        assert stages["map"]["done"] == stages["map"]["tasks"] == 9
+        assert stages["map"]["units_done"] == stages["map"]["units_planned"] == 180_000
+        assert stages["reduce"]["done"] == 4
+        assert [w["name"] for w in s["workers"]] == ["w1"]
+        assert len(s["timeline"]) == 13, "one bar per attempt"
+        status, page = get(f"{base}/")
+        assert status == 200 and page.count('class="attempt"') == 13 and page.count('class="stage"') == 2
+        assert "cookie" not in body.lower() and "PROBEFLOW_COOKIE" not in page
+    finally:
+        c.kill_all()
