@@ -224,3 +224,66 @@ def test_the_status_api_and_page_show_stages_workers_and_attempts(tmp_path, inpu
         assert "cookie" not in body.lower() and "PROBEFLOW_COOKIE" not in page
     finally:
         c.kill_all()
+
+
+INFRA_PROMETHEUS = Path(__file__).resolve().parents[2] / "infra" / "prometheus"
+
+
+def test_the_alert_rules_and_the_scrape_config_pass_promtool():
+    """infra/prometheus: the alerts fire when their unit tests say (no work for 10
+    minutes, a straggler, an excluded worker, a failed job) and the config loads."""
+    rules = subprocess.run(["promtool", "test", "rules", "alerts_test.yml"], cwd=INFRA_PROMETHEUS,
+                           capture_output=True, text=True)
+    assert rules.returncode == 0, rules.stdout + rules.stderr
+    assert "SUCCESS" in rules.stdout
+    config = subprocess.run(["promtool", "check", "config", "prometheus.yml"], cwd=INFRA_PROMETHEUS,
+                            capture_output=True, text=True)
+    assert config.returncode == 0, config.stdout + config.stderr
+
+
+CHROMIUM = shutil.which("chromium")
+
+
+def rendered(url: str, tmp: Path) -> str:
+    """The DOM of `url` as headless Chromium renders it (Debian's package)."""
+    proc = subprocess.run(
+        [CHROMIUM, "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+         "--disable-background-networking", "--disable-component-update", "--disable-sync",
+         f"--user-data-dir={tmp / 'chromium-profile'}", "--window-size=1100,1000",
+         f"--screenshot={tmp / 'page.png'}", "--dump-dom", url],
+        capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    return proc.stdout
+
+
+@pytest.mark.skipif(CHROMIUM is None, reason="needs Debian's chromium (tests/run installs it as root)")
+def test_chromium_renders_the_live_page_with_a_straggler_and_one_bar_per_attempt(tmp_path, inputs):
+    """A worker whose every report is held 8 s runs beside a fast one: mid-run the page
+    shows the stages, both workers and the slow worker's attempt as a straggler; after
+    the job (inside the linger) one timeline bar per attempt the model holds."""
+    port = free_port()
+    c = Cluster.for_job(tmp_path, inputs, "rendered", coordinator_args=["--http", str(port), "--linger", "30"])
+    base = f"http://127.0.0.1:{port}"
+    try:
+        c.start_worker("fast")
+        c.start_worker("slow", fault="slow-report:8000")
+
+        def straggling() -> bool:
+            if not answers(f"{base}/api/v1/status"):
+                return False
+            return any(s["worker"] == "slow" for s in json.loads(get(f"{base}/api/v1/status")[1])["stragglers"])
+
+        wait_for(straggling, timeout=60)
+        dom = rendered(f"{base}/", tmp_path)
+        assert dom.count('class="stage"') >= 1 and 'data-stage="map"' in dom, dom[:3000]
+        assert 'data-worker="fast"' in dom and 'data-worker="slow"' in dom, dom[:3000]
+        stragglers = dom[dom.index('id="stragglers"'):dom.index("<h2>Workers")]
+        assert 'class="straggler"' in stragglers and "slow" in stragglers, stragglers
+        assert (tmp_path / "page.png").stat().st_size > 10_000
+        wait_for(lambda: json.loads(get(f"{base}/api/v1/status")[1])["state"] == "succeeded", timeout=180)
+        model = json.loads(get(f"{base}/api/v1/status")[1])
+        dom = rendered(f"{base}/", tmp_path)
+        assert dom.count('class="attempt"') == len(model["timeline"]) + len(model["running"]) >= 13
+        assert 'id="job-state">succeeded' in dom
+    finally:
+        c.kill_all()

@@ -87,6 +87,7 @@ impl EffectHandler {
             for o in observed {
                 monitor.observe(o, now);
             }
+            self.progress.set_eta(monitor.eta(now));
         }
     }
 

@@ -1,5 +1,7 @@
 //! Progress: an `indicatif` bar on a terminal (tasks per stage, the job's work units,
-//! bytes written, ETA), `tracing` lines otherwise (at most every 10 s, and at the end).
+//! bytes written, the ETA), `tracing` lines otherwise (at most every 10 s, and at the
+//! end). The ETA is the monitor's ([`crate::monitor::JobMonitor::eta`]: work left over
+//! the measured rate of work), the same as `/metrics` and the status page serve.
 
 use std::io::IsTerminal;
 use std::sync::Mutex;
@@ -13,6 +15,8 @@ struct Counts {
     stages: Vec<(String, u64, u64)>,
     units: u64,
     bytes: u64,
+    /// The monitor's estimate and its p90, seconds.
+    eta: Option<(f64, f64)>,
 }
 
 pub struct Progress {
@@ -32,7 +36,7 @@ impl Progress {
             let bar = ProgressBar::new(total);
             bar.set_style(
                 ProgressStyle::with_template(
-                    "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} tasks  {msg}  ETA {eta}",
+                    "{spinner} [{elapsed_precise}] {bar:30} {pos}/{len} tasks  {msg}",
                 )
                 .unwrap_or_else(|_| ProgressStyle::default_bar()),
             );
@@ -50,6 +54,7 @@ impl Progress {
                     .collect(),
                 units: 0,
                 bytes: 0,
+                eta: None,
             }),
             last_log: Mutex::new(Instant::now()),
         }
@@ -65,7 +70,21 @@ impl Progress {
             c.units,
             c.bytes as f64 / 1e6
         ));
+        if let Some((eta, p90)) = c.eta {
+            m.push_str(&format!(
+                "  ETA {} (p90 {})",
+                crate::monitor::page::duration(eta),
+                crate::monitor::page::duration(p90)
+            ));
+        }
         m
+    }
+
+    /// The monitor's ETA now (shown from the next update on).
+    pub fn set_eta(&self, eta: Option<(f64, f64)>) {
+        if let Ok(mut c) = self.counts.lock() {
+            c.eta = eta;
+        }
     }
 
     /// Stage `stage` was made with `tasks` tasks: the count replaces the plan's (a

@@ -228,6 +228,7 @@ scratch = "/tmp/probeflow"
             ("output_lock_seconds", d.output_lock.as_secs().to_string()),
             ("listen", format!("`\"{}\"`", d.listen)),
             ("allow_plaintext", d.allow_plaintext.to_string()),
+            ("http_linger_seconds", d.http_linger.as_secs().to_string()),
             (
                 "handshake_timeout_seconds",
                 DEFAULT_HANDSHAKE_TIMEOUT.as_secs().to_string(),

@@ -487,6 +487,83 @@ mod tests {
         assert!(text.contains("# HELP probeflow_job_state 1 for"), "{text}");
     }
 
+    /// A coordinator of the 35B plan's shape: 64 workers, each running an attempt,
+    /// 20 000 maps and 4 096 reduces planned.
+    fn large_job() -> Monitor {
+        let monitor = Monitor::new(JobMonitor::new("probe_rows", "out", SystemTime::now()));
+        monitor.observe(Observation::State {
+            state: JobState::Running,
+            error: None,
+        });
+        for (stage, n) in [("map", 20_000u32), ("reduce", 4_096)] {
+            let tasks = (0..n).map(|i| (TaskId::new(stage, i), 1000)).collect();
+            let stage = TaskId::new(stage, 0).stage;
+            monitor.observe(Observation::StagePlanned {
+                stage,
+                unit: "input_rows",
+                tasks,
+            });
+        }
+        for w in 0..64 {
+            monitor.observe(Observation::WorkerJoined {
+                worker: format!("worker-{w:02}"),
+                memory_bytes: 4 << 30,
+                capacity: 3,
+            });
+            for i in 0..50 {
+                let t = TaskId::new("map", w * 50 + i);
+                monitor.observe(Observation::AttemptStarted {
+                    task: t,
+                    attempt: 1,
+                    worker: format!("worker-{w:02}"),
+                });
+                if i < 49 {
+                    monitor.observe(Observation::AttemptEnded {
+                        task: t,
+                        attempt: 1,
+                        worker: format!("worker-{w:02}"),
+                        outcome: Outcome::Accepted,
+                        reason: None,
+                    });
+                }
+            }
+        }
+        monitor
+    }
+
+    #[test]
+    fn metrics_stay_under_64_kib_at_64_workers() {
+        let r = registry(vec![
+            Box::new(ProcessCollector),
+            Box::new(JobCollector(large_job())),
+        ]);
+        let om = openmetrics(&r);
+        assert!(om.len() < 64 << 10, "{} bytes", om.len());
+        assert!(to_text_004(&om).len() < 64 << 10);
+    }
+
+    /// The cost of one scrape at 64 workers (a benchmark: `cargo test --release -p
+    /// probeflow-engine -- --ignored --nocapture a_scrape_at_64_workers`).
+    #[test]
+    #[ignore]
+    fn a_scrape_at_64_workers() {
+        let r = registry(vec![
+            Box::new(ProcessCollector),
+            Box::new(JobCollector(large_job())),
+        ]);
+        let started = std::time::Instant::now();
+        let n = 200;
+        let mut bytes = 0;
+        for _ in 0..n {
+            bytes = to_text_004(&openmetrics(&r)).len();
+        }
+        let per = started.elapsed().as_secs_f64() / f64::from(n);
+        println!(
+            "one /metrics scrape at 64 workers, 24 096 tasks: {:.2} ms, {bytes} bytes",
+            per * 1e3
+        );
+    }
+
     #[test]
     fn openmetrics_is_served_only_to_a_scraper_that_asks_for_it() {
         let prometheus = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";

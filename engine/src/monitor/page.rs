@@ -175,9 +175,9 @@ fn workers(h: &mut String, s: &Status) {
             .collect();
         let _ = write!(
             h,
-            "<tr class=\"worker\" data-worker=\"{name}\"><td>{name}</td><td>{:?}</td><td>{}</td><td class=num>{} ago</td>\
+            "<tr class=\"worker\" data-worker=\"{name}\"><td>{name}</td><td>{}</td><td>{}</td><td class=num>{} ago</td>\
              <td class=num>{}</td><td class=num>{}</td><td class=num>{}</td><td>{}</td></tr>",
-            w.state,
+            w.state.as_str(),
             leases.join(", "),
             duration(w.heartbeat_age_seconds),
             crate::units::format_bytes(w.memory_bytes),
