@@ -11,7 +11,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
-use probeflow_engine::coordinator::{run_job, status, verify, JobSpec, RunOutcome};
+use probeflow_engine::coordinator::{report, run_job, status, verify, JobSpec, RunOutcome};
 use probeflow_engine::settings::Mode;
 use probeflow_engine::store::StoreUrl;
 use probeflow_engine::EngineError;
@@ -50,10 +50,21 @@ enum Command {
         #[arg(long, value_name = "SECONDS")]
         linger: Option<u64>,
     },
-    /// Print the state of a running or finished job.
+    /// Print the state of a running or finished job, from its output alone.
+    ///
+    /// With --json or --html: the model the coordinator serves (its /api/v1/status) and
+    /// its status page, replayed from the output's event log (_job/events/), as of its
+    /// last event; for an output of a release before the event log, what its journal
+    /// holds, with what is missing said.
     Status {
         /// The job's [output] url.
         output: String,
+        /// Print the model as JSON (version 1, as /api/v1/status serves it).
+        #[arg(long)]
+        json: bool,
+        /// Write the status page (HTML, no script) to FILE.
+        #[arg(long, value_name = "FILE")]
+        html: Option<PathBuf>,
     },
     /// Check a finished output of any job kind against its completion record
     /// (`_SUCCESS`): every final file's size and blake3, and no unlisted file in the
@@ -173,8 +184,29 @@ fn main() -> ExitCode {
                 }
                 Ok(())
             }
-            Command::Status { output } => {
+            Command::Status {
+                output,
+                json: false,
+                html: None,
+            } => {
                 print!("{}", status(&output, KINDS).await?);
+                Ok(())
+            }
+            Command::Status { output, json, html } => {
+                let model = report(&output, KINDS).await?;
+                if let Some(file) = html {
+                    let page = probeflow_engine::monitor::page::render(&model, false);
+                    std::fs::write(&file, page).map_err(|source| EngineError::Write {
+                        path: file.display().to_string(),
+                        source,
+                    })?;
+                    eprintln!("wrote {}", file.display());
+                }
+                if json {
+                    let json = serde_json::to_string_pretty(&model)
+                        .map_err(|e| EngineError::Runtime(format!("the model as JSON: {e}")))?;
+                    println!("{json}");
+                }
                 Ok(())
             }
             Command::Verify { output } => {

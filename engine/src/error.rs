@@ -60,6 +60,14 @@ pub enum EngineError {
         source: std::io::Error,
     },
 
+    /// A local file the user named (a report, `status --html FILE`) cannot be written.
+    #[error("cannot write {path}: {source}")]
+    Write {
+        path: String,
+        #[source]
+        source: std::io::Error,
+    },
+
     /// A task's scratch disk filled ([`ScratchFull`]).
     #[error(transparent)]
     ScratchFull(Box<ScratchFull>),

@@ -255,3 +255,23 @@ def test_a_lone_surrogate_rejects_the_row_only_where_python_cannot_use_it(tmp_pa
                        ("quiz-abcdef.jsonl", 4, "bad_id"), ("train-0.jsonl", 1, "unhashable_record")], reasons
     details = read_jsonl_gz(out / "stats" / "overlap_details.jsonl.gz")
     assert {(d["eval_row"], d["train_row"]) for d in details} == {(0, 0), (3, 0)}
+
+
+def test_status_renders_the_overlap_job_from_its_event_log(local_run):
+    """`coordinator status --json` on an overlap output: the model replayed from its
+    event log, every stage done in its own unit, one timeline bar per attempt the log
+    holds (read here with nothing but `json`)."""
+    model = json.loads(run(["status", "--json", str(local_run)]).stdout)
+    assert (model["kind"], model["state"], model["source"], model["missing"]) == (
+        "ngram_overlap", "succeeded", "event_log", [])
+    assert model["stages"] and all(s["done"] == s["tasks"] > 0 for s in model["stages"])
+    units = {s["name"]: s["unit"] for s in model["stages"]}
+    assert units.get("index") == units.get("scan") == "input_bytes", units
+    assert all(s["units_done"] == s["units_planned"] > 0 for s in model["stages"])
+    attempts = set()
+    for batch in sorted((local_run / "_job" / "events").glob("*.jsonl")):
+        for line in batch.read_text().splitlines()[1:]:
+            e = json.loads(line)
+            if e["event"] in ("attempt_started", "attempt_ended"):
+                attempts.add((e["task"]["stage"], e["task"]["index"], e["attempt"]))
+    assert len(model["timeline"]) == len(attempts) == sum(s["tasks"] for s in model["stages"])

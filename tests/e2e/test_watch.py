@@ -287,3 +287,96 @@ def test_chromium_renders_the_live_page_with_a_straggler_and_one_bar_per_attempt
         assert 'id="job-state">succeeded' in dom
     finally:
         c.kill_all()
+
+
+def logged_events(out: Path) -> list[dict]:
+    """Every line of the output's event log (`_job/events/`), read here with nothing but
+    `json`: the batches in name order, each header checked, then its events."""
+    events = []
+    for batch in sorted((out / "_job" / "events").glob("*.jsonl")):
+        header, *lines = batch.read_text().splitlines()
+        epoch, number = (int(p) for p in batch.stem.split("-"))
+        assert json.loads(header) | {"release": None, "dropped": 0} == {
+            "version": 1, "epoch": epoch, "batch": number, "release": None, "dropped": 0}, header
+        events += [json.loads(line) | {"epoch_of_batch": epoch} for line in lines]
+    return events
+
+
+def logged_attempts(events: list[dict]) -> set[tuple[str, int, int]]:
+    """The distinct attempts (stage, index, attempt) the log started or ended."""
+    return {(e["task"]["stage"], e["task"]["index"], e["attempt"]) for e in events
+            if e["event"] in ("attempt_started", "attempt_ended")}
+
+
+def status_of(out: Path, *flags: str) -> dict:
+    proc = run(["status", "--json", *flags, str(out)])
+    return json.loads(proc.stdout)
+
+
+def test_status_renders_a_restarted_cluster_job_from_its_event_log(tmp_path, inputs):
+    """A cluster job whose coordinator is SIGKILLed once the event log holds a finished
+    attempt, then restarted: after the job `coordinator status --json` replays the
+    output's event log into the model the coordinator served (both epochs, one timeline
+    bar per attempt the log holds, the map stage's work equal to the manifest's input
+    rows), `--html` renders it as the live page is rendered (Chromium), and an output
+    without an event log (an earlier release's) renders what its journal holds and says
+    what is missing."""
+    c = Cluster.for_job(tmp_path, inputs, "replayed")
+    try:
+        # 13 tasks of 2 s: the job outlasts the log's first batches (every 10 s).
+        c.start_worker("w1", fault="slow-report:2000", give_up=120)
+        events = tmp_path / "out-replayed" / "_job" / "events"
+        wait_for(lambda: any('"attempt_ended"' in b.read_text() for b in events.glob("*.jsonl")), timeout=90)
+        c.coordinator.send_signal(signal.SIGKILL)
+        c.coordinator.wait()
+        assert not (tmp_path / "out-replayed" / "_SUCCESS").exists(), "the job ended before the kill"
+        c.coordinator = c.start_coordinator()
+        stdout = c.finish()
+        assert c.coordinator.returncode == 0, stdout[-3000:]
+    finally:
+        c.kill_all()
+    out = c.out
+    log = logged_events(out)
+    assert {e["epoch_of_batch"] for e in log} == {1, 2}
+    assert [e["epoch"] for e in log if e["event"] == "epoch"] == [1, 2]
+    model = status_of(out)
+    assert model["version"] == 1 and model["source"] == "event_log" and model["missing"] == []
+    assert (model["kind"], model["state"], model["epoch"]) == ("probe_rows", "succeeded", 2)
+    stages = {s["name"]: s for s in model["stages"]}
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert stages["map"]["done"] == stages["map"]["tasks"] == 9
+    assert stages["map"]["units_done"] == stages["map"]["units_planned"] == manifest["totals"]["input_rows"]
+    assert stages["reduce"]["done"] == stages["reduce"]["tasks"] == 4
+    attempts = logged_attempts(log)
+    bars = {(*t["task"].split("-"), t["attempt"]) for t in model["timeline"]}
+    assert len(model["timeline"]) == len(attempts) == len(bars) and not model["running"]
+    assert {(s, int(i), a) for s, i, a in bars} == attempts
+    whats = [e["what"] for e in model["events"]]
+    assert whats.index("job succeeded") < whats.index("coordinator epoch 2") < whats.index("coordinator epoch 1")
+    assert [w["name"] for w in model["workers"]] == ["w1"]
+
+    if CHROMIUM is not None:
+        page = tmp_path / "after.html"
+        run(["status", "--html", str(page), str(out)])
+        dom = rendered(page.as_uri(), tmp_path)
+        assert dom.count('class="attempt"') == len(attempts)
+        assert dom.count('class="restart"') == 2, "both epochs marked on the timeline"
+        assert 'data-stage="map"' in dom and 'data-stage="reduce"' in dom and 'data-worker="w1"' in dom
+        assert 'id="job-state">succeeded' in dom and "read from the output's event log" in dom
+        assert '<meta http-equiv="refresh"' not in dom, "a report does not refresh itself"
+
+    # An earlier release's output: the same job, without an event log.
+    earlier = tmp_path / "earlier"
+    shutil.copytree(out, earlier)
+    shutil.rmtree(earlier / "_job" / "events")
+    model = status_of(earlier)
+    assert (model["source"], model["state"], model["epoch"]) == ("journal", "succeeded", 2)
+    assert len(model["missing"]) == 1 and "no event log" in model["missing"][0], model["missing"]
+    assert [(s["name"], s["tasks"], s["done"], s["unit"]) for s in model["stages"]] == [
+        ("map", 9, 9, "tasks"), ("reduce", 4, 4, "tasks")]
+    assert model["timeline"] == [] and model["workers"] == []
+    # The text status and verify are unchanged by the log (it is job state, not output).
+    assert "finished" in run(["status", str(out)]).stdout
+    run(["verify", str(out)])
+    nothing = run(["status", "--json", str(tmp_path / "nothing")], check=False)
+    assert nothing.returncode == 2 and "no job has started here" in nothing.stderr

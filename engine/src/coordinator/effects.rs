@@ -83,11 +83,8 @@ impl EffectHandler {
         let observed = run.take_observed();
         if !observed.is_empty() {
             let now = std::time::SystemTime::now();
-            let mut monitor = self.monitor.lock();
-            for o in observed {
-                monitor.observe(o, now);
-            }
-            self.progress.set_eta(monitor.eta(now));
+            self.monitor.observe_all(observed, now);
+            self.progress.set_eta(self.monitor.lock().eta(now));
         }
     }
 

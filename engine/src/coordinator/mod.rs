@@ -41,5 +41,5 @@ pub(crate) mod watch;
 
 pub use run_job::{run_job, RunOutcome};
 pub use spec::JobSpec;
-pub use status::status;
+pub use status::{report, status};
 pub use verify::{verify, Verified};

@@ -99,8 +99,12 @@ pub async fn open_job(spec: &JobSpec, output: &StoreUrl) -> Result<OpenedJob> {
                 .file
                 .plan(output, spec.run.memory_per_worker, listed)
                 .await?;
-            // Entries left by a plan whose record was unreadable belong to that plan.
+            // Entries left by a plan whose record was unreadable belong to that plan,
+            // and so does its event log.
             output.delete_prefix("_job/journal").await?;
+            output
+                .delete_prefix(crate::monitor::event_log::EVENTS_DIR)
+                .await?;
             let record = JobRecord {
                 version: journal::JOURNAL_VERSION,
                 kind: spec.kind.name().to_string(),

@@ -581,7 +581,7 @@ impl JobRun {
                 });
                 self.observed.push(Observation::StagePlanned {
                     stage: first.id.stage,
-                    unit: planned.unit,
+                    unit: planned.unit.to_string(),
                     tasks: tasks.iter().map(|t| t.id).zip(planned.units).collect(),
                 });
             }

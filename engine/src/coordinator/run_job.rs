@@ -39,7 +39,8 @@ use crate::coordinator::spec::JobSpec;
 use crate::coordinator::watch::Watch;
 use crate::error::{EngineError, Result};
 use crate::journal::Journal;
-use crate::monitor::{JobState, Observation};
+use crate::monitor::event_log::EventLogWriter;
+use crate::monitor::{JobState, Monitor, Observation};
 use crate::settings::Mode;
 
 /// What a run did.
@@ -107,18 +108,22 @@ pub async fn run_job(spec: &JobSpec, kinds: Kinds) -> Result<RunOutcome> {
     // Bound before the output is touched: served (not ready) while the lock is awaited.
     let watch = Watch::start(spec).await?;
     let result = run_watched(spec, kinds, output, cluster, &watch).await;
-    let ended = match &result {
+    observe_end(&watch.monitor, &result);
+    watch.stop().await;
+    result
+}
+
+/// Tells `monitor` how the run ended, unless the run itself said so (it says when it
+/// stopped, failed or succeeded; not when it failed before or after its actor ran).
+fn observe_end(monitor: &Monitor, result: &Result<RunOutcome>) {
+    if monitor.lock().state.is_over() {
+        return;
+    }
+    let (state, error) = match result {
         Ok(_) => (JobState::Succeeded, None),
         Err(e) => (JobState::Failed, Some(e.to_string())),
     };
-    if !watch.monitor.lock().state.is_over() {
-        watch.monitor.observe(Observation::State {
-            state: ended.0,
-            error: ended.1,
-        });
-    }
-    watch.stop().await;
-    result
+    monitor.observe(Observation::State { state, error });
 }
 
 /// [`run_job`] once its settings are checked and its monitor started.
@@ -226,11 +231,33 @@ impl LockKeeper {
     }
 }
 
-/// The job, run while this coordinator owns the output.
+/// The job, run while this coordinator owns the output: opened, then run with what it
+/// observes kept in the event log (written until the run has ended, under the lock).
 async fn run_owned(
     spec: &JobSpec,
     kinds: Kinds,
     output: StoreUrl,
+    cluster: Option<ClusterSettings>,
+    lock_lost: tokio::sync::watch::Receiver<Option<String>>,
+    watch: &Watch,
+) -> Result<RunOutcome> {
+    let opened = open_job(spec, &output).await?;
+    let epoch = opened.epoch;
+    watch.monitor.recorder().start(epoch);
+    let event_log = EventLogWriter::start(output.clone(), watch.monitor.recorder().clone());
+    watch.monitor.observe(Observation::Epoch { epoch });
+    let result = run_opened(spec, kinds, output, opened, cluster, lock_lost, watch).await;
+    observe_end(&watch.monitor, &result);
+    event_log.finish().await;
+    result
+}
+
+/// [`run_owned`] once the job is opened.
+async fn run_opened(
+    spec: &JobSpec,
+    kinds: Kinds,
+    output: StoreUrl,
+    opened: OpenedJob,
     cluster: Option<ClusterSettings>,
     lock_lost: tokio::sync::watch::Receiver<Option<String>>,
     watch: &Watch,
@@ -241,9 +268,8 @@ async fn run_owned(
         stages,
         replayed,
         completion,
-        epoch,
-    } = open_job(spec, &output).await?;
-    watch.monitor.lock().epoch = epoch;
+        epoch: _,
+    } = opened;
     watch.ready.journal.store(true, Ordering::Relaxed);
     watch.monitor.observe(Observation::State {
         state: JobState::Running,

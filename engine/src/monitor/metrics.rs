@@ -409,7 +409,7 @@ mod tests {
         let t = TaskId::new("map", 0);
         monitor.observe(Observation::StagePlanned {
             stage: t.stage,
-            unit: "input_rows",
+            unit: "input_rows".into(),
             tasks: vec![(t, 1000)],
         });
         monitor.observe(Observation::AttemptStarted {
@@ -500,7 +500,7 @@ mod tests {
             let stage = TaskId::new(stage, 0).stage;
             monitor.observe(Observation::StagePlanned {
                 stage,
-                unit: "input_rows",
+                unit: "input_rows".into(),
                 tasks,
             });
         }

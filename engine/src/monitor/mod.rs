@@ -13,6 +13,7 @@
 //! The model holds names, counts, times and error texts; never a secret (no cookie, no
 //! key, no store credential, no job-file value beyond what `coordinator status` prints).
 
+pub mod event_log;
 pub mod http;
 pub mod metrics;
 pub mod model;
@@ -23,14 +24,14 @@ pub mod worker;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::SystemTime;
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 
 use crate::protocol::{StageName, TaskId};
 
 pub use model::JobMonitor;
 
 /// How an attempt ended, from a fixed set (a metric label).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Outcome {
     /// Its result was checked, journaled and counted.
@@ -62,7 +63,7 @@ impl Outcome {
 }
 
 /// The job's state, from a fixed set (a metric label).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum JobState {
     /// Listing, pinning and planning the input, or replaying the journal.
@@ -104,13 +105,19 @@ impl JobState {
 }
 
 /// What the run saw happen, for the monitor (the pure run has no clock: the
-/// interpreter stamps each with the wall clock).
-#[derive(Debug, Clone, PartialEq)]
+/// interpreter stamps each with the wall clock). Also the lines of the event log
+/// ([`event_log`]), tagged by `event`: a variant or field is only ever added.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "snake_case", deny_unknown_fields)]
 pub enum Observation {
+    /// Coordinator epoch `epoch` took the job (its first observation).
+    Epoch {
+        epoch: u32,
+    },
     /// Stage `stage` was made: its tasks' indices and planned work units, in `unit`.
     StagePlanned {
         stage: StageName,
-        unit: &'static str,
+        unit: String,
         tasks: Vec<(TaskId, u64)>,
     },
     /// A task found done in the journal (resume).
@@ -153,24 +160,64 @@ pub enum Observation {
     },
 }
 
+impl Observation {
+    /// Whether the event log keeps it: everything but heartbeats (the page after the
+    /// job needs no heartbeat, and they are most of what a run observes).
+    pub fn is_logged(&self) -> bool {
+        !matches!(self, Observation::Heartbeat { .. })
+    }
+
+    /// Whether the event log writes it at once (rare, and what a post-mortem needs
+    /// most: epochs, the job's state, exclusions).
+    pub fn is_milestone(&self) -> bool {
+        matches!(
+            self,
+            Observation::Epoch { .. }
+                | Observation::State { .. }
+                | Observation::WorkerExcluded { .. }
+        )
+    }
+}
+
 /// The coordinator's monitor, shared by the actor (which feeds it) and the HTTP
-/// listener (which reads it on each request).
+/// listener (which reads it on each request); once the job's epoch is claimed, what
+/// it observes is also recorded for the event log.
 #[derive(Clone)]
-pub struct Monitor(Arc<Mutex<JobMonitor>>);
+pub struct Monitor {
+    model: Arc<Mutex<JobMonitor>>,
+    recorder: event_log::Recorder,
+}
 
 impl Monitor {
     pub fn new(monitor: JobMonitor) -> Monitor {
-        Monitor(Arc::new(Mutex::new(monitor)))
+        Monitor {
+            model: Arc::new(Mutex::new(monitor)),
+            recorder: event_log::Recorder::default(),
+        }
     }
 
     /// The model, locked (a poisoned lock still gives it: the model is counts, and a
     /// panic elsewhere must not blind the operator).
     pub fn lock(&self) -> MutexGuard<'_, JobMonitor> {
-        self.0.lock().unwrap_or_else(|p| p.into_inner())
+        self.model.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// What records the observations for the event log.
+    pub fn recorder(&self) -> &event_log::Recorder {
+        &self.recorder
     }
 
     /// Takes `observation`, seen now.
     pub fn observe(&self, observation: Observation) {
-        self.lock().observe(observation, SystemTime::now());
+        self.observe_all(vec![observation], SystemTime::now());
+    }
+
+    /// Takes `observations`, seen at `now`, in order.
+    pub fn observe_all(&self, observations: Vec<Observation>, now: SystemTime) {
+        let mut model = self.lock();
+        for o in observations {
+            self.recorder.record(&o, now);
+            model.observe(o, now);
+        }
     }
 }

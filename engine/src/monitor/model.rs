@@ -43,7 +43,7 @@ pub fn duration_buckets() -> impl Iterator<Item = f64> {
 #[derive(Debug)]
 pub struct StageModel {
     pub name: StageName,
-    pub unit: &'static str,
+    pub unit: String,
     /// Planned work units by task index.
     pub planned: BTreeMap<u32, u64>,
     pub units_planned: u64,
@@ -146,6 +146,9 @@ pub struct JobMonitor {
     pub events: VecDeque<Event>,
     /// Tasks found done in the journal before their stage was planned.
     replayed: Vec<TaskId>,
+    /// The starts of attempts lost when the job ended here, for a later epoch that
+    /// adopts one (in a replayed log).
+    orphaned: BTreeMap<(TaskId, u32), SystemTime>,
     /// When the coordinator's actor last stepped (liveness).
     pub actor_stepped: SystemTime,
     /// The final outputs are being written (the actor does not step meanwhile).
@@ -170,7 +173,7 @@ fn push_bounded<T>(queue: &mut VecDeque<T>, item: T, limit: usize) {
 }
 
 impl StageModel {
-    fn new(name: StageName, unit: &'static str, now: SystemTime) -> StageModel {
+    fn new(name: StageName, unit: String, now: SystemTime) -> StageModel {
         StageModel {
             name,
             unit,
@@ -286,6 +289,7 @@ impl JobMonitor {
             timeline: VecDeque::new(),
             events: VecDeque::new(),
             replayed: Vec::new(),
+            orphaned: BTreeMap::new(),
             actor_stepped: now,
             finishing: false,
         }
@@ -311,6 +315,10 @@ impl JobMonitor {
                 self.stage_planned(stage, unit, tasks, now)
             }
             Observation::Replayed { task } => self.replayed(task, now),
+            Observation::Epoch { epoch } => {
+                self.epoch = epoch;
+                self.event(now, format!("coordinator epoch {epoch}"), None);
+            }
             Observation::AttemptStarted {
                 task,
                 attempt,
@@ -385,12 +393,12 @@ impl JobMonitor {
     fn stage_planned(
         &mut self,
         name: StageName,
-        unit: &'static str,
+        unit: String,
         tasks: Vec<(TaskId, u64)>,
         now: SystemTime,
     ) {
         if self.stage_mut(name).is_none() {
-            self.stages.push(StageModel::new(name, unit, now));
+            self.stages.push(StageModel::new(name, unit.clone(), now));
         }
         let replayed: Vec<TaskId> = self
             .replayed
@@ -425,7 +433,11 @@ impl JobMonitor {
         reason: Option<String>,
         now: SystemTime,
     ) {
-        let started = self.running.remove(&(task, attempt)).map(|r| r.started);
+        let started = self
+            .running
+            .remove(&(task, attempt))
+            .map(|r| r.started)
+            .or_else(|| self.orphaned.remove(&(task, attempt)));
         if outcome == Outcome::Lost && reason.as_deref() == Some(LEASE_EXPIRED) {
             self.leases_expired += 1;
         }
@@ -465,13 +477,32 @@ impl JobMonitor {
             return;
         }
         self.state = state;
-        if error.is_some() {
-            self.error = error;
-        }
+        let what = match &error {
+            Some(e) => format!("job {}: {e}", state.as_str()),
+            None => format!("job {}", state.as_str()),
+        };
+        self.error = error;
+        // A later epoch (in a replayed log) runs the job again.
+        self.ended = state.is_over().then_some(now);
         if state.is_over() {
-            self.ended = Some(now);
+            self.end_running(now);
         }
-        self.event(now, format!("job {}", state.as_str()), None);
+        self.event(now, what, None);
+    }
+
+    /// The job ended here with attempts still running: they are lost to this
+    /// coordinator (a later one may adopt them: their start is kept for that).
+    fn end_running(&mut self, now: SystemTime) {
+        let running: Vec<_> = self
+            .running
+            .iter()
+            .map(|(key, r)| (*key, r.worker.clone(), r.started))
+            .collect();
+        for ((task, attempt), worker, started) in running {
+            let reason = Some(COORDINATOR_ENDED.to_string());
+            self.attempt_ended(task, attempt, worker, Outcome::Lost, reason, now);
+            self.orphaned.insert((task, attempt), started);
+        }
     }
 
     /// The estimated seconds left and a pessimistic (90th percentile) figure: the
@@ -643,6 +674,8 @@ impl JobMonitor {
                     ended: unix(now),
                 })
                 .collect(),
+            source: Source::Coordinator,
+            missing: Vec::new(),
         }
     }
 }
@@ -652,6 +685,9 @@ impl JobMonitor {
 pub const LEASE_EXPIRED: &str = "lease expired";
 /// The reason of a lost attempt whose worker left.
 pub const WORKER_LEFT: &str = "worker left";
+/// The reason of a lost attempt still running when its coordinator ended the job (or
+/// stopped).
+pub const COORDINATOR_ENDED: &str = "its coordinator ended while it ran";
 
 /// The model at one moment (`/api/v1/status`, version [`STATUS_VERSION`]).
 #[derive(Debug, Clone, Serialize)]
@@ -680,6 +716,31 @@ pub struct Status {
     pub timeline: Vec<Ended>,
     /// Attempts running now (`ended`: now; `outcome` means nothing yet).
     pub running: Vec<Ended>,
+    /// Where this model comes from: [`Source::Coordinator`] (served while it runs),
+    /// [`Source::EventLog`] or [`Source::Journal`] (`coordinator status`, from the
+    /// output alone).
+    pub source: Source,
+    /// What the source could not tell, one sentence each (none from a coordinator).
+    pub missing: Vec<String>,
+}
+
+/// Where a [`Status`] comes from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Source {
+    Coordinator,
+    EventLog,
+    Journal,
+}
+
+impl Source {
+    pub fn describe(self) -> &'static str {
+        match self {
+            Source::Coordinator => "served by its coordinator",
+            Source::EventLog => "read from the output's event log",
+            Source::Journal => "read from the output's journal",
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize)]
@@ -759,7 +820,7 @@ mod tests {
         m.observe(
             Observation::StagePlanned {
                 stage: task(stage, 0).stage,
-                unit: "rows",
+                unit: "rows".into(),
                 tasks,
             },
             now,
@@ -993,5 +1054,36 @@ mod tests {
         }
         assert_eq!(m.problems.len(), RECENT);
         assert_eq!(m.status(at(1)).problems[0].attempt, RECENT as u32 + 9);
+    }
+
+    #[test]
+    fn attempts_running_when_the_job_ends_are_lost_and_a_later_epoch_adopts_one() {
+        let mut m = running_job();
+        planned(&mut m, "map", &[5, 5], at(0));
+        started(&mut m, task("map", 0), 1, "w1", at(1));
+        started(&mut m, task("map", 1), 1, "w1", at(2));
+        let stop = |state| Observation::State {
+            state,
+            error: (state == JobState::Stopped).then(|| "lock lost".to_string()),
+        };
+        m.observe(stop(JobState::Stopped), at(4));
+        let status = m.status(at(4));
+        assert!(status.running.is_empty());
+        assert_eq!(status.stages[0].lost, 2);
+        assert_eq!(
+            status.timeline[0].reason.as_deref(),
+            Some(COORDINATOR_ENDED)
+        );
+        assert_eq!(status.events[0].what, "job stopped: lock lost");
+        // The next coordinator (a replayed log) runs the job on and adopts one attempt.
+        m.observe(Observation::Epoch { epoch: 2 }, at(10));
+        m.observe(stop(JobState::Running), at(10));
+        ended(&mut m, task("map", 0), 1, Outcome::Accepted, at(12));
+        let status = m.status(at(12));
+        assert_eq!((status.epoch, status.ended, status.error), (2, None, None));
+        assert_eq!(status.events[1].what, "coordinator epoch 2");
+        let adopted = status.timeline.last().unwrap();
+        assert_eq!(adopted.started, Some(unix(at(1))), "from its first start");
+        assert_eq!(status.stages[0].done, 1);
     }
 }

@@ -4,7 +4,7 @@
 
 use std::fmt::Write as _;
 
-use super::model::{Ended, Status};
+use super::model::{Ended, Source, Status};
 use super::Outcome;
 
 pub const REFRESH_SECONDS: u32 = 2;
@@ -94,8 +94,22 @@ fn header(h: &mut String, s: &Status) {
         let _ = write!(h, " · ETA {} – {} (p90)", duration(eta), duration(p90));
     }
     h.push_str("</p>");
+    if s.source != Source::Coordinator {
+        let _ = write!(
+            h,
+            "<p id=\"source\">{} (rendered after the fact: ages are as of the last event)</p>",
+            s.source.describe()
+        );
+    }
     if let Some(e) = &s.error {
         let _ = write!(h, "<p class=\"warn\" id=\"job-error\">{}</p>", escape(e));
+    }
+    if !s.missing.is_empty() {
+        h.push_str("<ul class=\"warn\" id=\"missing\">");
+        for m in &s.missing {
+            let _ = write!(h, "<li>{}</li>", escape(m));
+        }
+        h.push_str("</ul>");
     }
 }
 
@@ -270,7 +284,7 @@ fn timeline(h: &mut String, s: &Status) {
         };
         let _ = write!(
             h,
-            "<rect class=\"attempt\" data-task=\"{task}\" data-attempt=\"{}\" x=\"{x0:.1}\" y=\"{:.1}\" width=\"{:.1}\" height=\"{:.1}\" fill=\"{fill}\"><title>{task} attempt {} on {}: {what} {}</title></rect>",
+            "<rect class=\"attempt\" data-task=\"{task}\" data-attempt=\"{}\" x=\"{x0:.1}\" y=\"{:.1}\" width=\"{:.1}\" height=\"{:.1}\" fill=\"{fill}\" stroke=\"#fff\" stroke-width=\"0.5\"><title>{task} attempt {} on {}: {what} {}</title></rect>",
             e.attempt,
             row * i as f64 + 3.0,
             x1 - x0,
@@ -279,6 +293,18 @@ fn timeline(h: &mut String, s: &Status) {
             escape(&e.worker),
             escape(e.reason.as_deref().unwrap_or("")),
             task = escape(&e.task),
+        );
+    }
+    for ev in s.events.iter().filter(|e| e.worker.is_none()) {
+        if !ev.what.starts_with("coordinator epoch") {
+            continue;
+        }
+        let _ = write!(
+            h,
+            "<line class=\"restart\" x1=\"{x:.1}\" x2=\"{x:.1}\" y1=\"0\" y2=\"{:.1}\" stroke=\"#c0392b\" stroke-dasharray=\"4 2\"><title>{}</title></line>",
+            height - 20.0,
+            escape(&ev.what),
+            x = x(ev.at),
         );
     }
     for ev in &s.events {
@@ -351,7 +377,7 @@ mod tests {
         m.observe(
             Observation::StagePlanned {
                 stage: t.stage,
-                unit: "input_rows",
+                unit: "input_rows".into(),
                 tasks: vec![(t, 10)],
             },
             t0,
