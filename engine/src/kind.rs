@@ -159,12 +159,15 @@ impl PlanContext<'_> {
 }
 
 /// What an accepted result adds to the job's progress.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Progressed {
     /// Work units done (the kind's unit, e.g. input rows).
     pub units: u64,
     /// Bytes of final output written.
     pub bytes: u64,
+    /// Input records the task rejected, by reason: the kind's fixed set of reasons (a
+    /// metric label), none for a reason of none.
+    pub rejected: Vec<(&'static str, u64)>,
 }
 
 /// The size of a job in its own work units, for progress displays.

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import shutil
+from collections import Counter
 import signal
 import subprocess
 import time
@@ -275,3 +276,4 @@ def test_status_renders_the_overlap_job_from_its_event_log(local_run):
             if e["event"] in ("attempt_started", "attempt_ended"):
                 attempts.add((e["task"]["stage"], e["task"]["index"], e["attempt"]))
     assert len(model["timeline"]) == len(attempts) == sum(s["tasks"] for s in model["stages"])
+    assert model["rejected"] == dict(Counter(r["reason"] for r in rejected(local_run)))

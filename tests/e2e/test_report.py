@@ -152,3 +152,15 @@ def test_a_sampled_report_and_clear_errors(output, tmp_path):
     wrong_count = report(out, "--timestamp-modes", "0.4,0.3", check=False)
     assert wrong_count.returncode == 2 and "3 comma-separated numbers" in wrong_count.stderr
     assert "Traceback" not in wrong_count.stderr
+
+
+def test_coordinator_status_counts_the_rejected_records_by_reason(output):
+    """The monitor's count of rejected records, replayed from the event log, is the
+    manifest's, by the kind's reasons."""
+    d, out = output
+    model = json.loads(run(["status", "--json", str(out)]).stdout)
+    assert model["rejected"] == manifest_rejects(out) == dict(Counter(r[4] for r in DIRTY))
+
+
+def manifest_rejects(out) -> dict:
+    return json.loads((out / "manifest.json").read_text())["totals"]["rejected_by_reason"]

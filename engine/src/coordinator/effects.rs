@@ -101,7 +101,7 @@ impl EffectHandler {
                     self.progress.stage_planned(stage.as_str(), tasks)
                 }
                 Effect::TaskDone { stage, progressed } => {
-                    self.progress.task_done(stage.as_str(), progressed)
+                    self.progress.task_done(stage.as_str(), &progressed)
                 }
                 Effect::Journal {
                     task,

@@ -107,7 +107,7 @@ impl Progress {
     }
 
     /// A task of stage `stage` finished (or was found in the journal).
-    pub fn task_done(&self, stage: &str, p: Progressed) {
+    pub fn task_done(&self, stage: &str, p: &Progressed) {
         let (done, message) = {
             let Ok(mut c) = self.counts.lock() else {
                 return;

@@ -164,7 +164,21 @@ impl JobRun {
         let progressed = self.driver.accept(task, output)?;
         self.accepted.insert(task, attempt);
         self.observed.push(Observation::Replayed { task });
+        self.observe_rejected(task, &progressed);
         Ok(progressed)
+    }
+
+    /// The records an accepted result rejected, for the monitor.
+    fn observe_rejected(&mut self, task: TaskId, progressed: &Progressed) {
+        let counts: Vec<(String, u64)> = progressed
+            .rejected
+            .iter()
+            .filter(|(_, n)| *n > 0)
+            .map(|(reason, n)| (reason.to_string(), *n))
+            .collect();
+        if !counts.is_empty() {
+            self.observed.push(Observation::Rejected { task, counts });
+        }
     }
 
     /// Queues the first stage with tasks left (on resume, stages already done are
@@ -543,6 +557,7 @@ impl JobRun {
                     outcome: Outcome::Accepted,
                     reason: None,
                 });
+                self.observe_rejected(task, &progressed);
                 effects.push(Effect::WriteProgress(self.driver.record_progress(None)));
                 effects.push(Effect::TaskDone {
                     stage: task.stage,

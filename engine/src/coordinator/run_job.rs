@@ -277,7 +277,7 @@ async fn run_opened(
     });
     let progress = Progress::new(&totals, &stages);
     for (task, p) in &replayed {
-        progress.task_done(task.stage.as_str(), *p);
+        progress.task_done(task.stage.as_str(), p);
     }
     let resumed = replayed.len() as u64;
     let local_workers: Vec<String> = match cluster {

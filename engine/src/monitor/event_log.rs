@@ -415,6 +415,10 @@ mod tests {
             },
             started(map(1), 2001, "w\"1"),
             ended_as(map(1), 2001, "w\"1", Outcome::Lost),
+            Observation::Rejected {
+                task: map(0),
+                counts: vec![("null_rtt".into(), 4)],
+            },
             Observation::WorkerLeft {
                 worker: "w\"1".into(),
             },

@@ -247,6 +247,16 @@ impl Collector for JobCollector {
             "Leases that expired (their worker went silent).",
             vec![(Vec::new(), m.leases_expired)],
         )?;
+        if !m.rejected.is_empty() {
+            f.counters(
+                "probeflow_rejected_records",
+                "Input records the job's tasks rejected, by the kind's reasons.",
+                m.rejected
+                    .iter()
+                    .map(|(reason, n)| (vec![("reason", reason.clone())], *n))
+                    .collect(),
+            )?;
+        }
         let unit_labels = |s: &super::model::StageStatus| {
             let mut labels = stage_label(&s.name);
             labels.push(("unit", s.unit.clone()));
@@ -424,6 +434,12 @@ mod tests {
             outcome: Outcome::Accepted,
             reason: None,
         });
+        for task in [t, t, TaskId::new("map", 1)] {
+            monitor.observe(Observation::Rejected {
+                task,
+                counts: vec![("null_rtt".into(), 3), ("bad_src_addr".into(), 1)],
+            });
+        }
         let r = registry(vec![
             Box::new(ProcessCollector),
             Box::new(JobCollector(monitor)),
@@ -446,6 +462,8 @@ mod tests {
             "probeflow_task_duration_seconds_count{stage=\"map\"} 1",
             "probeflow_workers{state=\"connected\"} 1",
             "probeflow_leases_expired_total 0",
+            "probeflow_rejected_records_total{reason=\"null_rtt\"} 6",
+            "probeflow_rejected_records_total{reason=\"bad_src_addr\"} 2",
             "# TYPE process_cpu_seconds counter",
         ] {
             assert!(

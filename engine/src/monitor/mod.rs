@@ -149,6 +149,12 @@ pub enum Observation {
         worker: String,
         reason: String,
     },
+    /// The accepted (or replayed) result of `task` rejected these input records, by
+    /// the kind's reasons.
+    Rejected {
+        task: TaskId,
+        counts: Vec<(String, u64)>,
+    },
     /// A heartbeat of a lease held by `worker`.
     Heartbeat {
         worker: String,

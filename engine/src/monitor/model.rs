@@ -141,6 +141,10 @@ pub struct JobMonitor {
     pub running: BTreeMap<(TaskId, u32), Running>,
     pub workers: BTreeMap<String, WorkerModel>,
     pub leases_expired: u64,
+    /// Input records rejected, by the kind's reasons.
+    pub rejected: BTreeMap<String, u64>,
+    /// The tasks whose rejections are counted.
+    rejected_tasks: std::collections::BTreeSet<TaskId>,
     pub problems: VecDeque<Ended>,
     pub timeline: VecDeque<Ended>,
     pub events: VecDeque<Event>,
@@ -285,6 +289,8 @@ impl JobMonitor {
             running: BTreeMap::new(),
             workers: BTreeMap::new(),
             leases_expired: 0,
+            rejected: BTreeMap::new(),
+            rejected_tasks: std::collections::BTreeSet::new(),
             problems: VecDeque::new(),
             timeline: VecDeque::new(),
             events: VecDeque::new(),
@@ -380,6 +386,14 @@ impl JobMonitor {
                     w.last_error = Some(reason.clone());
                 }
                 self.event(now, format!("excluded: {reason}"), Some(worker));
+            }
+            Observation::Rejected { task, counts } => {
+                // Once a task: a later epoch replays what an earlier one accepted.
+                if self.rejected_tasks.insert(task) {
+                    for (reason, n) in counts {
+                        *self.rejected.entry(reason).or_default() += n;
+                    }
+                }
             }
             Observation::Heartbeat { worker } => {
                 if let Some(w) = self.workers.get_mut(&worker) {
@@ -674,6 +688,7 @@ impl JobMonitor {
                     ended: unix(now),
                 })
                 .collect(),
+            rejected: self.rejected.clone(),
             source: Source::Coordinator,
             missing: Vec::new(),
         }
@@ -716,6 +731,8 @@ pub struct Status {
     pub timeline: Vec<Ended>,
     /// Attempts running now (`ended`: now; `outcome` means nothing yet).
     pub running: Vec<Ended>,
+    /// Input records rejected, by the kind's reasons (tasks found done included).
+    pub rejected: BTreeMap<String, u64>,
     /// Where this model comes from: [`Source::Coordinator`] (served while it runs),
     /// [`Source::EventLog`] or [`Source::Journal`] (`coordinator status`, from the
     /// output alone).

@@ -69,6 +69,7 @@ pub fn render(status: &Status, live: bool) -> String {
     let _ = write!(h, "<style>{STYLE}</style></head><body>");
     header(&mut h, status);
     stages(&mut h, status);
+    rejected(&mut h, status);
     stragglers(&mut h, status);
     workers(&mut h, status);
     problems(&mut h, status);
@@ -153,6 +154,17 @@ fn stages(h: &mut String, s: &Status) {
         );
     }
     h.push_str("</table>");
+}
+
+fn rejected(h: &mut String, s: &Status) {
+    if s.rejected.is_empty() {
+        return;
+    }
+    h.push_str("<p id=\"rejected\">rejected input records:");
+    for (reason, n) in &s.rejected {
+        let _ = write!(h, " <code>{}</code> {n}", escape(reason));
+    }
+    h.push_str("</p>");
 }
 
 fn stragglers(h: &mut String, s: &Status) {

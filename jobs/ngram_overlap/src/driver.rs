@@ -481,10 +481,12 @@ impl Driver<NgramOverlap> for OverlapDriver {
                     .eval
                     .get(task.index as usize)
                     .map_or(0, |e| e.file.size);
+                let rejected = rejected_by_reason(&o.counts);
                 self.index.insert(task.index, o);
                 Progressed {
                     units: size,
                     bytes: 0,
+                    rejected,
                 }
             }
             OverlapOutput::Scan(o) => {
@@ -501,21 +503,35 @@ impl Driver<NgramOverlap> for OverlapDriver {
                     Some(f) if first_group => f.size,
                     _ => 0,
                 };
+                let rejected = if first_group {
+                    rejected_by_reason(&o.counts)
+                } else {
+                    Vec::new()
+                };
                 self.scans.insert(task.index, o);
                 Progressed {
                     units: size,
                     bytes: 0,
+                    rejected,
                 }
             }
             OverlapOutput::Report(o) => {
                 let bytes = o.files.iter().map(|f| f.bytes).sum();
                 self.report = Some(o);
-                Progressed { units: 0, bytes }
+                Progressed {
+                    units: 0,
+                    bytes,
+                    ..Progressed::default()
+                }
             }
             OverlapOutput::Clean(o) => {
                 let bytes = o.file.bytes;
                 self.cleans.insert(task.index, o);
-                Progressed { units: 0, bytes }
+                Progressed {
+                    units: 0,
+                    bytes,
+                    ..Progressed::default()
+                }
             }
         };
         self.progress.accepted += 1;
@@ -597,4 +613,13 @@ impl Driver<NgramOverlap> for OverlapDriver {
     ) -> impl Future<Output = Result<()>> + Send + 'a {
         output.delete_prefix(WORK_DIR)
     }
+}
+
+/// A file's rejected rows by their fixed reason labels (the monitor's metric).
+fn rejected_by_reason(counts: &protocol::RowCounts) -> Vec<(&'static str, u64)> {
+    counts
+        .rejected
+        .iter()
+        .map(|(reason, n)| (source::Reason::label(reason), *n))
+        .collect()
 }

@@ -67,6 +67,26 @@ pub enum Reason {
 }
 
 impl Reason {
+    pub const ALL: [Reason; 7] = [
+        Reason::InvalidUtf8,
+        Reason::InvalidJson,
+        Reason::NotAnObject,
+        Reason::NoText,
+        Reason::TextNotAString,
+        Reason::BadId,
+        Reason::Unhashable,
+    ];
+
+    /// The fixed label of the reason a result names (a metric label); `"unknown"` for a
+    /// name this release does not give.
+    pub fn label(name: &str) -> &'static str {
+        Self::ALL
+            .iter()
+            .map(|r| r.as_str())
+            .find(|s| *s == name)
+            .unwrap_or("unknown")
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Reason::InvalidUtf8 => "invalid_utf8",
@@ -639,5 +659,16 @@ mod tests {
         assert_eq!(format_of("a.jsonl"), Some(Format::Jsonl));
         assert_eq!(format_of("a.json"), None);
         assert_eq!(format_of("a.jsonl.bz2"), None);
+    }
+
+    #[test]
+    fn every_reason_is_its_own_metric_label_and_an_unknown_name_is_unknown() {
+        let labels: std::collections::BTreeSet<&str> = Reason::ALL
+            .iter()
+            .map(|r| Reason::label(r.as_str()))
+            .collect();
+        assert_eq!(labels.len(), Reason::ALL.len());
+        assert!(!labels.contains("unknown"));
+        assert_eq!(Reason::label("dropped_by_a_newer_release"), "unknown");
     }
 }

@@ -327,14 +327,26 @@ impl Driver<ProbeRows> for ProbeRowsDriver {
     fn accept(&mut self, task: TaskId, output: ProbeOutput) -> Result<Progressed> {
         Ok(match output {
             ProbeOutput::Map(m) => {
-                let units = m.input_rows;
+                let progressed = Progressed {
+                    units: m.input_rows,
+                    bytes: 0,
+                    rejected: m
+                        .rejected
+                        .iter()
+                        .map(|(reason, n)| (validate::Reason::label(reason), *n))
+                        .collect(),
+                };
                 self.maps.insert(task.index as usize, m);
-                Progressed { units, bytes: 0 }
+                progressed
             }
             ProbeOutput::Reduce(r) => {
                 let bytes = r.shards.iter().map(|s| s.bytes).sum();
                 self.reduces.insert(task.index, r);
-                Progressed { units: 0, bytes }
+                Progressed {
+                    units: 0,
+                    bytes,
+                    ..Progressed::default()
+                }
             }
         })
     }

@@ -56,6 +56,33 @@ pub enum Reason {
 }
 
 impl Reason {
+    pub const ALL: [Reason; 14] = [
+        Reason::NullSrcAddr,
+        Reason::BadSrcAddr,
+        Reason::NullDstAddr,
+        Reason::BadDstAddr,
+        Reason::NullIpVersion,
+        Reason::BadIpVersion,
+        Reason::VersionMismatch,
+        Reason::NullEventTime,
+        Reason::NegativeEventTime,
+        Reason::NullRtt,
+        Reason::NanRtt,
+        Reason::ImplausibleEventTime,
+        Reason::InfiniteRtt,
+        Reason::ImplausibleRtt,
+    ];
+
+    /// The fixed label of the reason a result names (a metric label); `"unknown"` for a
+    /// name this release does not give.
+    pub fn label(name: &str) -> &'static str {
+        Self::ALL
+            .iter()
+            .map(|r| r.as_str())
+            .find(|s| *s == name)
+            .unwrap_or("unknown")
+    }
+
     pub fn as_str(self) -> &'static str {
         match self {
             Reason::NullSrcAddr => "null_src_addr",
@@ -1009,5 +1036,16 @@ mod tests {
                 None, // a failed ping
             ]
         );
+    }
+
+    #[test]
+    fn every_reason_is_its_own_metric_label_and_an_unknown_name_is_unknown() {
+        let labels: std::collections::BTreeSet<&str> = Reason::ALL
+            .iter()
+            .map(|r| Reason::label(r.as_str()))
+            .collect();
+        assert_eq!(labels.len(), Reason::ALL.len());
+        assert!(!labels.contains("unknown"));
+        assert_eq!(Reason::label("dropped_by_a_newer_release"), "unknown");
     }
 }

@@ -266,12 +266,18 @@ impl Driver<WordCount> for WordCountDriver {
                     .get(task.index as usize)
                     .map_or(0, |f| f.size);
                 self.counts.insert(task.index, o);
-                Progressed { units, bytes: 0 }
+                Progressed {
+                    units,
+                    ..Progressed::default()
+                }
             }
             WordCountResult::Merge(o) => {
                 let bytes = o.bytes;
                 self.merged = Some(o);
-                Progressed { units: 0, bytes }
+                Progressed {
+                    bytes,
+                    ..Progressed::default()
+                }
             }
         })
     }
