@@ -7,9 +7,12 @@ worker's attempts fail by injection and another worker is SIGKILLed holding a le
 from __future__ import annotations
 
 import json
+import os
+import re
 import shutil
 import signal
 import subprocess
+import sys
 import threading
 import time
 import urllib.parse
@@ -19,7 +22,9 @@ from pathlib import Path
 import pytest
 
 from support.cluster import Cluster, wait_for
-from support.run import free_port, run
+from support.probe_rows import job_file
+from support.run import COORDINATOR, free_port, run
+from support.s3 import BUCKET, s3  # noqa: F401  (a fixture)
 
 pytestmark = pytest.mark.skipif(
     shutil.which("prometheus") is None or shutil.which("promtool") is None,
@@ -231,7 +236,8 @@ INFRA_PROMETHEUS = Path(__file__).resolve().parents[2] / "infra" / "prometheus"
 
 def test_the_alert_rules_and_the_scrape_config_pass_promtool():
     """infra/prometheus: the alerts fire when their unit tests say (no work for 10
-    minutes, a straggler, an excluded worker, a failed job) and the config loads."""
+    minutes, a straggler, an excluded worker, a throttling store, a failed job) and the
+    config loads."""
     rules = subprocess.run(["promtool", "test", "rules", "alerts_test.yml"], cwd=INFRA_PROMETHEUS,
                            capture_output=True, text=True)
     assert rules.returncode == 0, rules.stdout + rules.stderr
@@ -380,3 +386,84 @@ def test_status_renders_a_restarted_cluster_job_from_its_event_log(tmp_path, inp
     run(["verify", str(out)])
     nothing = run(["status", "--json", str(tmp_path / "nothing")], check=False)
     assert nothing.returncode == 2 and "no job has started here" in nothing.stderr
+
+
+FAULT_PROXY = Path(__file__).resolve().parents[1] / "cluster_bed" / "fault_proxy.py"
+
+
+def samples(text: str, name: str) -> dict[str, float]:
+    """The samples of metric `name` in exposition `text`: labels → value."""
+    out = {}
+    for line in text.splitlines():
+        m = re.fullmatch(rf"{name}(\{{[^}}]*\}})? (\S+)", line)
+        if m:
+            out[m.group(1) or ""] = float(m.group(2))
+    return out
+
+
+def test_store_requests_and_retries_are_counted_through_a_faulty_proxy(tmp_path, inputs, s3):
+    """A local-mode job whose output is on the S3 server through fault_proxy.py, which
+    answers every 7th request 503 SlowDown, 500 or resets it, in turn: the coordinator's
+    /metrics counts exactly the faults the proxy injected, as throttled, server-error
+    and transport-error answers and as retries by reason; every request by operation;
+    promtool finds the exposition clean."""
+    client, env = s3
+    upstream = urllib.parse.urlsplit(env["AWS_ENDPOINT_URL"])
+    proxy_port, http_port = free_port(), free_port()
+    proxy_log = tmp_path / "proxy.log"
+    with open(proxy_log, "w") as log:
+        proxy = subprocess.Popen(
+            [sys.executable, "-u", str(FAULT_PROXY), "127.0.0.1", str(proxy_port), upstream.hostname,
+             str(upstream.port), "--every", "7"], stdout=log, stderr=subprocess.STDOUT)
+    try:
+        wait_for(lambda: "listening" in proxy_log.read_text(), timeout=30)
+        name = f"stored-{uuid()}"
+        spec = job_file(tmp_path, name, f"{inputs}/*.parquet", f"s3://{BUCKET}/{name}")
+        job_env = dict(env, AWS_ENDPOINT_URL=f"http://127.0.0.1:{proxy_port}")
+        out = open(tmp_path / "coordinator.log", "w")
+        coordinator = subprocess.Popen([str(COORDINATOR), "run", str(spec), "--http", str(http_port),
+                                        "--linger", "30"], env=job_env, stdout=out, stderr=out)
+        base = f"http://127.0.0.1:{http_port}"
+        try:
+            wait_for(lambda: answers(f"{base}/api/v1/status")
+                     and json.loads(get(f"{base}/api/v1/status")[1])["state"] in ("succeeded", "failed"),
+                     timeout=240)
+            assert json.loads(get(f"{base}/api/v1/status")[1])["state"] == "succeeded", \
+                (tmp_path / "coordinator.log").read_text()[-3000:]
+            time.sleep(2)  # the event log's last batch and the lock's release
+            text = get(f"{base}/metrics")[1]
+            lint_metrics("coordinator", http_port)
+        finally:
+            coordinator.kill()
+            coordinator.wait()
+    finally:
+        proxy.send_signal(signal.SIGTERM)
+        proxy.wait(timeout=10)
+    faults = {kind: 0 for kind in ("slowdown", "error", "reset")}
+    for line in proxy_log.read_text().splitlines():
+        if line.startswith("fault "):
+            faults[line.split()[1]] += 1
+    assert faults["slowdown"] and faults["error"] and faults["reset"], faults
+    requests = samples(text, "probeflow_store_requests_total")
+    by_outcome: dict[str, float] = {}
+    for labels, n in requests.items():
+        outcome = re.search(r'outcome="([a-z_]+)"', labels).group(1)
+        by_outcome[outcome] = by_outcome.get(outcome, 0) + n
+    assert by_outcome.get("throttled") == faults["slowdown"], (by_outcome, faults)
+    assert by_outcome.get("server_error") == faults["error"], (by_outcome, faults)
+    assert by_outcome.get("transport_error") == faults["reset"], (by_outcome, faults)
+    retries = samples(text, "probeflow_store_retries_total")
+    assert retries == {'{reason="slow_down"}': faults["slowdown"], '{reason="server_error"}': faults["error"],
+                       '{reason="reset"}': faults["reset"]}, retries
+    ops = {re.search(r'op="([a-z_]+)"', labels).group(1) for labels in requests}
+    assert {"put", "put_if_absent", "put_if_match", "get", "list", "delete"} <= ops, ops
+    # Every request the proxy saw (its count at exit), counted once.
+    seen = sum(requests.values())
+    counts = dict(kv.split("=") for kv in proxy_log.read_text().splitlines()[-1].split()[1:])
+    assert seen == int(counts["requests"]), (seen, counts)
+    durations = samples(text, "probeflow_store_request_duration_seconds_count")
+    assert sum(durations.values()) == seen
+
+
+def uuid() -> str:
+    return os.urandom(4).hex()

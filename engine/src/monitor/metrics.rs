@@ -346,12 +346,13 @@ impl Collector for JobCollector {
     }
 }
 
-/// A registry serving `collectors`.
+/// A registry serving `collectors` and the process's store metrics.
 pub fn registry(collectors: Vec<Box<dyn Collector>>) -> Registry {
     let mut registry = Registry::default();
     for c in collectors {
         registry.register_collector(c);
     }
+    super::store_metrics::register(&mut registry);
     registry
 }
 

@@ -19,6 +19,7 @@ pub mod metrics;
 pub mod model;
 pub mod page;
 pub mod process;
+pub mod store_metrics;
 pub mod worker;
 
 use std::sync::{Arc, Mutex, MutexGuard};

@@ -16,6 +16,7 @@
 
 pub mod cache;
 pub mod output;
+pub mod requests;
 pub mod store;
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};

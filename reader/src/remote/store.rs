@@ -71,6 +71,7 @@ pub fn object_store_for(
             object_store::aws::AmazonS3Builder::from_env()
                 .with_bucket_name(bucket)
                 .with_retry(retry)
+                .with_http_connector(super::requests::ObservedConnector)
                 .with_config(
                     object_store::aws::AmazonS3ConfigKey::Client(ClientConfigKey::Timeout),
                     timeout,
@@ -82,6 +83,7 @@ pub fn object_store_for(
             object_store::gcp::GoogleCloudStorageBuilder::from_env()
                 .with_bucket_name(bucket)
                 .with_retry(retry)
+                .with_http_connector(super::requests::ObservedConnector)
                 .with_config(
                     object_store::gcp::GoogleConfigKey::Client(ClientConfigKey::Timeout),
                     timeout,
