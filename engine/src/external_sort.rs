@@ -373,7 +373,7 @@ impl<R: SortRecord> ExternalSort<R> {
         sort_in_place(&mut self.buffer, &mut self.scattered[..scatter], 0);
     }
 
-    /// Sorts the buffer and writes it as a new run.
+    /// Sorts the buffer and writes it as a new run (counted in [`SPILLED_BYTES`]).
     fn spill(&mut self) -> Result<()> {
         self.sort_buffer();
         let path = self.dir.join(format!("run-{:05}", self.runs.len()));
@@ -387,6 +387,7 @@ impl<R: SortRecord> ExternalSort<R> {
                 r.encode(out);
             }
             file.write_all(bytes).map_err(|e| scratch_error(&path, e))?;
+            SPILLED_BYTES.fetch_add(bytes.len() as u64, std::sync::atomic::Ordering::Relaxed);
         }
         self.runs.push(Run {
             path,
@@ -396,6 +397,10 @@ impl<R: SortRecord> ExternalSort<R> {
         Ok(())
     }
 }
+
+/// The bytes this process's sorts have spilled to their scratch disks (a worker's
+/// `probeflow_worker_spilled_bytes_total`).
+pub static SPILLED_BYTES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 fn scratch_error(path: &Path, source: std::io::Error) -> EngineError {
     EngineError::Scratch {

@@ -139,6 +139,12 @@ def test_prometheus_scrapes_a_cluster_job_through_a_failure_and_a_kill(tmp_path,
         assert prom.value('sum(last_over_time(probeflow_task_attempts_total{outcome="failed"}[5m]))') >= 1
         assert prom.value('sum(last_over_time(probeflow_task_attempts_total{outcome="lost"}[5m]))') >= 1
         assert last("probeflow_workers_excluded") == 1
+        # w2's tasks used CPU: some, and no more than its cores could in their wall time.
+        w2 = 'instance="127.0.0.1:%d"' % http["w2"]
+        cpu = prom.value(f"sum(last_over_time(probeflow_worker_task_cpu_seconds_total{{{w2}}}[5m]))")
+        wall = prom.value(f"sum(last_over_time(probeflow_worker_task_seconds_total{{{w2}}}[5m]))")
+        assert 0 < cpu <= wall * os.cpu_count() + 0.1, (cpu, wall)
+        assert prom.value(f"last_over_time(probeflow_worker_spilled_bytes_total{{{w2}}}[5m])") == 0
         # Until the kill every target was up: w3 went down with it, the others stayed.
         assert prom.value('max_over_time(up{instance="127.0.0.1:%d"}[5m])' % http["w3"]) == 1
         assert prom.value('up{instance="127.0.0.1:%d"}' % http["w3"]) == 0
@@ -463,6 +469,12 @@ def test_store_requests_and_retries_are_counted_through_a_faulty_proxy(tmp_path,
     assert seen == int(counts["requests"]), (seen, counts)
     durations = samples(text, "probeflow_store_request_duration_seconds_count")
     assert sum(durations.values()) == seen
+    # Every byte the output holds was sent (and some more: retried and removed objects).
+    stored = sum(o["Size"] for page in client.get_paginator("list_objects_v2").paginate(Bucket=BUCKET, Prefix=name)
+                 for o in page.get("Contents", []))
+    written = samples(text, "probeflow_store_written_bytes_total")[""]
+    assert stored > 0 and written >= stored, (written, stored)
+    assert samples(text, "probeflow_store_read_bytes_total")[""] > 0
 
 
 def uuid() -> str:

@@ -9,7 +9,9 @@
 //! * `probeflow_store_request_duration_seconds{op}`, until the answer's headers;
 //! * `probeflow_store_retries_total{reason}`: answers after which the client tries
 //!   again while its retry budget lasts (`slow_down`: 503 or 429; `server_error`: other
-//!   5xx; `reset`: no answer).
+//!   5xx; `reset`: no answer);
+//! * `probeflow_store_written_bytes_total`, `probeflow_store_read_bytes_total`: the
+//!   requests' bodies, and the answers' as their `Content-Length` says.
 
 use std::sync::LazyLock;
 
@@ -31,12 +33,16 @@ struct StoreMetrics {
     requests: Family<Labels, Counter>,
     durations: Family<Labels, Histogram, fn() -> Histogram>,
     retries: Family<Labels, Counter>,
+    written: Counter,
+    read: Counter,
 }
 
 static STORE: LazyLock<StoreMetrics> = LazyLock::new(|| StoreMetrics {
     requests: Family::default(),
     durations: Family::new_with_constructor(duration_histogram),
     retries: Family::default(),
+    written: Counter::default(),
+    read: Counter::default(),
 });
 
 struct Observer;
@@ -55,6 +61,8 @@ impl RequestObserver for Observer {
         if let Some(reason) = r.outcome.retry_reason() {
             STORE.retries.get_or_create(&vec![("reason", reason)]).inc();
         }
+        STORE.written.inc_by(r.bytes_sent);
+        STORE.read.inc_by(r.bytes_received);
     }
 }
 
@@ -83,6 +91,18 @@ pub fn register(registry: &mut Registry) {
         "Answers after which the store client tries again (while its retry budget lasts).",
         STORE.retries.clone(),
     );
+    registry.register_with_unit(
+        "probeflow_store_written",
+        "Bytes sent to the object store (request bodies).",
+        Unit::Bytes,
+        STORE.written.clone(),
+    );
+    registry.register_with_unit(
+        "probeflow_store_read",
+        "Bytes the object store answered with (as its Content-Length says).",
+        Unit::Bytes,
+        STORE.read.clone(),
+    );
 }
 
 #[cfg(test)]
@@ -103,6 +123,8 @@ mod tests {
                 op: StoreOp::PutIfAbsent,
                 outcome,
                 seconds: 0.002,
+                bytes_sent: 10,
+                bytes_received: 3,
             });
         }
         let text = super::super::metrics::openmetrics(&registry);
@@ -112,6 +134,8 @@ mod tests {
             "probeflow_store_retries_total{reason=\"slow_down\"} 2",
             "probeflow_store_request_duration_seconds_bucket{le=\"0.004\",op=\"put_if_absent\"} 3",
             "# UNIT probeflow_store_request_duration_seconds seconds",
+            "probeflow_store_written_bytes_total 30",
+            "probeflow_store_read_bytes_total 9",
         ] {
             assert!(text.lines().any(|l| l == line), "{line} not in\n{text}");
         }

@@ -1,7 +1,12 @@
 //! A worker process's own facts for its `/metrics` and probes: whether it is connected
-//! to a coordinator, how often it joined, its tasks running and ended per stage and the
-//! time they took, its memory setting and its scratch disk's free bytes. The worker's
-//! actors update it; a scrape reads it.
+//! to a coordinator, how often it joined, its tasks running and ended per stage, the
+//! wall and CPU time they took, the bytes its sorts spilled, its memory setting and its
+//! scratch disk's free bytes. The worker's actors update it; a scrape reads it.
+//!
+//! A task's CPU time is the process's (user and system, every thread: a task uses
+//! several), shared between the tasks running at once: between two task starts or ends
+//! (or a scrape) the CPU the process used goes to the stages then running, in
+//! proportion to their tasks.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -24,6 +29,31 @@ struct StageTasks {
     succeeded: u64,
     failed: u64,
     seconds: f64,
+    cpu_seconds: f64,
+}
+
+/// The stages' tasks, and the process's CPU time when they were last accounted.
+#[derive(Debug, Default)]
+struct TaskBook {
+    stages: BTreeMap<String, StageTasks>,
+    cpu_mark: Option<f64>,
+}
+
+impl TaskBook {
+    /// Gives the CPU time used since the last mark (`cpu`: the process's now) to the
+    /// stages running, in proportion to their running tasks.
+    fn account_cpu(&mut self, cpu: Option<f64>) {
+        let Some(cpu) = cpu else { return };
+        let used = self.cpu_mark.map_or(0.0, |mark| (cpu - mark).max(0.0));
+        self.cpu_mark = Some(cpu);
+        let running: u64 = self.stages.values().map(|s| s.running).sum();
+        if running == 0 {
+            return;
+        }
+        for s in self.stages.values_mut() {
+            s.cpu_seconds += used * s.running as f64 / running as f64;
+        }
+    }
 }
 
 /// What a worker process counts.
@@ -33,7 +63,7 @@ pub struct WorkerStats {
     joins: AtomicU64,
     memory_bytes: AtomicU64,
     scratch: Mutex<Option<PathBuf>>,
-    stages: Mutex<BTreeMap<String, StageTasks>>,
+    tasks: Mutex<TaskBook>,
 }
 
 impl WorkerStats {
@@ -59,10 +89,25 @@ impl WorkerStats {
         self.connected.load(Ordering::Relaxed)
     }
 
+    /// Accounts the CPU used so far, then applies `f` to `stage`'s tasks.
     fn stage(&self, stage: &str, f: impl FnOnce(&mut StageTasks)) {
-        if let Ok(mut stages) = self.stages.lock() {
-            f(stages.entry(stage.to_string()).or_default());
+        let cpu = super::process::facts().cpu_seconds;
+        if let Ok(mut book) = self.tasks.lock() {
+            book.account_cpu(cpu);
+            f(book.stages.entry(stage.to_string()).or_default());
         }
+    }
+
+    /// Every stage's tasks, the CPU used so far accounted.
+    fn stages(&self) -> Vec<(String, StageTasks)> {
+        let cpu = super::process::facts().cpu_seconds;
+        self.tasks
+            .lock()
+            .map(|mut book| {
+                book.account_cpu(cpu);
+                book.stages.iter().map(|(k, v)| (k.clone(), *v)).collect()
+            })
+            .unwrap_or_default()
     }
 
     /// A task of `stage` started.
@@ -103,11 +148,7 @@ impl Collector for WorkerCollector {
     fn encode(&self, encoder: DescriptorEncoder) -> std::fmt::Result {
         let s = &self.0;
         let mut f = Families(encoder);
-        let stages: Vec<(String, StageTasks)> = s
-            .stages
-            .lock()
-            .map(|m| m.iter().map(|(k, v)| (k.clone(), *v)).collect())
-            .unwrap_or_default();
+        let stages = s.stages();
         f.gauge(
             "probeflow_worker_connected",
             "1 while this worker is joined to a coordinator.",
@@ -168,6 +209,25 @@ impl Collector for WorkerCollector {
             MetricType::Counter,
             seconds,
         )?;
+        let cpu = stages
+            .iter()
+            .map(|(n, t)| (stage(n), ConstCounter::new(t.cpu_seconds)))
+            .collect();
+        f.write(
+            "probeflow_worker_task_cpu",
+            "CPU time (user and system) the process used for this worker's tasks, per stage.",
+            Some(&Unit::Seconds),
+            MetricType::Counter,
+            cpu,
+        )?;
+        let spilled = crate::external_sort::SPILLED_BYTES.load(Ordering::Relaxed);
+        f.write(
+            "probeflow_worker_spilled",
+            "Bytes this worker's sorts spilled to its scratch disk.",
+            Some(&Unit::Bytes),
+            MetricType::Counter,
+            vec![(Vec::new(), ConstCounter::new(spilled))],
+        )?;
         Ok(())
     }
 }
@@ -215,8 +275,26 @@ mod tests {
             "probeflow_worker_tasks_total{stage=\"map\",outcome=\"succeeded\"} 1",
             "probeflow_worker_task_seconds_total{stage=\"map\"} 1.5",
             "probeflow_worker_scratch_free_bytes ",
+            "probeflow_worker_task_cpu_seconds_total{stage=\"map\"} ",
+            "probeflow_worker_spilled_bytes_total ",
         ] {
             assert!(text.contains(line), "{line} not in\n{text}");
         }
+    }
+
+    #[test]
+    fn the_cpu_used_goes_to_the_stages_running_in_proportion_to_their_tasks() {
+        let mut book = TaskBook::default();
+        book.account_cpu(Some(10.0));
+        book.stages.entry("map".into()).or_default().running = 3;
+        book.account_cpu(Some(14.0));
+        book.stages.entry("reduce".into()).or_default().running = 1;
+        book.account_cpu(Some(22.0));
+        book.stages.values_mut().for_each(|s| s.running = 0);
+        book.account_cpu(Some(30.0));
+        assert_eq!(book.stages["map"].cpu_seconds, 4.0 + 6.0);
+        assert_eq!(book.stages["reduce"].cpu_seconds, 2.0);
+        book.account_cpu(None);
+        assert_eq!(book.cpu_mark, Some(30.0), "no clock: nothing accounted");
     }
 }

@@ -162,6 +162,10 @@ pub struct RequestSeen {
     pub outcome: StoreOutcome,
     /// Until the answer's headers (a body is streamed after).
     pub seconds: f64,
+    /// The request's body (what was written).
+    pub bytes_sent: u64,
+    /// The answer's body as its `Content-Length` says (what was read; 0 without one).
+    pub bytes_received: u64,
 }
 
 /// What is told of every request.
@@ -195,21 +199,34 @@ struct Observed(HttpClient);
 impl HttpService for Observed {
     async fn call(&self, req: HttpRequest) -> Result<HttpResponse, HttpError> {
         let op = StoreOp::of(&req);
+        let bytes_sent = req.body().content_length() as u64;
         let started = Instant::now();
         let answer = self.0.execute(req).await;
         if let Some(observer) = OBSERVER.get() {
-            let outcome = match &answer {
-                Ok(r) => StoreOutcome::of_status(r.status().as_u16()),
-                Err(_) => StoreOutcome::TransportError,
+            let (outcome, bytes_received) = match &answer {
+                Ok(r) => (
+                    StoreOutcome::of_status(r.status().as_u16()),
+                    content_length(r),
+                ),
+                Err(_) => (StoreOutcome::TransportError, 0),
             };
             observer.seen(RequestSeen {
                 op,
                 outcome,
                 seconds: started.elapsed().as_secs_f64(),
+                bytes_sent,
+                bytes_received,
             });
         }
         answer
     }
+}
+
+fn content_length(r: &HttpResponse) -> u64 {
+    r.headers()
+        .get("content-length")
+        .and_then(|v| v.to_str().ok()?.parse().ok())
+        .unwrap_or(0)
 }
 
 #[cfg(test)]
