@@ -12,6 +12,12 @@ through the coordinator, the coordinator's peak RSS, and the largest message fie
 process encoded. Then, for the largest size, kills the coordinator once every map is
 journaled and restarts it: the time to replay the journal and to finish.
 
+With `--scrape N` it then measures what watching costs, at the largest size: N pairs of
+runs, interleaved (one without a scraper, one with `/metrics`, `/api/v1/status` and `/`
+fetched every second from the coordinator's `--http` listener), their tasks per second
+and the ratio of the medians; then one run with `--scrape-workers` (64) simulating
+workers, scraped every second: the largest `/metrics` and its fetch time (p50, max).
+
 DIR must hold binaries built with the fault-injection feature, e.g.
 
     CARGO_TARGET_DIR=target/sim cargo build --release --bins \\
@@ -93,9 +99,10 @@ def env() -> dict:
     return dict(os.environ, PROBEFLOW_COOKIE=COOKIE, NO_COLOR="1", RUST_LOG="info,ractor_cluster=warn")
 
 
-def start_coordinator(bin_dir: Path, spec: Path, log: Path) -> subprocess.Popen:
+def start_coordinator(bin_dir: Path, spec: Path, log: Path, extra: list[str] = ()) -> subprocess.Popen:
     out = open(log, "w")
-    return subprocess.Popen([str(bin_dir / "coordinator"), "run", str(spec)], env=env(), stdout=out, stderr=out)
+    return subprocess.Popen([str(bin_dir / "coordinator"), "run", str(spec), *extra], env=env(),
+                            stdout=out, stderr=out)
 
 
 def wait_listening(port: int, timeout: float = 120) -> None:
@@ -183,6 +190,89 @@ def resume(bin_dir: Path, base: Path, maps: int, partitions: int, workers: int) 
     return dict(entries=entries, replay_s=float(replay.group(2)) if replay else float("nan"), total_s=total)
 
 
+class Scraper:
+    """Fetches `paths` from `base` every second until stopped: each /metrics's size and
+    fetch time."""
+
+    def __init__(self, base: str, paths: list[str]):
+        self.base, self.paths = base, paths
+        self.metrics: list[tuple[int, float]] = []
+        self.stop = threading.Event()
+        self.thread = threading.Thread(target=self.run, daemon=True)
+        self.thread.start()
+
+    def run(self) -> None:
+        import urllib.request  # noqa: PLC0415
+        while not self.stop.is_set():
+            began = time.perf_counter()
+            for path in self.paths:
+                try:
+                    t0 = time.perf_counter()
+                    with urllib.request.urlopen(self.base + path, timeout=5) as r:
+                        body = r.read()
+                    if path == "/metrics":
+                        self.metrics.append((len(body), time.perf_counter() - t0))
+                except OSError:
+                    pass  # not listening yet, or gone
+            self.stop.wait(max(0.0, 1.0 - (time.perf_counter() - began)))
+
+    def finish(self) -> list[tuple[int, float]]:
+        self.stop.set()
+        self.thread.join()
+        return self.metrics
+
+
+def watched_run(bin_dir: Path, base: Path, name: str, maps: int, partitions: int, workers: int,
+                scrape: bool) -> tuple[float, list[tuple[int, float]]]:
+    """One run, scraped every second or not: its tasks per second and the scrapes."""
+    work, port, spec = fresh_job(base, name, maps, partitions)
+    http = free_port()
+    started = time.time()
+    coordinator = start_coordinator(bin_dir, spec, work / "coordinator.log",
+                                    ["--http", str(http), "--linger", "0"])
+    scraper = Scraper(f"http://127.0.0.1:{http}", ["/metrics", "/api/v1/status", "/"]) if scrape else None
+    wait_listening(port)
+    procs = start_workers(bin_dir, work, port, workers, name)
+    code = coordinator.wait()
+    wall = time.time() - started
+    scrapes = scraper.finish() if scraper else []
+    for p in procs:
+        p.wait(timeout=120)
+    if code != 0:
+        raise SystemExit(f"coordinator failed:\n{(work / 'coordinator.log').read_text()[-3000:]}")
+    return (maps + partitions) / wall, scrapes
+
+
+def watching_cost(bin_dir: Path, base: Path, maps: int, partitions: int, workers: int, pairs: int,
+                  many_workers: int) -> None:
+    import statistics  # noqa: PLC0415
+    rates: dict[bool, list[float]] = {False: [], True: []}
+    fetches: list[tuple[int, float]] = []
+    for i in range(pairs):
+        for scrape in (False, True):
+            rate, scrapes = watched_run(bin_dir, base, f"watch-{i}-{int(scrape)}", maps, partitions, workers,
+                                        scrape)
+            rates[scrape].append(rate)
+            fetches += scrapes
+            print(f"  pair {i}: {'scraped' if scrape else 'unscraped':>9} {rate:>8.0f} tasks/s", flush=True)
+    plain, watched = statistics.median(rates[False]), statistics.median(rates[True])
+    print(f"{maps + partitions} tasks, {workers} workers, median of {pairs}: {plain:.0f} tasks/s unscraped, "
+          f"{watched:.0f} scraped every second: ratio {watched / plain:.3f}")
+    if fetches:
+        times = sorted(t for _, t in fetches)
+        print(f"{workers} workers: {len(fetches)} scrapes of /metrics, largest "
+              f"{max(n for n, _ in fetches) / 1024:.1f} KiB, fetch p50 {times[len(times) // 2] * 1e3:.1f} ms, "
+              f"max {times[-1] * 1e3:.1f} ms")
+    _, scrapes = watched_run(bin_dir, base, "watch-many", maps, partitions, many_workers, True)
+    if not scrapes:
+        print(f"{many_workers} workers: the job ended before its first scrape")
+        return
+    sizes = [n for n, _ in scrapes]
+    times = sorted(t for _, t in scrapes)
+    print(f"{many_workers} workers: {len(scrapes)} scrapes of /metrics, largest {max(sizes) / 1024:.1f} KiB, "
+          f"fetch p50 {times[len(times) // 2] * 1e3:.1f} ms, max {times[-1] * 1e3:.1f} ms")
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bin", type=Path, default=ROOT / "target" / "debug")
@@ -190,9 +280,17 @@ def main() -> None:
     ap.add_argument("--partitions", type=int, default=1024)
     ap.add_argument("--workers", type=int, default=4)
     ap.add_argument("--work", type=Path, default=ROOT / "target" / "bench-scale")
+    ap.add_argument("--scrape", type=int, default=0, metavar="N",
+                    help="then N interleaved pairs of runs without and with a scraper (see above)")
+    ap.add_argument("--scrape-workers", type=int, default=64)
+    ap.add_argument("--no-sizes", action="store_true", help="skip the sizes and the resume: only --scrape")
     args = ap.parse_args()
     sizes = [int(m) for m in args.maps.split(",")]
     print(f"binaries: {args.bin}; {args.partitions} partitions; {args.workers} simulating workers")
+    if args.no_sizes:
+        watching_cost(args.bin, args.work, max(sizes), args.partitions, args.workers, args.scrape,
+                      args.scrape_workers)
+        return
     print(f"{'maps':>7} {'tasks':>7} {'wall s':>8} {'tasks/s':>8} {'coord. peak RSS':>16} "
           f"{'largest msg':>12} {'journal':>9}")
     for maps in sizes:
@@ -202,6 +300,9 @@ def main() -> None:
     r = resume(args.bin, args.work, max(sizes), args.partitions, args.workers)
     print(f"resume after SIGKILL with {r['entries']} journal entries: replayed in {r['replay_s']:.2f} s, "
           f"the rest of the job done {r['total_s']:.1f} s after the restart")
+    if args.scrape:
+        watching_cost(args.bin, args.work, max(sizes), args.partitions, args.workers, args.scrape,
+                      args.scrape_workers)
 
 
 if __name__ == "__main__":

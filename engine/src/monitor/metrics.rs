@@ -7,6 +7,7 @@
 //! Names follow Prometheus' conventions: base units, `_total` counters, labels from
 //! fixed sets (stage, state, outcome, reason) or bounded by the workers that joined.
 
+use std::collections::BTreeMap;
 use std::fmt::Write as _;
 use std::time::SystemTime;
 
@@ -14,6 +15,7 @@ use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::histogram::Histogram;
 use prometheus_client::metrics::MetricType;
 use prometheus_client::registry::{Registry, Unit};
 
@@ -155,11 +157,44 @@ fn stage_label(stage: &str) -> Labels {
     vec![("stage", stage.to_string())]
 }
 
+/// What the job's metrics are made of, taken from the model under its lock (which the
+/// actor waits on: the text is encoded after it is released).
+struct JobFacts {
+    kind: String,
+    state: JobState,
+    epoch: u32,
+    status: super::model::Status,
+    /// Per stage: its name, its attempts by outcome, its durations' histogram (shared).
+    stages: Vec<(String, BTreeMap<Outcome, u64>, Histogram)>,
+    leases_expired: u64,
+    rejected: BTreeMap<String, u64>,
+    workers: Vec<WorkerState>,
+}
+
+impl JobFacts {
+    fn of(m: &super::model::JobMonitor, now: SystemTime) -> JobFacts {
+        JobFacts {
+            kind: m.kind.clone(),
+            state: m.state,
+            epoch: m.epoch,
+            status: m.summary(now),
+            stages: m
+                .stages
+                .iter()
+                .map(|s| (s.name.to_string(), s.attempts.clone(), s.durations.clone()))
+                .collect(),
+            leases_expired: m.leases_expired,
+            rejected: m.rejected.clone(),
+            workers: m.workers.values().map(|w| w.state).collect(),
+        }
+    }
+}
+
 impl Collector for JobCollector {
     fn encode(&self, encoder: DescriptorEncoder) -> std::fmt::Result {
         let now = SystemTime::now();
-        let m = self.0.lock();
-        let status = m.status(now);
+        let m = JobFacts::of(&self.0.lock(), now);
+        let status = &m.status;
         let mut f = Families(encoder);
         f.gauges(
             "probeflow_job_info",
@@ -218,11 +253,11 @@ impl Collector for JobCollector {
             tasks,
         )?;
         let mut attempts = Vec::new();
-        for s in &m.stages {
+        for (name, by_outcome, _) in &m.stages {
             for o in Outcome::ALL {
-                let mut labels = stage_label(s.name.as_str());
+                let mut labels = stage_label(name);
                 labels.push(("outcome", o.as_str().to_string()));
-                attempts.push((labels, s.attempts.get(&o).copied().unwrap_or(0)));
+                attempts.push((labels, by_outcome.get(&o).copied().unwrap_or(0)));
             }
         }
         f.counters(
@@ -233,7 +268,7 @@ impl Collector for JobCollector {
         let durations = m
             .stages
             .iter()
-            .map(|s| (stage_label(s.name.as_str()), s.durations.clone()))
+            .map(|(name, _, durations)| (stage_label(name), durations.clone()))
             .collect();
         f.write(
             "probeflow_task_duration",
@@ -302,7 +337,7 @@ impl Collector for JobCollector {
             WorkerState::ALL
                 .iter()
                 .map(|state| {
-                    let n = m.workers.values().filter(|w| w.state == *state).count();
+                    let n = m.workers.iter().filter(|w| *w == state).count();
                     (vec![("state", state.as_str().to_string())], n as f64)
                 })
                 .collect(),
@@ -323,8 +358,8 @@ impl Collector for JobCollector {
             "Workers excluded from the job for failing.",
             None,
             m.workers
-                .values()
-                .filter(|w| w.state == WorkerState::Excluded)
+                .iter()
+                .filter(|w| **w == WorkerState::Excluded)
                 .count() as f64,
         )?;
         f.gauges(
@@ -333,13 +368,13 @@ impl Collector for JobCollector {
             None,
             m.stages
                 .iter()
-                .map(|s| {
+                .map(|(name, _, _)| {
                     let n = status
                         .stragglers
                         .iter()
-                        .filter(|x| x.task.starts_with(&format!("{}-", s.name.as_str())))
+                        .filter(|x| x.task.starts_with(&format!("{name}-")))
                         .count();
-                    (stage_label(s.name.as_str()), n as f64)
+                    (stage_label(name), n as f64)
                 })
                 .collect(),
         )

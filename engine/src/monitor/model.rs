@@ -586,6 +586,30 @@ impl JobMonitor {
 
     /// A snapshot of the model at `now`: what `/api/v1/status` serves.
     pub fn status(&self, now: SystemTime) -> Status {
+        let mut status = self.summary(now);
+        status.problems = self.problems.iter().rev().cloned().collect();
+        status.events = self.events.iter().rev().cloned().collect();
+        status.timeline = self.timeline.iter().cloned().collect();
+        status.running = self
+            .running
+            .iter()
+            .map(|((t, a), r)| Ended {
+                task: t.to_string(),
+                attempt: *a,
+                worker: r.worker.clone(),
+                outcome: Outcome::Accepted,
+                reason: None,
+                started: Some(unix(r.started)),
+                ended: unix(now),
+            })
+            .collect();
+        status
+    }
+
+    /// [`Self::status`] without its lists of attempts and events (`problems`,
+    /// `events`, `timeline` and `running` empty): what `/metrics` needs, cheap to take
+    /// under the lock the actor waits on.
+    pub fn summary(&self, now: SystemTime) -> Status {
         let eta = self.eta(now);
         let stages = self
             .stages
@@ -672,22 +696,10 @@ impl JobMonitor {
             stages,
             workers,
             stragglers: self.stragglers(now),
-            problems: self.problems.iter().rev().cloned().collect(),
-            events: self.events.iter().rev().cloned().collect(),
-            timeline: self.timeline.iter().cloned().collect(),
-            running: self
-                .running
-                .iter()
-                .map(|((t, a), r)| Ended {
-                    task: t.to_string(),
-                    attempt: *a,
-                    worker: r.worker.clone(),
-                    outcome: Outcome::Accepted,
-                    reason: None,
-                    started: Some(unix(r.started)),
-                    ended: unix(now),
-                })
-                .collect(),
+            problems: Vec::new(),
+            events: Vec::new(),
+            timeline: Vec::new(),
+            running: Vec::new(),
             rejected: self.rejected.clone(),
             source: Source::Coordinator,
             missing: Vec::new(),

@@ -440,8 +440,33 @@ impl probeflow_engine::fault::FaultHooks<ProbeRows> for ProbeRowsRunner {
                     b"",
                 )),
             }),
-            ProbeTask::Reduce(_) => ProbeOutput::Reduce(ReduceOutput {
-                shards: Vec::new(),
+            // An empty shard of every split the job writes (nothing is written: the
+            // entry of an empty file).
+            ProbeTask::Reduce(task) => ProbeOutput::Reduce(ReduceOutput {
+                shards: call
+                    .settings
+                    .split_rule()
+                    .ok()?
+                    .splits()
+                    .into_iter()
+                    .map(|split| {
+                        let path = protocol::shard_path(
+                            split.as_str(),
+                            task.partition,
+                            call.settings.shards,
+                        );
+                        protocol::ShardInfo {
+                            split: split.as_str().to_string(),
+                            partition: task.partition,
+                            path,
+                            rows: 0,
+                            sources: 0,
+                            measurements: 0,
+                            bytes: 0,
+                            blake3: blake3::hash(b"").to_hex().to_string(),
+                        }
+                    })
+                    .collect(),
                 input_rows: 0,
             }),
         })
