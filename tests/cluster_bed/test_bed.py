@@ -134,8 +134,9 @@ def start_worker(bed: Bed, host: str, give_up: int = 120, env: dict | None = Non
 
 def leftovers(root: Path, output: set[str]) -> list[str]:
     """Files under a downloaded output `root` that are neither `output` (relative paths)
-    nor the job's kept bookkeeping (`_job/journal/`, progress files)."""
-    kept = ("_job/journal/", "_job/progress", "_job/excluded-workers.json", "progress")
+    nor the job's kept bookkeeping (`_job/journal/`, the event log `_job/events/`,
+    progress files)."""
+    kept = ("_job/journal/", "_job/events/", "_job/progress", "_job/excluded-workers.json", "progress")
     return sorted(f for f in (str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
                   if f not in output and not f.startswith(kept))
 
@@ -483,15 +484,16 @@ def test_a_chaos_run_with_overlapping_faults_ends_with_the_local_bytes_and_only_
     kinds, a worker cut off while the coordinator restarts, two workers killed at once,
     and the coordinator cut off from the store (not from its workers) past its lock; a
     fault every ~1 s (small map tasks: 400 rows) until the job finishes. The same bytes as local mode, and
-    nothing left under _job/ but the journal. A longer run:
+    nothing left under _job/ but the journal and the event log. A longer run:
     tests/bench/cluster_bed_chaos.py --overlapping."""
     from chaos import OVERLAPPING
 
     def only_the_journal(bed: Bed) -> None:
         left = bed.store("list", f"s3://{BUCKET}/out/_job/").stdout.split()
-        # The journal (tasks and coordinator epochs) and, if a worker was excluded, its
-        # record for `coordinator status`.
-        stray = [k for k in left if "/_job/journal/" not in k and not k.endswith("/_job/excluded-workers.json")]
+        # The journal (tasks and coordinator epochs), the event log and, if a worker was
+        # excluded, its record for `coordinator status`.
+        stray = [k for k in left if "/_job/journal/" not in k and "/_job/events/" not in k
+                 and not k.endswith("/_job/excluded-workers.json")]
         assert left and not stray, stray[:20]
 
     chaos = chaos_run(tmp_path, reference, timeout=900, every=1.0, seed=11, map_rows=400, overlapping=True,
