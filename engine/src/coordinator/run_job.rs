@@ -210,6 +210,8 @@ impl LockKeeper {
                     _ = &mut stopped => break,
                     _ = tick.tick() => {
                         if let Err(e) = lock.renew_if_due().await {
+                            // Said here too: a run that has already ended reads no more.
+                            tracing::warn!(error = %e, "the output lock is lost; it is not released by this coordinator");
                             let _ = lost_tx.send(Some(e.to_string()));
                             return; // not ours any more: nothing to release
                         }
