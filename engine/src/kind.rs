@@ -158,6 +158,12 @@ impl PlanContext<'_> {
     }
 }
 
+/// The fixed label (a metric label) of reject reason `name`, one of a kind's `known`
+/// reasons; `"unknown"` for a name the kind does not give.
+pub fn reason_label<const N: usize>(known: [&'static str; N], name: &str) -> &'static str {
+    known.into_iter().find(|k| *k == name).unwrap_or("unknown")
+}
+
 /// What an accepted result adds to the job's progress.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Progressed {

@@ -26,7 +26,7 @@ use futures::{StreamExt, TryStreamExt};
 use serde::{Deserialize, Serialize};
 use tokio::sync::{watch, Notify};
 
-use super::{JobMonitor, JobState, Observation};
+use super::{JobMonitor, Observation};
 use crate::error::{EngineError, Result};
 use crate::store::StoreUrl;
 
@@ -361,15 +361,10 @@ pub fn replay(kind: &str, output: &str, log: &EventLog) -> JobMonitor {
     model
 }
 
-/// Whether `model`, replayed from a log, ended (its last epoch saw the job end).
-pub fn ended(model: &JobMonitor) -> bool {
-    model.state.is_over() && model.state != JobState::Stopped
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::monitor::Outcome;
+    use crate::monitor::{JobState, Outcome};
     use crate::protocol::{StageName, TaskId};
 
     fn at(s: u64) -> SystemTime {
@@ -569,7 +564,7 @@ mod tests {
             [1, 2]
         );
         let model = replay("probe_rows", "out", &log);
-        assert!(ended(&model));
+        assert_eq!(model.state, JobState::Succeeded);
         let status = model.status(at(1000));
         assert_eq!(status.epoch, 2);
         assert_eq!(status.stages[0].done, 2);

@@ -76,11 +76,7 @@ impl Reason {
     /// The fixed label of the reason a result names (a metric label); `"unknown"` for a
     /// name this release does not give.
     pub fn label(name: &str) -> &'static str {
-        Self::ALL
-            .iter()
-            .map(|r| r.as_str())
-            .find(|s| *s == name)
-            .unwrap_or("unknown")
+        probeflow_engine::kind::reason_label(Self::ALL.map(Reason::as_str), name)
     }
 
     pub fn as_str(self) -> &'static str {
