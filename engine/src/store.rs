@@ -589,6 +589,55 @@ pub async fn check_pinned(url: &str, size: u64, etag: &Option<String>) -> Result
     Ok(())
 }
 
+/// The bytes of input file `url`, as a stream of the chunks the store gives (memory holds
+/// a chunk, whatever the file's size), of the version pinned when the job was planned:
+/// read with `If-Match` when it was pinned with an ETag, and refused when the store
+/// answers with another size or ETag. A file pinned without an ETag is checked with
+/// [`check_pinned`] by the caller, before and after.
+pub async fn read_pinned(
+    url: &str,
+    size: u64,
+    etag: &Option<String>,
+) -> Result<futures::stream::BoxStream<'static, Result<bytes::Bytes>>> {
+    let loc = StoreUrl::parse(url)?;
+    let changed = |what: String| EngineError::InputChanged {
+        file: url.to_string(),
+        what,
+    };
+    let options = object_store::GetOptions {
+        if_match: etag.clone(),
+        ..object_store::GetOptions::default()
+    };
+    let got = match loc.store.get_opts(&loc.root, options).await {
+        Ok(got) => got,
+        Err(object_store::Error::NotFound { .. }) => {
+            return Err(changed(
+                "removed since the job was planned; start a new output".into(),
+            ))
+        }
+        Err(object_store::Error::Precondition { .. }) if etag.is_some() => {
+            return Err(changed(
+                "changed since the job was planned (its ETag no longer matches); its rows \
+                 would mix two versions: start a new output"
+                    .into(),
+            ))
+        }
+        Err(e) => return Err(EngineError::store(url, e)),
+    };
+    if got.meta.size != size || (etag.is_some() && got.meta.e_tag != *etag) {
+        return Err(changed(format!(
+            "changed since the job was planned ({size} → {} bytes, etag {etag:?} → {:?}); its \
+             rows would mix two versions: start a new output",
+            got.meta.size, got.meta.e_tag
+        )));
+    }
+    let shown = url.to_string();
+    Ok(got
+        .into_stream()
+        .map_err(move |e| EngineError::store(&shown, e))
+        .boxed())
+}
+
 /// An input file as pinned when a job was planned: URL, size, ETag.
 pub type Pin<'a> = (&'a str, u64, &'a Option<String>);
 

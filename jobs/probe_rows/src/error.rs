@@ -15,6 +15,11 @@ pub enum ProbeRowsError {
     /// unrelated probes, so the job fails unless `[input] allow_private_sources`.
     #[error("{file}: {what}")]
     LocalSources { file: String, what: String },
+    /// An input file that does not decompress, or most of whose lines are not RIPE
+    /// Atlas ping results: it names itself and fails at once (another attempt reads
+    /// the same bytes).
+    #[error("{file}: {what}")]
+    CorruptInput { file: String, what: String },
     /// A worker's memory cannot hold a reduce's rows beside its sort: `max_row_bytes`
     /// is too large for `memory_per_worker`.
     #[error(
@@ -36,6 +41,7 @@ impl KindError for ProbeRowsError {
         match self {
             ProbeRowsError::Implausible { .. }
             | ProbeRowsError::LocalSources { .. }
+            | ProbeRowsError::CorruptInput { .. }
             | ProbeRowsError::MemoryTooSmall { .. } => Fault::Input,
         }
     }

@@ -293,6 +293,26 @@ impl PartitionedRecords {
         }
     }
 
+    /// The bytes of records held (staged or buffered).
+    pub fn bytes(&self) -> usize {
+        self.buffers.iter().map(Vec::len).sum::<usize>()
+            + self.fill.iter().map(|&f| usize::from(f)).sum::<usize>()
+    }
+
+    /// Every partition's records so far and their count, in partition order, leaving
+    /// the partitions empty (their buffers' memory given back).
+    pub fn take(&mut self) -> Vec<(Vec<u8>, u64)> {
+        (0..self.partitions())
+            .map(|p| {
+                let fill = usize::from(self.fill[p]);
+                let mut records = std::mem::take(&mut self.buffers[p]);
+                records.extend_from_slice(&self.staged[p][..fill]);
+                self.fill[p] = 0;
+                (records, std::mem::take(&mut self.rows[p]))
+            })
+            .collect()
+    }
+
     /// Every partition's records, in the order they were pushed, and their count.
     pub fn into_partitions(mut self) -> impl Iterator<Item = (Vec<u8>, u64)> {
         for (partition, buffer) in self.buffers.iter_mut().enumerate() {

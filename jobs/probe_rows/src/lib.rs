@@ -19,6 +19,7 @@
 //! * [`inspect`]: a shard's facts and rows (`coordinator inspect`).
 //! * `output_check`: the manifest and the shards' row counts for `coordinator verify`.
 
+pub mod atlas;
 pub mod error;
 pub mod inspect;
 pub mod key;
@@ -51,7 +52,7 @@ use probeflow_engine::protocol::TaskId;
 use probeflow_engine::shuffle;
 use probeflow_engine::store::StoreUrl;
 use protocol::{
-    MapOutput, MapTask, Plausible, ProbeDone, ProbeOutput, ProbeStage, ProbeTask, ReduceOutput,
+    InputFormat, MapOutput, MapTask, Plausible, ProbeDone, ProbeOutput, ProbeStage, ProbeTask, ReduceOutput,
     Settings,
 };
 use spec::ProbeRowsFile;
@@ -84,13 +85,13 @@ impl Kind for ProbeRows {
                 ))?;
                 tracing::info!(rows = s.rows, seed = s.seed, dir = %dir.url, "generating demo input");
                 synthetic::ensure(s.rows, s.seed, &dir).await?;
-                let generated = parquet_source(format!("{}/*.parquet", dir.url));
+                let generated = input_source(format!("{}/*.parquet", dir.url), InputFormat::Parquet);
                 probeflow_engine::inputs::list_inputs(&[generated]).await?
             }
         };
         let rows_per_task =
             rows_per_map_task(file.input.rows_per_map_task, context.memory_per_worker);
-        let (inputs, maps) = plan::plan_maps(&listed, rows_per_task).await?;
+        let (inputs, maps) = plan::plan_maps(&listed, file.input.format, rows_per_task).await?;
         let planned_at = std::time::SystemTime::now()
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| d.as_secs());
@@ -172,18 +173,14 @@ impl Kind for ProbeRows {
     }
 }
 
-/// The input of a probe-rows job: Parquet files.
-fn parquet_source(url: String) -> InputSource {
+/// The input of a probe-rows job: files of its format.
+fn input_source(url: String, format: InputFormat) -> InputSource {
     InputSource {
         section: "input",
         paths: vec![url],
-        formats: "a .parquet file",
-        accepts: is_parquet,
+        formats: format.described(),
+        accepts: format.accepts(),
     }
-}
-
-fn is_parquet(name: &str) -> bool {
-    name.ends_with(".parquet")
 }
 
 impl KindFile for ProbeRowsFile {
@@ -196,8 +193,13 @@ impl KindFile for ProbeRowsFile {
     }
 
     fn identity(&self) -> serde_json::Value {
+        // `source = "public"` written out is the default left out.
+        let mut input = self.input.clone();
+        if input.source == Some(protocol::SourceRule::Public) {
+            input.source = None;
+        }
         serde_json::json!({
-            "input": self.input,
+            "input": input,
             "output": self.output,
             "split": self.split,
             "row_format": probeflow_reader::row::codec::ROW_FORMAT_VERSION,
@@ -209,7 +211,7 @@ impl KindFile for ProbeRowsFile {
         self.input
             .url
             .clone()
-            .map(parquet_source)
+            .map(|url| input_source(url, self.input.format))
             .into_iter()
             .collect()
     }
@@ -398,6 +400,17 @@ impl Runner<ProbeRows> for ProbeRowsRunner {
         // Both stages end committing: their files written, their fsyncs (or the
         // last of their uploads) left, which overlap the worker's next task.
         Ok(match call.task {
+            ProbeTask::Map(task) if task.format == InputFormat::RipeAtlas => atlas::map::run_map(
+                task,
+                call.job,
+                call.settings,
+                call.attempt,
+                &mut self.addresses,
+                env.resources.memory_bytes,
+                env.scratch,
+            )
+            .await?
+            .map(ProbeOutput::Map),
             ProbeTask::Map(task) => map::run_map(
                 task,
                 call.job,
@@ -439,6 +452,7 @@ impl probeflow_engine::fault::FaultHooks<ProbeRows> for ProbeRowsRunner {
                     map::rejects_path(task.index, call.attempt),
                     b"",
                 )),
+                atlas: None,
             }),
             // An empty shard of every split the job writes (nothing is written: the
             // entry of an empty file).

@@ -151,26 +151,14 @@ pub async fn run_map(
             let rb = rejects_batch(&batch, &rejects)?;
             let r = match rejects_out.as_mut() {
                 Some(r) => r,
-                None => {
-                    let rel = rejects_path(task.index, attempt);
-                    rejects_out.insert(RejectsOut {
-                        writer: ArrowWriter::try_new(Vec::new(), rb.schema(), None)
-                            .map_err(parquet_err)?,
-                        upload: HashedUpload {
-                            upload: output.put_in_parts(output.child(&rel)),
-                            bytes: 0,
-                            hash: blake3::Hasher::new(),
-                        },
-                        rel,
-                    })
-                }
+                None => rejects_out.insert(RejectsOut::start(
+                    &output,
+                    rejects_path(task.index, attempt),
+                    rb.schema(),
+                    &task.file,
+                )?),
             };
-            r.writer.write(&rb).map_err(parquet_err)?;
-            // What the writer has encoded so far goes out in parts.
-            if r.writer.inner().len() >= PART_BYTES {
-                let encoded = std::mem::take(r.writer.inner_mut());
-                r.upload.write(&encoded).await?;
-            }
+            r.write(&rb, &task.file).await?;
         }
     }
     if input_rows != task.rows {
@@ -186,30 +174,14 @@ pub async fn run_map(
     if !pinned_by_etag {
         store::check_pinned(&task.file, task.file_size, &task.file_etag).await?;
     }
-    let implausible_times = rejected
-        .get(Reason::ImplausibleEventTime.as_str())
-        .copied()
-        .unwrap_or(0);
-    if implausible_times * 2 > input_rows {
-        return Err(ProbeRowsError::Implausible {
-            file: task.file.clone(),
-            what: format!(
-                "{implausible_times} of {input_rows} rows (row groups {:?}) have implausible event times: {}",
-                task.row_groups,
-                validator.time_unit_hint()
-            ),
-        }
-        .into());
-    }
-
-    let sources = validator.local_sources();
-    if !settings.allow_private_sources && sources.too_many() {
-        return Err(ProbeRowsError::LocalSources {
-            file: task.file.clone(),
-            what: format!("row groups {:?}: {}", task.row_groups, sources.explain()),
-        }
-        .into());
-    }
+    refuse_implausible(
+        &task.file,
+        &format!("row groups {:?}", task.row_groups),
+        &rejected,
+        input_rows,
+        &validator,
+        settings.allow_private_sources,
+    )?;
 
     let validated = started.elapsed();
     // Partitions in order, each its shuffle records back to back (`key::decode_records`).
@@ -262,13 +234,52 @@ pub async fn run_map(
             rejected,
             rejects_file: rejects_written.as_ref().map(|w| w.path.clone()),
             rejects_written,
+            atlas: None,
         })
     })))
 }
 
+/// Refuses a split of input `file` (`at`: which part of it, in words) that is mostly
+/// implausible, where rejecting it row by row would hide a wrong setting: more than half
+/// its rows with implausible event times (a wrong unit), or, unless
+/// `allow_private_sources`, more than half its valid rows keyed by a source of a local
+/// scope.
+pub(crate) fn refuse_implausible(
+    file: &str,
+    at: &str,
+    rejected: &BTreeMap<String, u64>,
+    input_rows: u64,
+    validator: &Validator,
+    allow_private_sources: bool,
+) -> Result<()> {
+    let implausible_times = rejected
+        .get(Reason::ImplausibleEventTime.as_str())
+        .copied()
+        .unwrap_or(0);
+    if implausible_times * 2 > input_rows {
+        return Err(ProbeRowsError::Implausible {
+            file: file.to_string(),
+            what: format!(
+                "{implausible_times} of {input_rows} rows ({at}) have implausible event times: {}",
+                validator.time_unit_hint()
+            ),
+        }
+        .into());
+    }
+    let sources = validator.local_sources();
+    if !allow_private_sources && sources.too_many() {
+        return Err(ProbeRowsError::LocalSources {
+            file: file.to_string(),
+            what: format!("{at}: {}", sources.explain()),
+        }
+        .into());
+    }
+    Ok(())
+}
+
 /// Makes a map's outputs durable: the shuffle file, its index and the rejects file (with
 /// the name of the input file its rows come from), at once.
-async fn commit(
+pub(crate) async fn commit(
     output: StoreUrl,
     shuffle_file: &str,
     upload: PartWriter,
@@ -358,10 +369,44 @@ impl Drop for ScanAhead {
 }
 
 /// The rejects file of a map attempt, written as its rows come.
-struct RejectsOut {
+pub(crate) struct RejectsOut {
     writer: ArrowWriter<Vec<u8>>,
     upload: HashedUpload,
     rel: String,
+}
+
+impl RejectsOut {
+    /// A rejects file at `rel` (under `output`) of rows of `schema`, from input `file`.
+    pub(crate) fn start(
+        output: &StoreUrl,
+        rel: String,
+        schema: arrow::datatypes::SchemaRef,
+        file: &str,
+    ) -> Result<Self> {
+        let writer = ArrowWriter::try_new(Vec::new(), schema, None)
+            .map_err(|e| probeflow_engine::parquet_source::parquet_error(file, e))?;
+        Ok(RejectsOut {
+            writer,
+            upload: HashedUpload {
+                upload: output.put_in_parts(output.child(&rel)),
+                bytes: 0,
+                hash: blake3::Hasher::new(),
+            },
+            rel,
+        })
+    }
+
+    /// Adds rejected rows; what the writer has encoded so far goes out in parts.
+    pub(crate) async fn write(&mut self, rows: &RecordBatch, file: &str) -> Result<()> {
+        self.writer
+            .write(rows)
+            .map_err(|e| probeflow_engine::parquet_source::parquet_error(file, e))?;
+        if self.writer.inner().len() >= PART_BYTES {
+            let encoded = std::mem::take(self.writer.inner_mut());
+            self.upload.write(&encoded).await?;
+        }
+        Ok(())
+    }
 }
 
 /// An upload that keeps the size and blake3 of what it sends (a final output file's

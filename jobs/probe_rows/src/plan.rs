@@ -7,7 +7,7 @@
 
 use super::manifest::InputFile;
 use super::map::attempt_of_shuffle_file;
-use super::protocol::{MapAttempts, MapOutput, MapTask, ReduceTask};
+use super::protocol::{InputFormat, MapAttempts, MapOutput, MapTask, ReduceTask};
 use futures::{StreamExt, TryStreamExt};
 use probeflow_engine::inputs::ListedFile;
 
@@ -17,8 +17,12 @@ use probeflow_engine::error::{EngineError, Result};
 /// the plan's order is the listed order).
 pub async fn plan_maps(
     listed: &[ListedFile],
+    format: InputFormat,
     rows_per_task: u64,
 ) -> Result<(Vec<InputFile>, Vec<MapTask>)> {
+    if format == InputFormat::RipeAtlas {
+        return Ok(plan_atlas_maps(listed));
+    }
     let footers: Vec<(InputFile, Vec<u64>)> =
         futures::stream::iter(listed.iter().cloned().map(|f| async move {
             let groups = super::map::row_groups(&f.file.url, f.file.size).await?;
@@ -48,10 +52,40 @@ pub async fn plan_maps(
                 row_groups: cut.row_groups,
                 skip_rows: cut.skip_rows,
                 rows: cut.rows,
+                format: InputFormat::Parquet,
             });
         }
     }
     Ok((inputs, maps))
+}
+
+/// One map task per Atlas results file, read whole (a file's rows are known once it
+/// is read: its planned rows are 0, and the manifest gives the rows read).
+fn plan_atlas_maps(listed: &[ListedFile]) -> (Vec<InputFile>, Vec<MapTask>) {
+    listed
+        .iter()
+        .enumerate()
+        .map(|(index, f)| {
+            let input = InputFile {
+                url: f.file.url.clone(),
+                size: f.file.size,
+                etag: f.file.etag.clone(),
+                last_modified: f.last_modified.clone(),
+                rows: 0,
+            };
+            let task = MapTask {
+                index,
+                file: f.file.url.clone(),
+                file_size: f.file.size,
+                file_etag: f.file.etag.clone(),
+                row_groups: 0..0,
+                skip_rows: 0,
+                rows: 0,
+                format: InputFormat::RipeAtlas,
+            };
+            (input, task)
+        })
+        .unzip()
 }
 
 /// One map task's share of a file: rows `skip_rows .. skip_rows + rows` of the row
@@ -166,6 +200,7 @@ mod tests {
             rejected: Default::default(),
             rejects_file: None,
             rejects_written: None,
+            atlas: None,
         };
         let outs: Vec<MapOutput> = [1, 1, 2, 1, 1]
             .iter()

@@ -10,6 +10,8 @@ use std::collections::BTreeMap;
 use probeflow_reader::row::SplitRule;
 use serde::{Deserialize, Serialize};
 
+pub use crate::atlas::result::SourceRule;
+
 /// The map stage: one task per input row range.
 pub const MAP: &str = "map";
 /// The reduce stage: one task per output partition.
@@ -42,6 +44,47 @@ pub struct Settings {
     /// settings without it keep their old bytes.
     #[serde(default, skip_serializing_if = "is_false")]
     pub allow_private_sources: bool,
+    /// `[input] format`; left out for Parquet (settings keep their old bytes).
+    #[serde(default, skip_serializing_if = "InputFormat::is_parquet")]
+    pub format: InputFormat,
+    /// `[input] source` (Atlas results only); left out when `public`.
+    #[serde(default, skip_serializing_if = "SourceRule::is_public")]
+    pub source: SourceRule,
+}
+
+/// What the input files are (`[input] format`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum InputFormat {
+    /// Parquet, one row per packet (the default).
+    #[default]
+    Parquet,
+    /// RIPE Atlas ping results, JSON lines ([`crate::atlas`]).
+    RipeAtlas,
+}
+
+impl InputFormat {
+    pub fn is_parquet(&self) -> bool {
+        *self == InputFormat::Parquet
+    }
+
+    /// Whether the job reads a file of this name in this format.
+    pub fn accepts(self) -> fn(&str) -> bool {
+        match self {
+            InputFormat::Parquet => |name| name.ends_with(".parquet"),
+            InputFormat::RipeAtlas => crate::atlas::lines::is_results_file,
+        }
+    }
+
+    /// The files of this format, for errors.
+    pub fn described(self) -> &'static str {
+        match self {
+            InputFormat::Parquet => "a .parquet file",
+            InputFormat::RipeAtlas => {
+                "a RIPE Atlas results file (.bz2, .gz, .zst, .jsonl, .ndjson, .json, or no extension)"
+            }
+        }
+    }
 }
 
 impl Settings {
@@ -183,8 +226,13 @@ pub struct MapTask {
     /// larger than a task is read by several tasks, each a range of its rows.
     #[serde(default)]
     pub skip_rows: u64,
-    /// Rows this task reads, from `skip_rows` on (checked against what is read).
+    /// Rows this task reads, from `skip_rows` on (checked against what is read); 0 for
+    /// Atlas results, whose rows are known once read.
     pub rows: u64,
+    /// The file's format; left out for Parquet. An Atlas results file is one task,
+    /// read whole (`row_groups` empty).
+    #[serde(default, skip_serializing_if = "InputFormat::is_parquet")]
+    pub format: InputFormat,
 }
 
 /// A map task's result. Its partitions' byte ranges are in the shuffle file's index
@@ -205,6 +253,9 @@ pub struct MapOutput {
     /// finished job reads the file back instead.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rejects_written: Option<probeflow_engine::completion::OutputFile>,
+    /// A map of Atlas results: its lines, results and packets.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub atlas: Option<crate::atlas::AtlasCounts>,
 }
 
 /// Sort partition `partition` from all map outputs and write its shards.

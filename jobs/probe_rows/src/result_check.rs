@@ -8,7 +8,9 @@ use std::collections::BTreeSet;
 use super::map::{rejects_path, shuffle_path};
 use probeflow_reader::row::Split;
 
-use super::protocol::{shard_path, MapOutput, MapTask, ReduceOutput, ReduceTask, Settings};
+use super::protocol::{
+    shard_path, InputFormat, MapOutput, MapTask, ReduceOutput, ReduceTask, Settings,
+};
 
 /// Why a result was refused.
 pub type Refusal = String;
@@ -40,7 +42,8 @@ pub fn check_map(task: &MapTask, attempt: u32, m: &MapOutput) -> Result<(), Refu
             ));
         }
     }
-    if m.input_rows != task.rows {
+    // An Atlas results file's rows are known once read (its task plans none).
+    if task.format == InputFormat::Parquet && m.input_rows != task.rows {
         return Err(format!(
             "{} input rows, but the planned rows are {}",
             m.input_rows, task.rows
@@ -127,6 +130,8 @@ mod tests {
             columns: Default::default(),
             plausible: Plausible::default(),
             allow_private_sources: false,
+            format: InputFormat::Parquet,
+            source: Default::default(),
         }
     }
 
@@ -139,6 +144,7 @@ mod tests {
             row_groups: 0..1,
             skip_rows: 0,
             rows: 10,
+            format: InputFormat::Parquet,
         }
     }
 
@@ -150,6 +156,7 @@ mod tests {
             rejected: BTreeMap::from([("bad_rtt".to_string(), 2)]),
             rejects_file: Some(rejects_path(7, 2)),
             rejects_written: Some(OutputFile::of(rejects_path(7, 2), b"PAR1")),
+            atlas: None,
         }
     }
 

@@ -8,7 +8,7 @@ use probeflow_reader::row::SplitRule;
 use serde::{Deserialize, Serialize};
 
 use super::protocol::{
-    is_zero, InputColumns, Plausible, Settings, TimeUnit, DEFAULT_EARLIEST_EVENT_TIME,
+    is_zero, InputColumns, InputFormat, SourceRule, Plausible, Settings, TimeUnit, DEFAULT_EARLIEST_EVENT_TIME,
     DEFAULT_LATEST_EVENT_TIME_MARGIN_SECONDS, DEFAULT_MAX_RTT_MS,
 };
 
@@ -32,6 +32,14 @@ pub struct ProbeRowsFile {
 pub struct InputSpec {
     /// Local path or glob, `file://`, or `s3://bucket/prefix/*.parquet`.
     pub url: Option<String>,
+    /// `"parquet"` (one row per packet; the default) or `"ripe_atlas"` (RIPE Atlas ping
+    /// results, JSON lines, as the dumps publish them).
+    #[serde(default, skip_serializing_if = "InputFormat::is_parquet")]
+    pub format: InputFormat,
+    /// Atlas results: which address is a packet's source, `"public"` (the default:
+    /// `from`, else a global `src_addr`) or `"src_addr"` (the field as it is).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub source: Option<SourceRule>,
     /// Instead of `url`: generate demo data first (into `<output>/_job/input/`).
     pub synthetic: Option<SyntheticSpec>,
     #[serde(default)]
@@ -168,6 +176,7 @@ impl ProbeRowsFile {
             }
             _ => {}
         }
+        self.validate_format()?;
         if self.input.rows_per_map_task == Some(0) {
             return Err("[input] rows_per_map_task must be at least 1".into());
         }
@@ -211,6 +220,38 @@ impl ProbeRowsFile {
         Ok(())
     }
 
+    /// The keys that belong to one format only.
+    fn validate_format(&self) -> Result<(), String> {
+        let i = &self.input;
+        match i.format {
+            InputFormat::Parquet => {
+                if i.source.is_some() {
+                    return Err(
+                        "[input] source applies to format = \"ripe_atlas\" only (Parquet input \
+                         names its source column in columns.src_addr)"
+                            .into(),
+                    );
+                }
+            }
+            InputFormat::RipeAtlas => {
+                let parquet_only = [
+                    ("synthetic", i.synthetic.is_some()),
+                    ("columns", i.columns != InputColumns::default()),
+                    ("time_unit", i.time_unit != TimeUnit::default()),
+                    ("rows_per_map_task", i.rows_per_map_task.is_some()),
+                ];
+                if let Some((key, _)) = parquet_only.iter().find(|(_, set)| *set) {
+                    return Err(format!(
+                        "[input] {key} applies to Parquet input, not to format = \"ripe_atlas\" \
+                         (Atlas results have fixed fields, Unix-second timestamps, and one map \
+                         task per file)"
+                    ));
+                }
+            }
+        }
+        Ok(())
+    }
+
     /// The plausibility limits of a job planned at `planned_at` (Unix seconds): the
     /// window's default end is one day later. Call once, when planning; resumes use
     /// the journaled value.
@@ -244,6 +285,8 @@ impl ProbeRowsFile {
             columns: self.input.columns.clone(),
             plausible,
             allow_private_sources: self.input.allow_private_sources,
+            format: self.input.format,
+            source: self.input.source.unwrap_or_default(),
         }
     }
 }

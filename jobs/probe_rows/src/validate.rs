@@ -53,10 +53,36 @@ pub enum Reason {
     InfiniteRtt,
     /// Above the job's RTT ceiling.
     ImplausibleRtt,
+    // RIPE Atlas results ([`crate::atlas`]): a line, a result, or a packet entry.
+    /// Not a JSON object (or not UTF-8).
+    MalformedLine,
+    /// Longer than [`crate::atlas::lines::MAX_LINE_BYTES`].
+    LineTooLong,
+    /// A JSON object without `timestamp`, `msm_id`, `prb_id`, `fw` and `type`, or with a
+    /// `fw` that is no integer.
+    NotAnAtlasResult,
+    /// An Atlas result of another type (traceroute, dns, …).
+    NotAPing,
+    /// A `timestamp` that is not a number.
+    BadTimestamp,
+    /// A ping result without packet entries (firmware 0–1 results, empty `result`).
+    NoPackets,
+    /// A `result` that is not a list of objects, or a reply whose `rtt` is no number.
+    MalformedResult,
+    /// Neither `from` nor the source address is a global address.
+    NoPublicSource,
+    /// A late reply the probe also counted as a timeout (`"dup"`).
+    Duplicate,
+    /// A packet entry that is an error (`{"error": …}`).
+    PacketError,
+    /// A packet entry that is no reply, timeout, duplicate or error.
+    UnknownPacket,
+    /// A reply with a negative `rtt`.
+    NegativeRtt,
 }
 
 impl Reason {
-    pub const ALL: [Reason; 14] = [
+    pub const ALL: [Reason; 26] = [
         Reason::NullSrcAddr,
         Reason::BadSrcAddr,
         Reason::NullDstAddr,
@@ -71,6 +97,18 @@ impl Reason {
         Reason::ImplausibleEventTime,
         Reason::InfiniteRtt,
         Reason::ImplausibleRtt,
+        Reason::MalformedLine,
+        Reason::LineTooLong,
+        Reason::NotAnAtlasResult,
+        Reason::NotAPing,
+        Reason::BadTimestamp,
+        Reason::NoPackets,
+        Reason::MalformedResult,
+        Reason::NoPublicSource,
+        Reason::Duplicate,
+        Reason::PacketError,
+        Reason::UnknownPacket,
+        Reason::NegativeRtt,
     ];
 
     /// The fixed label of the reason a result names (a metric label); `"unknown"` for a
@@ -95,6 +133,18 @@ impl Reason {
             Reason::ImplausibleEventTime => "implausible_event_time",
             Reason::InfiniteRtt => "infinite_rtt",
             Reason::ImplausibleRtt => "implausible_rtt",
+            Reason::MalformedLine => "malformed_line",
+            Reason::LineTooLong => "line_too_long",
+            Reason::NotAnAtlasResult => "not_an_atlas_result",
+            Reason::NotAPing => "not_a_ping",
+            Reason::BadTimestamp => "bad_timestamp",
+            Reason::NoPackets => "no_packets",
+            Reason::MalformedResult => "malformed_result",
+            Reason::NoPublicSource => "no_public_source",
+            Reason::Duplicate => "duplicate",
+            Reason::PacketError => "packet_error",
+            Reason::UnknownPacket => "unknown_packet",
+            Reason::NegativeRtt => "negative_rtt",
         }
     }
 }
