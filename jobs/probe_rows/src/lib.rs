@@ -52,8 +52,8 @@ use probeflow_engine::protocol::TaskId;
 use probeflow_engine::shuffle;
 use probeflow_engine::store::StoreUrl;
 use protocol::{
-    InputFormat, MapOutput, MapTask, Plausible, ProbeDone, ProbeOutput, ProbeStage, ProbeTask, ReduceOutput,
-    Settings,
+    InputFormat, MapOutput, MapTask, Plausible, ProbeDone, ProbeOutput, ProbeStage, ProbeTask,
+    ReduceOutput, Settings,
 };
 use spec::ProbeRowsFile;
 
@@ -85,7 +85,8 @@ impl Kind for ProbeRows {
                 ))?;
                 tracing::info!(rows = s.rows, seed = s.seed, dir = %dir.url, "generating demo input");
                 synthetic::ensure(s.rows, s.seed, &dir).await?;
-                let generated = input_source(format!("{}/*.parquet", dir.url), InputFormat::Parquet);
+                let generated =
+                    input_source(format!("{}/*.parquet", dir.url), InputFormat::Parquet);
                 probeflow_engine::inputs::list_inputs(&[generated]).await?
             }
         };

@@ -35,6 +35,10 @@ pub struct Totals {
     pub rows: u64,
     pub sources: u64,
     pub bytes: u64,
+    /// Atlas results input: its lines, results and packets (a row is a packet entry, or
+    /// a line that has none).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub atlas: Option<crate::atlas::AtlasCounts>,
 }
 
 /// `manifest.json`.
@@ -93,6 +97,12 @@ pub async fn finalize(
             *totals.rejected_by_reason.entry(reason.clone()).or_default() += n;
         }
         rejects.extend(m.rejects_file.clone());
+        if let Some(counts) = &m.atlas {
+            totals
+                .atlas
+                .get_or_insert_with(Default::default)
+                .add(counts);
+        }
     }
     let mut shards = Vec::new();
     let mut written_measurements = 0;
@@ -137,7 +147,7 @@ pub async fn finalize(
         max_row_bytes: job.max_row_bytes,
         array_record_options: job.array_record_options.clone(),
         plausible: job.plausible,
-        inputs: plan.inputs.clone(),
+        inputs: inputs_as_read(plan, maps),
         shards,
         rejects,
         totals: totals.clone(),
@@ -164,6 +174,20 @@ pub async fn finalize(
         })?);
     }
     Ok((totals, files))
+}
+
+/// The planned input files with their rows: an Atlas results file's rows are its
+/// map's input rows (one map per file, in the same order), known once it was read.
+fn inputs_as_read(plan: &Plan, maps: &BTreeMap<usize, MapOutput>) -> Vec<InputFile> {
+    let mut inputs = plan.inputs.clone();
+    for (task, input) in plan.maps.iter().zip(inputs.iter_mut()) {
+        if task.format == crate::protocol::InputFormat::RipeAtlas && task.file == input.url {
+            if let Some(m) = maps.get(&task.index) {
+                input.rows = m.input_rows;
+            }
+        }
+    }
+    inputs
 }
 
 /// After `_SUCCESS`: removes the shuffle files and the losing attempts' rejects files.

@@ -8,8 +8,8 @@ use probeflow_reader::row::SplitRule;
 use serde::{Deserialize, Serialize};
 
 use super::protocol::{
-    is_zero, InputColumns, InputFormat, SourceRule, Plausible, Settings, TimeUnit, DEFAULT_EARLIEST_EVENT_TIME,
-    DEFAULT_LATEST_EVENT_TIME_MARGIN_SECONDS, DEFAULT_MAX_RTT_MS,
+    is_zero, InputColumns, InputFormat, Plausible, Settings, SourceRule, TimeUnit,
+    DEFAULT_EARLIEST_EVENT_TIME, DEFAULT_LATEST_EVENT_TIME_MARGIN_SECONDS, DEFAULT_MAX_RTT_MS,
 };
 
 /// A probe-rows job file's sections.

@@ -54,7 +54,10 @@ pub fn is_results_file(name: &str) -> bool {
     let Some((_, extension)) = name.rsplit_once('.') else {
         return !name.is_empty();
     };
-    matches!(extension, "bz2" | "gz" | "zst" | "jsonl" | "ndjson" | "json")
+    matches!(
+        extension,
+        "bz2" | "gz" | "zst" | "jsonl" | "ndjson" | "json"
+    )
 }
 
 /// One line as read.
@@ -180,7 +183,12 @@ mod tests {
 
     #[test]
     fn names() {
-        for yes in ["ping-2024-01-01T0000.bz2", "a.jsonl", "s3://b/ping-2024-01-01T0000", "x.zst"] {
+        for yes in [
+            "ping-2024-01-01T0000.bz2",
+            "a.jsonl",
+            "s3://b/ping-2024-01-01T0000",
+            "x.zst",
+        ] {
             assert!(is_results_file(yes), "{yes}");
         }
         for no in ["a.parquet", "a.txt", "dir/"] {

@@ -164,7 +164,12 @@ pub async fn run_map(
     }
     let dir = scratch.task_dir(&format!("map-{:05}-a{attempt}", task.index))?;
     let chunks = store::read_pinned(&task.file, task.file_size, &task.file_etag).await?;
-    let mut batches = scan::start(task.file.clone(), chunks, &settings.columns, settings.source);
+    let mut batches = scan::start(
+        task.file.clone(),
+        chunks,
+        &settings.columns,
+        settings.source,
+    );
     let mut validator = Validator::new(
         task.file.clone(),
         settings.columns.clone(),

@@ -183,8 +183,7 @@ impl<'de> Deserialize<'de> for Entry<'de> {
                 f.write_str("a packet entry")
             }
             fn visit_map<A: MapAccess<'de>>(self, map: A) -> Result<Entry<'de>, A::Error> {
-                RawEntry::deserialize(de::value::MapAccessDeserializer::new(map))
-                    .map(Entry::Object)
+                RawEntry::deserialize(de::value::MapAccessDeserializer::new(map)).map(Entry::Object)
             }
             fn visit_seq<A: SeqAccess<'de>>(self, seq: A) -> Result<Entry<'de>, A::Error> {
                 ScalarVisitor.visit_seq(seq).map(|_| Entry::NotAnObject)
@@ -308,8 +307,10 @@ pub struct Packet<'a> {
 /// drops with their reasons.
 #[derive(Debug, Default)]
 pub struct LineOutcome<'a> {
-    /// The line's rows: the entries of its `result` list, or 1.
+    /// The line's rows: the entries of its `result` list, or 1 when it has none.
     pub rows: u32,
+    /// The entries of its `result` list (0 when it is no list).
+    pub entries: u32,
     /// Whether the line is an Atlas result (of any type).
     pub is_result: bool,
     /// Whether the line is an Atlas ping result.
@@ -374,7 +375,8 @@ pub fn read_line(line: &[u8], rule: SourceRule) -> LineOutcome<'_> {
         Err(_) => return out.reject(Reason::MalformedLine),
     };
     if let Some(Entries::List(entries)) = &raw.result {
-        out.rows = u32::try_from(entries.len()).unwrap_or(u32::MAX).max(1);
+        out.entries = u32::try_from(entries.len()).unwrap_or(u32::MAX);
+        out.rows = out.entries.max(1);
     }
     // sagan refuses a result without these keys, and cannot compare a firmware that
     // is no integer.
@@ -420,9 +422,7 @@ pub fn read_line(line: &[u8], rule: SourceRule) -> LineOutcome<'_> {
     let entries = match raw.result {
         None => return out.reject(Reason::NoPackets),
         Some(Entries::NotAList) => return out.reject(Reason::MalformedResult),
-        Some(Entries::List(entries)) if entries.is_empty() => {
-            return out.reject(Reason::NoPackets)
-        }
+        Some(Entries::List(entries)) if entries.is_empty() => return out.reject(Reason::NoPackets),
         Some(Entries::List(entries)) => entries,
     };
     let result_source = raw
@@ -431,13 +431,9 @@ pub fn read_line(line: &[u8], rule: SourceRule) -> LineOutcome<'_> {
         .or(raw.srcaddr.as_ref())
         .and_then(Scalar::as_text);
     // `from`, when it is a global address of the result's family.
-    let public_from = raw
-        .from
-        .as_ref()
-        .and_then(Scalar::as_text)
-        .filter(|from| {
-            is_global(from).is_some_and(|a| ip_version.is_none() || Some(family(a)) == ip_version)
-        });
+    let public_from = raw.from.as_ref().and_then(Scalar::as_text).filter(|from| {
+        is_global(from).is_some_and(|a| ip_version.is_none() || Some(family(a)) == ip_version)
+    });
     for entry in entries {
         let Entry::Object(entry) = entry else {
             return out.reject(Reason::MalformedResult);
@@ -573,13 +569,26 @@ mod tests {
                 r#"{{"af":4,"dst_addr":"8.8.8.8","from":{from},"src_addr":{src},"fw":5000,"msm_id":1,"prb_id":1,"result":[{{"rtt":1}}],"timestamp":1600000000,"type":"ping"}}"#
             );
             let out = read_line(json.as_bytes(), SourceRule::Public);
-            let src = out.packets.first().and_then(|p| p.src_addr.clone()).map(|s| s.into_owned());
+            let src = out
+                .packets
+                .first()
+                .and_then(|p| p.src_addr.clone())
+                .map(|s| s.into_owned());
             (src, out.dropped)
         };
-        assert_eq!(with(r#""1.2.3.4""#, r#""10.0.0.1""#).0.as_deref(), Some("1.2.3.4"));
+        assert_eq!(
+            with(r#""1.2.3.4""#, r#""10.0.0.1""#).0.as_deref(),
+            Some("1.2.3.4")
+        );
         // A `from` of the other family, or a private one, gives way to a global src_addr.
-        assert_eq!(with(r#""2a02::1""#, r#""5.6.7.8""#).0.as_deref(), Some("5.6.7.8"));
-        assert_eq!(with(r#""192.168.1.1""#, r#""5.6.7.8""#).0.as_deref(), Some("5.6.7.8"));
+        assert_eq!(
+            with(r#""2a02::1""#, r#""5.6.7.8""#).0.as_deref(),
+            Some("5.6.7.8")
+        );
+        assert_eq!(
+            with(r#""192.168.1.1""#, r#""5.6.7.8""#).0.as_deref(),
+            Some("5.6.7.8")
+        );
         assert_eq!(
             with(r#""100.64.0.1""#, r#""10.1.1.1""#),
             (None, vec![(Reason::NoPublicSource, 1)])
@@ -596,7 +605,11 @@ mod tests {
         let cases = [
             ("not json", Reason::MalformedLine, 1),
             ("[1,2]", Reason::MalformedLine, 1),
-            (r#"{"type":"ping","result":[{},{}]}"#, Reason::NotAnAtlasResult, 2),
+            (
+                r#"{"type":"ping","result":[{},{}]}"#,
+                Reason::NotAnAtlasResult,
+                2,
+            ),
             (
                 r#"{"type":"ping","fw":"x","timestamp":1,"msm_id":1,"prb_id":1}"#,
                 Reason::NotAnAtlasResult,
@@ -644,7 +657,10 @@ mod tests {
             assert_eq!(out.dropped, [(reason, rows)], "{json}");
             assert_eq!(out.rows, rows, "{json}");
         }
-        assert_eq!(read_line(b"\xff{}", SourceRule::Public).dropped, [(Reason::MalformedLine, 1)]);
+        assert_eq!(
+            read_line(b"\xff{}", SourceRule::Public).dropped,
+            [(Reason::MalformedLine, 1)]
+        );
     }
 
     #[test]

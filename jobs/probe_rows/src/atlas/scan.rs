@@ -10,7 +10,9 @@
 use std::io::Read;
 use std::sync::{Arc, Mutex};
 
-use arrow::array::{ArrayRef, Float64Builder, Int32Builder, Int64Builder, RecordBatch, StringBuilder};
+use arrow::array::{
+    ArrayRef, Float64Builder, Int32Builder, Int64Builder, RecordBatch, StringBuilder,
+};
 use arrow::datatypes::{DataType, Field, Schema};
 use futures::stream::BoxStream;
 use futures::StreamExt;
@@ -135,7 +137,7 @@ impl Builder {
         self.input_rows += u64::from(out.rows);
         if out.is_ping {
             self.counts.results += 1;
-            self.counts.packets += u64::from(out.rows);
+            self.counts.packets += u64::from(out.entries);
         } else {
             self.counts.not_results += 1;
         }
@@ -306,21 +308,35 @@ mod tests {
         assert_eq!(b.packets.num_rows(), 3);
         assert_eq!(b.input_rows, 5);
         assert_eq!(
-            (b.counts.lines, b.counts.results, b.counts.packets, b.counts.not_results),
+            (
+                b.counts.lines,
+                b.counts.results,
+                b.counts.packets,
+                b.counts.not_results
+            ),
             (5, 2, 3, 2)
         );
         let lines: Vec<u64> = b.packet_lines.iter().map(|&i| b.lines.get(i).0).collect();
         assert_eq!(lines, [1, 1, 4]);
-        let dropped: Vec<(u64, Reason, u32)> =
-            b.dropped.iter().map(|&(i, r, n)| (b.lines.get(i).0, r, n)).collect();
+        let dropped: Vec<(u64, Reason, u32)> = b
+            .dropped
+            .iter()
+            .map(|&(i, r, n)| (b.lines.get(i).0, r, n))
+            .collect();
         assert_eq!(
             dropped,
             [(3, Reason::MalformedLine, 1), (5, Reason::MalformedLine, 1)]
         );
         assert_eq!(b.lines.get(b.dropped[0].0).1, b"not json");
-        let rtt = b.packets.column(3).as_primitive::<arrow::datatypes::Float64Type>();
+        let rtt = b
+            .packets
+            .column(3)
+            .as_primitive::<arrow::datatypes::Float64Type>();
         assert_eq!(rtt.values().to_vec(), [1.5, -1.0, 2.0]);
-        let version = b.packets.column(4).as_primitive::<arrow::datatypes::Int32Type>();
+        let version = b
+            .packets
+            .column(4)
+            .as_primitive::<arrow::datatypes::Int32Type>();
         assert_eq!(version.value(2), 4);
         assert!(!version.is_null(0));
     }
