@@ -252,3 +252,20 @@ def test_parquet_only_keys_are_refused_for_atlas_input(tmp_path):
         proc = run(["run", str(spec)], check=False)
         assert proc.returncode == 2, proc.stderr
         assert key in proc.stderr and "ripe_atlas" in proc.stderr, proc.stderr
+
+
+def test_dumps_on_s3_give_the_local_bytes(corpus, atlas_output, tmp_path, s3):
+    """The same dumps read from an S3 server (moto, then Ceph's radosgw), pinned by
+    their ETags, give the local run's shards."""
+    from support.s3 import BUCKET
+    client, env = s3
+    d, _ = corpus
+    for f in sorted(d.iterdir()):
+        client.upload_file(str(f), BUCKET, f"atlas-in/{f.name}")
+    spec = atlas_job(tmp_path, "s3", f"s3://{BUCKET}/atlas-in/", f"s3://{BUCKET}/atlas-out")
+    run(["run", str(spec)], env=env)
+    remote = json.loads(client.get_object(Bucket=BUCKET, Key="atlas-out/manifest.json")["Body"].read())
+    local = json.loads((atlas_output / "manifest.json").read_text())
+    assert [(s["path"], s["blake3"]) for s in remote["shards"]] == [(s["path"], s["blake3"]) for s in local["shards"]]
+    assert remote["totals"] == local["totals"]
+    assert all(f["etag"] for f in remote["inputs"])

@@ -316,3 +316,50 @@ async fn write_shuffle(
     }
     Ok((segments, kept))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The shuffle file of `records` (partition, source byte) pushed in order, spilling
+    /// a run after every `spill_every` pushes (never when 0).
+    async fn shuffle_of(records: &[(usize, u8)], spill_every: usize) -> (Vec<u8>, Vec<u8>, usize) {
+        let root = tempfile::tempdir().unwrap();
+        let scratch = JobScratch::create(root.path(), "job").unwrap();
+        let dir = scratch.task_dir("map-00000-a1").unwrap();
+        let mut partitioned = Partitioned {
+            memory: key::PartitionedRecords::new(3, 0),
+            runs: Vec::new(),
+            budget: if spill_every == 0 { usize::MAX } else { 0 },
+        };
+        for (i, &(p, b)) in records.iter().enumerate() {
+            let src = key::addr_key(&std::net::IpAddr::from([b, 0, 0, 1]));
+            partitioned.memory.push(p, &src, i as u64, &src, None);
+            if spill_every > 0 && (i + 1) % spill_every == 0 {
+                partitioned.spill_if_full(&dir).await.unwrap();
+            }
+        }
+        let runs = partitioned.runs.len();
+        let out = StoreUrl::parse(root.path().join("out").to_str().unwrap()).unwrap();
+        let mut upload = out.put_in_parts(out.child("s.records"));
+        let (segments, kept) = write_shuffle(partitioned, &mut upload).await.unwrap();
+        upload.finish().await.unwrap();
+        assert_eq!(kept, records.len() as u64);
+        let index = probeflow_engine::shuffle::encode_index(3, &segments);
+        let file = std::fs::read(root.path().join("out/s.records")).unwrap();
+        (file, index, runs)
+    }
+
+    #[tokio::test]
+    async fn runs_on_scratch_give_the_shuffle_file_memory_alone_gives() {
+        let records: Vec<(usize, u8)> = (0..500u32).map(|i| ((i * 7 % 3) as usize, (i % 251) as u8)).collect();
+        let (whole, whole_index, no_runs) = shuffle_of(&records, 0).await;
+        assert_eq!(no_runs, 0);
+        for every in [1, 7, 100, 499] {
+            let (file, index, runs) = shuffle_of(&records, every).await;
+            assert!(runs > 0, "{every}");
+            assert_eq!(file, whole, "spilling every {every}");
+            assert_eq!(index, whole_index, "spilling every {every}");
+        }
+    }
+}

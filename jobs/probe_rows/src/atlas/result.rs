@@ -500,7 +500,7 @@ mod tests {
         read_line(json.as_bytes(), SourceRule::Public)
     }
 
-    const MODERN: &str = r#"{"af":4,"dst_addr":"62.2.16.24","from":"188.195.181.120","fw":4610,"msm_id":1000192,"prb_id":270,"result":[{"rtt":63.213000000000001},{"rtt":47.941,"ttl":51},{"x":"*"}],"src_addr":"192.168.178.21","timestamp":1395416383,"type":"ping"}"#;
+    const MODERN: &str = r#"{"af":4,"dst_addr":"62.2.16.24","from":"188.195.181.120","fw":4610,"msm_id":1000192,"prb_id":270,"result":[{"rtt":63.213456789012},{"rtt":47.941,"ttl":51},{"x":"*"}],"src_addr":"192.168.178.21","timestamp":1395416383,"type":"ping"}"#;
 
     #[test]
     fn a_reply_is_its_rtt_at_full_precision_and_a_timeout_a_failed_ping() {
@@ -508,7 +508,7 @@ mod tests {
         assert_eq!(out.rows, 3);
         assert!(out.is_ping && out.dropped.is_empty());
         let rtts: Vec<f64> = out.packets.iter().map(|p| p.rtt_ms).collect();
-        assert_eq!(rtts, [63.213000000000001, 47.941, -1.0]);
+        assert_eq!(rtts, [63.213456789012, 47.941, -1.0]);
         let p = &out.packets[0];
         assert_eq!(p.src_addr.as_deref(), Some("188.195.181.120"));
         assert_eq!(p.dst_addr.as_deref(), Some("62.2.16.24"));
@@ -661,6 +661,21 @@ mod tests {
             read_line(b"\xff{}", SourceRule::Public).dropped,
             [(Reason::MalformedLine, 1)]
         );
+    }
+
+    #[test]
+    fn a_key_that_holds_null_is_present_as_sagan_reads_it() {
+        let with = |entries: &str| {
+            let json = format!(
+                r#"{{"af":4,"dst_addr":"8.8.8.8","from":"1.2.3.4","fw":5000,"msm_id":1,"prb_id":1,"result":{entries},"timestamp":1600000000,"type":"ping"}}"#
+            );
+            let out = read_line(json.as_bytes(), SourceRule::Public);
+            (out.packets.len(), out.dropped)
+        };
+        assert_eq!(with(r#"[{"dup":null,"rtt":1}]"#), (0, vec![(Reason::Duplicate, 1)]));
+        assert_eq!(with(r#"[{"rtt":null}]"#), (0, vec![(Reason::MalformedResult, 1)]));
+        assert_eq!(with("null"), (0, vec![(Reason::NoPackets, 1)]));
+        assert_eq!(with(r#"[{"x":null}]"#).0, 1);
     }
 
     #[test]
