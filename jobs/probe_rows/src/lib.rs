@@ -246,6 +246,14 @@ pub fn rows_per_map_task(set: Option<u64>, memory_per_worker: u64) -> u64 {
         .max(1)
 }
 
+/// A map task's work: its rows, or an Atlas results file's bytes.
+fn map_units(task: &MapTask) -> u64 {
+    match task.format {
+        InputFormat::Parquet => task.rows,
+        InputFormat::RipeAtlas => task.file_size,
+    }
+}
+
 /// The one-line summary of a finished job.
 fn summary(t: &Totals) -> String {
     format!(
@@ -273,19 +281,27 @@ impl Driver<ProbeRows> for ProbeRowsDriver {
         &self.settings
     }
 
+    /// Atlas results are counted in input bytes: their rows are known only once read.
     fn progress_totals(&self) -> ProgressTotals {
-        ProgressTotals {
-            unit: "rows",
-            total_units: self.plan.inputs.iter().map(|f| f.rows).sum(),
+        match self.settings.format {
+            InputFormat::Parquet => ProgressTotals {
+                unit: "rows",
+                total_units: self.plan.inputs.iter().map(|f| f.rows).sum(),
+            },
+            InputFormat::RipeAtlas => ProgressTotals {
+                unit: "input bytes",
+                total_units: self.plan.inputs.iter().map(|f| f.size).sum(),
+            },
         }
     }
 
-    /// A map's input rows; a reduce's share of the shuffled rows (the maps' kept rows,
-    /// shared evenly over the partitions: a partition's own count is known only to the
-    /// map outputs' indexes, which the coordinator does not read).
+    /// A map's input rows (an Atlas map's input bytes); a reduce's share of the
+    /// shuffled rows (the maps' kept rows, shared evenly over the partitions: a
+    /// partition's own count is known only to the map outputs' indexes, which the
+    /// coordinator does not read).
     fn task_units(&self, task: &ProbeTask) -> u64 {
         match task {
-            ProbeTask::Map(m) => m.rows,
+            ProbeTask::Map(m) => map_units(m),
             ProbeTask::Reduce(r) => {
                 let kept: u64 = self.maps.values().map(|m| m.kept_rows).sum();
                 let shards = u64::from(self.settings.shards.max(1));
@@ -296,6 +312,7 @@ impl Driver<ProbeRows> for ProbeRowsDriver {
 
     fn work_unit(&self, stage: ProbeStage) -> &'static str {
         match stage {
+            ProbeStage::Map if self.settings.format == InputFormat::RipeAtlas => "input_bytes",
             ProbeStage::Map => "input_rows",
             ProbeStage::Reduce => "shuffled_rows",
         }
@@ -330,8 +347,12 @@ impl Driver<ProbeRows> for ProbeRowsDriver {
     fn accept(&mut self, task: TaskId, output: ProbeOutput) -> Result<Progressed> {
         Ok(match output {
             ProbeOutput::Map(m) => {
+                let units = match self.plan.maps.get(task.index as usize) {
+                    Some(planned) if planned.format == InputFormat::RipeAtlas => map_units(planned),
+                    _ => m.input_rows,
+                };
                 let progressed = Progressed {
-                    units: m.input_rows,
+                    units,
                     bytes: 0,
                     rejected: m
                         .rejected

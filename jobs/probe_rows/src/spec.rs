@@ -356,6 +356,31 @@ scratch = "/tmp/probeflow"
     }
 
     #[test]
+    fn each_formats_keys_belong_to_it() {
+        let atlas = FULL.replace(
+            "url = \"data/measurements/*.parquet\"",
+            "url = \"dumps/\"\nformat = \"ripe_atlas\"\nsource = \"src_addr\"",
+        );
+        let spec = parse(&atlas).unwrap();
+        let settings = spec.settings(spec.plausible(0));
+        assert_eq!(
+            (settings.format, settings.source),
+            (InputFormat::RipeAtlas, SourceRule::SrcAddr)
+        );
+        let err = parse(&FULL.replace("[output]", "source = \"public\"\n[output]")).unwrap_err();
+        assert!(
+            err.contains("source applies to format = \"ripe_atlas\""),
+            "{err}"
+        );
+        let err = parse(&atlas.replace("[output]", "time_unit = \"ms\"\n[output]")).unwrap_err();
+        assert!(err.contains("time_unit applies to Parquet"), "{err}");
+        // Parquet job files keep their fingerprint: the defaults are left out.
+        let plain = parse(FULL).unwrap();
+        assert!(plain.identity()["input"].get("format").is_none());
+        assert!(plain.identity()["input"].get("source").is_none());
+    }
+
+    #[test]
     fn the_documented_example_parses() {
         let spec = parse(FULL).unwrap();
         assert_eq!(spec.output.shards, 64);
@@ -410,6 +435,13 @@ scratch = "/tmp/probeflow"
             format!("`\"{}\"`", minimal.output.array_record_options)
         );
         assert_eq!(stated("time_unit"), "`\"s\"`");
+        assert_eq!(stated("format"), "`\"parquet\"`");
+        assert_eq!(minimal.input.format, InputFormat::Parquet);
+        assert_eq!(stated("source"), "`\"public\"`");
+        assert_eq!(
+            minimal.settings(minimal.plausible(0)).source,
+            SourceRule::Public
+        );
         assert_eq!(minimal.input.time_unit, TimeUnit::S);
         assert_eq!(stated("max_rtt_ms"), minimal.input.max_rtt_ms.to_string());
         assert_eq!(

@@ -352,7 +352,9 @@ mod tests {
 
     #[tokio::test]
     async fn runs_on_scratch_give_the_shuffle_file_memory_alone_gives() {
-        let records: Vec<(usize, u8)> = (0..500u32).map(|i| ((i * 7 % 3) as usize, (i % 251) as u8)).collect();
+        let records: Vec<(usize, u8)> = (0..500u32)
+            .map(|i| ((i * 7 % 3) as usize, (i % 251) as u8))
+            .collect();
         let (whole, whole_index, no_runs) = shuffle_of(&records, 0).await;
         assert_eq!(no_runs, 0);
         for every in [1, 7, 100, 499] {

@@ -672,8 +672,14 @@ mod tests {
             let out = read_line(json.as_bytes(), SourceRule::Public);
             (out.packets.len(), out.dropped)
         };
-        assert_eq!(with(r#"[{"dup":null,"rtt":1}]"#), (0, vec![(Reason::Duplicate, 1)]));
-        assert_eq!(with(r#"[{"rtt":null}]"#), (0, vec![(Reason::MalformedResult, 1)]));
+        assert_eq!(
+            with(r#"[{"dup":null,"rtt":1}]"#),
+            (0, vec![(Reason::Duplicate, 1)])
+        );
+        assert_eq!(
+            with(r#"[{"rtt":null}]"#),
+            (0, vec![(Reason::MalformedResult, 1)])
+        );
         assert_eq!(with("null"), (0, vec![(Reason::NoPackets, 1)]));
         assert_eq!(with(r#"[{"x":null}]"#).0, 1);
     }
