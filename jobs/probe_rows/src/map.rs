@@ -288,18 +288,7 @@ pub(crate) async fn commit(
 ) -> Result<Option<OutputFile>> {
     let rejects = async {
         match rejects_out {
-            Some((r, file)) => {
-                let RejectsOut {
-                    writer,
-                    mut upload,
-                    rel,
-                } = r;
-                let buffered = writer
-                    .into_inner()
-                    .map_err(|e| probeflow_engine::parquet_source::parquet_error(&file, e))?;
-                upload.write(&buffered).await?;
-                Ok(Some(upload.finish(rel).await?))
-            }
+            Some((r, file)) => Ok(Some(r.finish(&file).await?)),
             None => Ok(None),
         }
     };
@@ -368,7 +357,13 @@ impl Drop for ScanAhead {
     }
 }
 
-/// The rejects file of a map attempt, written as its rows come.
+/// The encoded size at which a rejects file's row group closes. Rejected rows can be
+/// large (an Atlas reject keeps its whole line), so a row group is bounded by bytes, not
+/// only by the writer's row count, to keep what a map holds of its rejects small.
+const REJECTS_ROW_GROUP_BYTES: usize = PART_BYTES;
+
+/// The rejects file of a map attempt, written as its rows come; it holds at most about
+/// a row group and a part in memory.
 pub(crate) struct RejectsOut {
     writer: ArrowWriter<Vec<u8>>,
     upload: HashedUpload,
@@ -396,16 +391,41 @@ impl RejectsOut {
         })
     }
 
-    /// Adds rejected rows; what the writer has encoded so far goes out in parts.
+    /// Adds rejected rows; a row group closes once it holds [`REJECTS_ROW_GROUP_BYTES`],
+    /// and what the writer has encoded so far goes out in parts. Both depend only on the
+    /// rows, so the file's bytes do not depend on the machine.
     pub(crate) async fn write(&mut self, rows: &RecordBatch, file: &str) -> Result<()> {
-        self.writer
-            .write(rows)
-            .map_err(|e| probeflow_engine::parquet_source::parquet_error(file, e))?;
+        let parquet_error = |e| probeflow_engine::parquet_source::parquet_error(file, e);
+        self.writer.write(rows).map_err(parquet_error)?;
+        if self.writer.in_progress_size() >= REJECTS_ROW_GROUP_BYTES {
+            self.writer.flush().map_err(parquet_error)?;
+        }
         if self.writer.inner().len() >= PART_BYTES {
             let encoded = std::mem::take(self.writer.inner_mut());
             self.upload.write(&encoded).await?;
         }
         Ok(())
+    }
+
+    /// Makes the rejects file durable: its entry.
+    async fn finish(self, file: &str) -> Result<OutputFile> {
+        let RejectsOut {
+            writer,
+            mut upload,
+            rel,
+        } = self;
+        let buffered = writer
+            .into_inner()
+            .map_err(|e| probeflow_engine::parquet_source::parquet_error(file, e))?;
+        upload.write(&buffered).await?;
+        upload.finish(rel).await
+    }
+
+    /// Bytes the writer holds: its row group in progress and what it has encoded but not
+    /// yet sent.
+    #[cfg(test)]
+    fn buffered_bytes(&self) -> usize {
+        self.writer.in_progress_size() + self.writer.inner().len()
     }
 }
 
@@ -492,6 +512,52 @@ mod tests {
         // A scan that ends ends.
         let mut ended = ScanAhead::start(futures::stream::empty());
         assert!(ended.next().await.is_none());
+    }
+
+    /// A map with many rejects (Atlas keeps each rejected line whole) holds a bounded
+    /// part of its rejects file in memory, not a whole row group of up to a million rows.
+    #[tokio::test]
+    async fn a_rejects_file_is_held_in_memory_only_in_bounded_parts() {
+        use arrow::array::StringArray;
+        let dir = tempfile::tempdir().unwrap();
+        let output = StoreUrl::parse(dir.path().to_str().unwrap()).unwrap();
+        let schema = std::sync::Arc::new(arrow::datatypes::Schema::new(vec![
+            arrow::datatypes::Field::new("raw", arrow::datatypes::DataType::Utf8, false),
+        ]));
+        let mut rejects =
+            RejectsOut::start(&output, "rejects/r.parquet".into(), schema.clone(), "in").unwrap();
+        let line = "x".repeat(2048);
+        let mut most = 0;
+        let batches = 40;
+        let rows_per_batch = 1000;
+        for b in 0..batches {
+            let raw: Vec<String> = (0..rows_per_batch)
+                .map(|i| format!("{b}:{i}:{line}"))
+                .collect();
+            let rows = RecordBatch::try_new(
+                schema.clone(),
+                vec![std::sync::Arc::new(StringArray::from(raw))],
+            )
+            .unwrap();
+            rejects.write(&rows, "in").await.unwrap();
+            most = most.max(rejects.buffered_bytes());
+        }
+        let written = batches * rows_per_batch * line.len();
+        assert!(
+            most <= 3 * PART_BYTES,
+            "held {most} bytes of a {written}-byte rejects file"
+        );
+        let file = rejects.finish("in").await.unwrap();
+        let bytes = std::fs::read(dir.path().join(&file.path)).unwrap();
+        assert_eq!(file.bytes, bytes.len() as u64);
+        let reader = parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder::try_new(
+            bytes::Bytes::from(bytes),
+        )
+        .unwrap()
+        .build()
+        .unwrap();
+        let rows: usize = reader.map(|b| b.unwrap().num_rows()).sum();
+        assert_eq!(rows, batches * rows_per_batch);
     }
 
     #[test]
