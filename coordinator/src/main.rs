@@ -139,7 +139,7 @@ fn main() -> ExitCode {
                     Some(spec)
                 }
                 Err(e) => {
-                    eprintln!("coordinator: error: {e}");
+                    eprintln!("coordinator: error: {}", e.report());
                     return exit_code(&e);
                 }
             }
@@ -235,7 +235,7 @@ fn main() -> ExitCode {
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {
-            eprintln!("coordinator: error: {e}");
+            eprintln!("coordinator: error: {}", e.report());
             exit_code(&e)
         }
     }

@@ -217,10 +217,52 @@ impl EngineError {
         }
     }
 
+    /// This error's message followed by each cause in its source chain that the message
+    /// does not already say (a store's "error sending request" then the TLS library's
+    /// "invalid peer certificate: UnknownIssuer"): what a program prints when it stops.
+    pub fn report(&self) -> String {
+        let mut text = self.to_string();
+        let mut cause = std::error::Error::source(self);
+        while let Some(e) = cause {
+            let said = e.to_string();
+            if !said.is_empty() && !text.contains(&said) {
+                text.push_str(": ");
+                text.push_str(&said);
+            }
+            cause = e.source();
+        }
+        text
+    }
+
     pub fn store(location: impl std::fmt::Display, source: object_store::Error) -> Self {
         EngineError::Store {
             location: location.to_string(),
             source,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_report_adds_the_causes_the_message_does_not_say() {
+        let root = std::io::Error::other("invalid peer certificate: UnknownIssuer");
+        let e = EngineError::store(
+            "https://host/f.bz2",
+            object_store::Error::Generic {
+                store: "HTTP",
+                source: Box::new(std::io::Error::other(root)),
+            },
+        );
+        let report = e.report();
+        assert!(report.starts_with("https://host/f.bz2: "), "{report}");
+        assert!(
+            report.ends_with("invalid peer certificate: UnknownIssuer"),
+            "{report}"
+        );
+        // Each cause once, though object_store's message already embeds its source's.
+        assert_eq!(report.matches("UnknownIssuer").count(), 1, "{report}");
     }
 }

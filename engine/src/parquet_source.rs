@@ -189,7 +189,7 @@ pub async fn open(
     pages: bool,
 ) -> Result<ParquetRecordBatchStreamBuilder<ParquetSource>> {
     let parquet_err = |e: ParquetError| parquet_error(url, e);
-    let loc = StoreUrl::parse(url)?;
+    let loc = StoreUrl::parse_input(url)?;
     let mut source = ParquetSource {
         store: loc.store.clone(),
         path: loc.root.clone(),

@@ -1,7 +1,8 @@
 //! Object-store locations: every input, intermediate and output byte goes through
 //! `object_store`, so local paths, `file://`, `s3://` (and S3-compatible servers via the
 //! usual `AWS_*` environment variables such as `AWS_ENDPOINT_URL`) and `gs://` (the
-//! `GOOGLE_*` variables) work alike.
+//! `GOOGLE_*` variables) work alike; an input file may also be an `https://` URL (read
+//! only: [`StoreUrl::parse_input`]).
 //!
 //! A [`StoreUrl`] is a store plus a root path; [`list_matching_in`] expands a
 //! trailing glob (`*`, `?`) in the input URL.
@@ -31,6 +32,8 @@ pub struct StoreUrl {
     pub url: String,
     pub store: Arc<dyn ObjectStore>,
     pub root: Path,
+    /// `s3://`, `gs://` or `https://`; `None` for the local file system.
+    scheme: Option<&'static str>,
     /// How this URL's revisions name ETags in `If-Match` ([`crate::conditional_writes`]).
     etag_form: EtagForm,
 }
@@ -45,6 +48,29 @@ pub enum EtagForm {
     Bare,
 }
 
+/// The scheme of input files served over HTTPS.
+const HTTPS: &str = "https://";
+
+/// The read-only store of the HTTPS server at `authority` (`host[:port]`), its requests
+/// bounded as the object stores' are ([`probeflow_reader::remote::store::retry_budget`]).
+fn https_store_for(authority: &str) -> std::result::Result<Arc<dyn ObjectStore>, String> {
+    if authority.is_empty() {
+        return Err("no host name".into());
+    }
+    let budget = probeflow_reader::remote::store::retry_budget()?;
+    let retry = object_store::RetryConfig {
+        retry_timeout: budget,
+        ..object_store::RetryConfig::default()
+    };
+    let store = object_store::http::HttpBuilder::new()
+        .with_url(format!("{HTTPS}{authority}"))
+        .with_retry(retry)
+        .with_http_connector(probeflow_reader::remote::requests::ObservedConnector)
+        .build()
+        .map_err(|e| e.to_string())?;
+    Ok(Arc::new(store))
+}
+
 impl std::fmt::Debug for StoreUrl {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "StoreUrl({})", self.url)
@@ -52,8 +78,25 @@ impl std::fmt::Debug for StoreUrl {
 }
 
 impl StoreUrl {
-    /// Parses a local path, `file://…`, `s3://bucket/prefix` or `gs://bucket/prefix`.
+    /// Parses a local path, `file://…`, `s3://bucket/prefix` or `gs://bucket/prefix`: a
+    /// place that can be written (an output, scratch) as well as read.
     pub fn parse(url: &str) -> Result<StoreUrl> {
+        if url.starts_with(HTTPS) {
+            // The job file's problem (exit 2), found before anything runs.
+            return Err(EngineError::Spec {
+                file: url.to_string(),
+                what: "https:// serves input files only; an output needs a local path, \
+                       file://, s3:// or gs://"
+                    .into(),
+            });
+        }
+        Self::parse_input(url)
+    }
+
+    /// Parses what [`StoreUrl::parse`] does, or an input file's `https://host[:port]/path`
+    /// (read with GET and HEAD; its server is trusted through the system's certificates,
+    /// or `SSL_CERT_FILE`).
+    pub fn parse_input(url: &str) -> Result<StoreUrl> {
         let bad = |what: String| EngineError::Url {
             url: url.to_string(),
             what,
@@ -61,25 +104,35 @@ impl StoreUrl {
         if url.is_empty() {
             return Err(bad("empty".into()));
         }
-        for scheme in probeflow_reader::output::REMOTE_SCHEMES {
+        for scheme in probeflow_reader::output::REMOTE_SCHEMES
+            .into_iter()
+            .chain([HTTPS])
+        {
             let Some(rest) = url.strip_prefix(scheme) else {
                 continue;
             };
             let bucket = rest.split('/').next().unwrap_or_default();
-            let store =
-                probeflow_reader::remote::store::object_store_for(scheme, bucket).map_err(bad)?;
+            let store = if scheme == HTTPS {
+                https_store_for(bucket)
+            } else {
+                probeflow_reader::remote::store::object_store_for(scheme, bucket)
+            }
+            .map_err(bad)?;
             let root = Path::parse(rest.strip_prefix(bucket).unwrap_or_default())
                 .map_err(|e| bad(e.to_string()))?;
             return Ok(StoreUrl {
                 url: url.to_string(),
                 store,
                 root,
+                scheme: Some(scheme),
                 etag_form: EtagForm::default(),
             });
         }
         if url.contains("://") && !url.starts_with("file://") {
             return Err(bad(
-                "unsupported scheme (use a local path, file://, s3:// or gs://)".into(),
+                "unsupported scheme (use a local path, file://, s3:// or gs://; an input \
+                 file may be https://)"
+                    .into(),
             ));
         }
         let local = url.strip_prefix("file://").unwrap_or(url);
@@ -89,8 +142,14 @@ impl StoreUrl {
             url: abs.display().to_string(),
             store: Arc::new(object_store::local::LocalFileSystem::new()),
             root,
+            scheme: None,
             etag_form: EtagForm::default(),
         })
+    }
+
+    /// Whether this is a file served over `https://` (one file: no listing, no writes).
+    pub fn is_https(&self) -> bool {
+        self.scheme == Some(HTTPS)
     }
 
     /// The path `rel` (slash-separated) under the root.
@@ -102,10 +161,9 @@ impl StoreUrl {
         p
     }
 
-    /// `s3://` or `gs://` for an object store; `None` for the local file system.
     /// Whether this is an object store (S3, GCS), not a local directory.
     pub fn is_object_store(&self) -> bool {
-        self.object_store_scheme().is_some()
+        matches!(self.scheme, Some(s) if s != HTTPS)
     }
 
     /// This URL, its revisions naming ETags in `form` from now on.
@@ -117,10 +175,6 @@ impl StoreUrl {
     /// How this URL's revisions name ETags in `If-Match`.
     pub fn etag_form(&self) -> EtagForm {
         self.etag_form
-    }
-
-    fn object_store_scheme(&self) -> Option<&'static str> {
-        probeflow_reader::output::remote_scheme(&self.url)
     }
 
     /// `location` relative to the root (slash-separated, no leading slash).
@@ -135,7 +189,7 @@ impl StoreUrl {
 
     /// A human-readable name for `path` (for messages).
     pub fn display(&self, path: &Path) -> String {
-        if let Some(scheme) = self.object_store_scheme() {
+        if let Some(scheme) = self.scheme {
             let bucket = self.url[scheme.len()..]
                 .split('/')
                 .next()
@@ -148,7 +202,7 @@ impl StoreUrl {
 
     /// The local file behind `path`, when this is a local store.
     pub fn local_path(&self, path: &Path) -> Option<std::path::PathBuf> {
-        match self.object_store_scheme() {
+        match self.scheme {
             Some(_) => None,
             None => Some(std::path::PathBuf::from(format!("/{path}"))),
         }
@@ -279,7 +333,7 @@ impl StoreUrl {
         version: Option<String>,
         content: Vec<u8>,
     ) -> Revision {
-        match self.object_store_scheme() {
+        match self.scheme {
             Some(_) => {
                 Revision::Object(UpdateVersion { e_tag, version }).with_etag_form(self.etag_form)
             }
@@ -536,7 +590,10 @@ pub async fn list_matching_in(
             what: e.to_string(),
         })?;
     let dir = if dir.is_empty() { "." } else { dir };
-    let base = StoreUrl::parse(dir.trim_end_matches('/'))?;
+    let base = StoreUrl::parse_input(dir.trim_end_matches('/'))?;
+    if base.is_https() {
+        return https_file(url, base, pattern.is_some()).await;
+    }
     let mut files: Vec<ObjectMeta> = Vec::new();
     let listed = base.list("").await?;
     if pattern.is_none() && listed.is_empty() {
@@ -561,11 +618,44 @@ pub async fn list_matching_in(
     Ok((base, files))
 }
 
+/// The one file an `https://` input URL names: HTTP has no listing, so a glob or a
+/// directory is refused, and so is a file served without an ETag (a file replaced
+/// while the job reads it could not be told apart from the one pinned).
+async fn https_file(
+    url: &str,
+    base: StoreUrl,
+    globbed: bool,
+) -> Result<(StoreUrl, Vec<ObjectMeta>)> {
+    // Refused before anything runs, as a bad job file is (exit 2).
+    let bad = |what: &str| EngineError::Spec {
+        file: url.to_string(),
+        what: what.to_string(),
+    };
+    if globbed || url.ends_with('/') {
+        return Err(bad(
+            "an https:// input names one file: HTTP has no listing to expand a glob or \
+             a directory; list each file in `paths`",
+        ));
+    }
+    let meta = base
+        .store
+        .head(&base.root)
+        .await
+        .map_err(|e| EngineError::store(&base.url, e))?;
+    if meta.e_tag.is_none() {
+        return Err(bad(
+            "the server sends no ETag, so a file replaced while the job reads it could \
+             not be told from the one planned; copy it to a local path or a bucket first",
+        ));
+    }
+    Ok((base, vec![meta]))
+}
+
 /// Refuses input file `url` if it is not the one pinned when the job was planned: its
 /// size and ETag (local files: inode, mtime and size) must be the same. A file read
 /// while it is replaced would mix two versions of the input.
 pub async fn check_pinned(url: &str, size: u64, etag: &Option<String>) -> Result<()> {
-    let loc = StoreUrl::parse(url)?;
+    let loc = StoreUrl::parse_input(url)?;
     let changed = |what: String| EngineError::InputChanged {
         file: url.to_string(),
         what,
@@ -599,7 +689,7 @@ pub async fn read_pinned(
     size: u64,
     etag: &Option<String>,
 ) -> Result<futures::stream::BoxStream<'static, Result<bytes::Bytes>>> {
-    let loc = StoreUrl::parse(url)?;
+    let loc = StoreUrl::parse_input(url)?;
     let changed = |what: String| EngineError::InputChanged {
         file: url.to_string(),
         what,
@@ -881,6 +971,7 @@ pub(crate) mod failing {
                 url: url.into(),
                 store: self.clone(),
                 root: Path::from(root),
+                scheme: probeflow_reader::output::remote_scheme(url),
                 etag_form: EtagForm::default(),
             }
         }
@@ -992,6 +1083,22 @@ mod tests {
         assert_eq!(u.child("a/b.txt").as_ref(), "tmp/x/y/a/b.txt");
         assert!(StoreUrl::parse("ftp://x").is_err());
         assert!(StoreUrl::parse("").is_err());
+    }
+
+    #[test]
+    fn https_urls_are_inputs_only() {
+        let u = StoreUrl::parse_input("https://data-store.example:8443/atlas/ping.bz2").unwrap();
+        assert!(u.is_https() && !u.is_object_store());
+        assert_eq!(u.root.as_ref(), "atlas/ping.bz2");
+        assert_eq!(u.local_path(&u.root), None);
+        assert_eq!(
+            u.display(&u.root),
+            "https://data-store.example:8443/atlas/ping.bz2"
+        );
+        let output = StoreUrl::parse("https://data-store.example/out").unwrap_err();
+        assert!(matches!(output, EngineError::Spec { .. }), "{output}");
+        assert!(StoreUrl::parse_input("https:///x").is_err());
+        assert!(StoreUrl::parse_input("http://host/x").is_err());
     }
 
     #[tokio::test]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import bz2
 import gzip
 import json
+import os
 from collections import Counter
 from pathlib import Path
 
@@ -19,6 +20,7 @@ import pyarrow.parquet as pq
 import pytest
 
 import probeflow
+from support.https import https_server
 from support.atlas import generated_results, oracle_packets, sagan_fixture_lines, write_dump
 from support.probe_rows import FRACTION, MAX_ROW, SEED, SHARDS, write_job
 from support.run import run
@@ -269,3 +271,66 @@ def test_dumps_on_s3_give_the_local_bytes(corpus, atlas_output, tmp_path, s3):
     assert [(s["path"], s["blake3"]) for s in remote["shards"]] == [(s["path"], s["blake3"]) for s in local["shards"]]
     assert remote["totals"] == local["totals"]
     assert all(f["etag"] for f in remote["inputs"])
+
+
+def test_dumps_over_https_give_the_local_bytes(corpus, atlas_output, tmp_path):
+    """The same dumps served by a local HTTPS server (GET, HEAD, Range, ETag, If-Match),
+    named one by one in `url`, give the local run's shards; each file is pinned by its
+    ETag."""
+    d, _ = corpus
+    names = sorted(f.name for f in d.iterdir())
+    with https_server(d, tmp_path) as (base, trust):
+        spec = atlas_job(tmp_path, "https", [f"{base}/{n}" for n in names], tmp_path / "out")
+        run(["run", str(spec)], env={**os.environ, **trust})
+    ours = json.loads((tmp_path / "out" / "manifest.json").read_text())
+    local = json.loads((atlas_output / "manifest.json").read_text())
+    assert [(s["path"], s["blake3"]) for s in ours["shards"]] == [(s["path"], s["blake3"]) for s in local["shards"]]
+    assert ours["totals"] == local["totals"]
+    assert [f["url"] for f in ours["inputs"]] == [f"{base}/{n}" for n in names]
+    assert all(f["etag"] for f in ours["inputs"])
+
+
+def test_parquet_over_https_is_read_by_ranges_and_gives_the_local_bytes(corpus, atlas_output, tmp_path):
+    """A Parquet input over HTTPS (its footer and row groups read with Range requests)
+    gives the same shards as the Atlas dumps it was converted from."""
+    _, lines = corpus
+    served = tmp_path / "served"
+    served.mkdir()
+    pq.write_table(_as_parquet_rows(lines), served / "atlas.parquet", row_group_size=5000)
+    with https_server(served, tmp_path) as (base, trust):
+        write_job(tmp_path / "pq.toml", {
+            "input": {"url": f"{base}/atlas.parquet"},
+            "output": {"url": tmp_path / "out", "shards": SHARDS, "max_row_bytes": MAX_ROW},
+            "split": {"test_fraction": FRACTION, "seed": SEED},
+            "run": {"mode": "local", "workers": 2, "memory_per_worker": "256MiB", "scratch": tmp_path / "scratch"},
+        })
+        run(["run", str(tmp_path / "pq.toml")], env={**os.environ, **trust})
+    ours = json.loads((tmp_path / "out" / "manifest.json").read_text())["shards"]
+    local = json.loads((atlas_output / "manifest.json").read_text())["shards"]
+    assert [(s["path"], s["blake3"]) for s in ours] == [(s["path"], s["blake3"]) for s in local]
+
+
+def test_https_input_is_one_named_file_with_an_etag_and_never_an_output(corpus, tmp_path):
+    """HTTP has no listing and no conditional writes: a glob, a directory, a file served
+    without an ETag and an https:// output are each refused before anything runs (exit 2)
+    with the reason; an untrusted certificate fails naming the file."""
+    d, _ = corpus
+    name = sorted(f.name for f in d.iterdir())[0]
+    with https_server(d, tmp_path) as (base, trust):
+        env = {**os.environ, **trust}
+        for url, why in [(f"{base}/ping-*.bz2", "HTTP has no listing"),
+                         (f"{base}/", "HTTP has no listing")]:
+            proc = run(["run", str(atlas_job(tmp_path, "glob", url, tmp_path / "out"))], check=False, env=env)
+            assert proc.returncode == 2 and why in proc.stderr, proc.stderr
+        proc = run(["run", str(atlas_job(tmp_path, "out", str(d / name), f"{base}/out"))], check=False, env=env)
+        assert proc.returncode == 2 and "https:// serves input files only" in proc.stderr, proc.stderr
+        # A certificate no root vouches for: the request fails (retried for a second).
+        untrusted = {**{k: v for k, v in os.environ.items() if k != "SSL_CERT_FILE"},
+                     "PROBEFLOW_STORE_RETRY_SECONDS": "1"}
+        proc = run(["run", str(atlas_job(tmp_path, "untrusted", f"{base}/{name}", tmp_path / "out"))],
+                   check=False, env=untrusted)
+        assert proc.returncode != 0 and name in proc.stderr and "certificate" in proc.stderr, proc.stderr
+    with https_server(d, tmp_path, etags=False) as (base, trust):
+        proc = run(["run", str(atlas_job(tmp_path, "noetag", f"{base}/{name}", tmp_path / "out"))],
+                   check=False, env={**os.environ, **trust})
+        assert proc.returncode == 2 and "sends no ETag" in proc.stderr, proc.stderr

@@ -314,7 +314,7 @@ fn read_jsonl(
     rejected: &mut Rejects,
     each: &mut impl FnMut(Record<'_>) -> Result<()>,
 ) -> Result<u64> {
-    let loc = StoreUrl::parse(&file.url)?;
+    let loc = StoreUrl::parse_input(&file.url)?;
     let mut raw = open_object(handle, &loc, &loc.root)?;
     let io_err = |e: std::io::Error| EngineError::Corrupt {
         file: file.url.clone(),

@@ -86,7 +86,7 @@ impl Kind for ProbeRows {
                 tracing::info!(rows = s.rows, seed = s.seed, dir = %dir.url, "generating demo input");
                 synthetic::ensure(s.rows, s.seed, &dir).await?;
                 let generated =
-                    input_source(format!("{}/*.parquet", dir.url), InputFormat::Parquet);
+                    input_source(vec![format!("{}/*.parquet", dir.url)], InputFormat::Parquet);
                 probeflow_engine::inputs::list_inputs(&[generated]).await?
             }
         };
@@ -175,10 +175,10 @@ impl Kind for ProbeRows {
 }
 
 /// The input of a probe-rows job: files of its format.
-fn input_source(url: String, format: InputFormat) -> InputSource {
+fn input_source(paths: Vec<String>, format: InputFormat) -> InputSource {
     InputSource {
         section: "input",
-        paths: vec![url],
+        paths,
         formats: format.described(),
         accepts: format.accepts(),
     }
@@ -211,8 +211,8 @@ impl KindFile for ProbeRowsFile {
         // Generated input is the job's own, made again alike on a resume.
         self.input
             .url
-            .clone()
-            .map(|url| input_source(url, self.input.format))
+            .as_ref()
+            .map(|urls| input_source(urls.urls(), self.input.format))
             .into_iter()
             .collect()
     }

@@ -30,8 +30,9 @@ pub struct ProbeRowsFile {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct InputSpec {
-    /// Local path or glob, `file://`, or `s3://bucket/prefix/*.parquet`.
-    pub url: Option<String>,
+    /// The input's files: a local path or glob, `file://`, `s3://bucket/prefix/*.parquet`,
+    /// `gs://…`, or one file's `https://…`; or a list of them.
+    pub url: Option<InputUrls>,
     /// `"parquet"` (one row per packet; the default) or `"ripe_atlas"` (RIPE Atlas ping
     /// results, JSON lines, as the dumps publish them).
     #[serde(default, skip_serializing_if = "InputFormat::is_parquet")]
@@ -69,6 +70,24 @@ pub struct InputSpec {
     /// the fingerprint (a job that failed on it resumes with it set).
     #[serde(default, skip_serializing)]
     pub allow_private_sources: bool,
+}
+
+/// `[input] url`: one URL, or a list (read in order, as if one).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum InputUrls {
+    One(String),
+    Many(Vec<String>),
+}
+
+impl InputUrls {
+    /// The URLs, in the job file's order.
+    pub fn urls(&self) -> Vec<String> {
+        match self {
+            InputUrls::One(url) => vec![url.clone()],
+            InputUrls::Many(urls) => urls.clone(),
+        }
+    }
 }
 
 fn default_earliest_event_time() -> String {
@@ -170,6 +189,9 @@ impl ProbeRowsFile {
             }
             (None, None) => {
                 return Err("[input]: url (or synthetic = { rows = N }) is required".into())
+            }
+            (Some(InputUrls::Many(urls)), _) if urls.is_empty() => {
+                return Err("[input] url: the list names no files".into())
             }
             (_, Some(s)) if s.rows == 0 => {
                 return Err("[input] synthetic.rows must be at least 1".into())
@@ -331,6 +353,34 @@ scratch = "/tmp/probeflow"
             "{err}"
         );
         assert!(kind.load("x.toml", FULL).is_ok());
+    }
+
+    #[test]
+    fn url_is_one_url_or_a_list_and_one_url_keeps_its_fingerprint() {
+        let one = parse(FULL).unwrap();
+        let listed = parse(&FULL.replace(
+            r#"url = "data/measurements/*.parquet""#,
+            r#"url = ["data/measurements/*.parquet", "https://h/ping.bz2"]"#,
+        ))
+        .unwrap();
+        let paths = |f: &ProbeRowsFile| {
+            f.inputs()
+                .into_iter()
+                .flat_map(|s| s.paths)
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(paths(&one), ["data/measurements/*.parquet"]);
+        assert_eq!(
+            paths(&listed),
+            ["data/measurements/*.parquet", "https://h/ping.bz2"]
+        );
+        // A single URL is written into the fingerprint as the string it always was.
+        assert_eq!(
+            one.identity()["input"]["url"],
+            "data/measurements/*.parquet"
+        );
+        let empty = parse(&FULL.replace(r#"url = "data/measurements/*.parquet""#, "url = []"));
+        assert!(empty.unwrap_err().contains("names no files"));
     }
 
     #[test]

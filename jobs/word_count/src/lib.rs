@@ -365,7 +365,7 @@ impl From<WordCountError> for EngineError {
 async fn count(output: &StoreUrl, task: &CountTask, attempt: u32) -> Result<CountOutput> {
     let input = &task.input;
     store::check_pinned(&input.url, input.size, &input.etag).await?;
-    let location = StoreUrl::parse(&input.url)?;
+    let location = StoreUrl::parse_input(&input.url)?;
     let bytes =
         location
             .get_opt(&location.root)
