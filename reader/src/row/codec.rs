@@ -456,9 +456,15 @@ pub fn decode_row(bytes: &[u8]) -> Result<RowView<'_>> {
             .and_then(|end| body.get(off..end))
             .ok_or_else(|| bad(format!("buffer {i} lies outside the message body")))
     };
-    let times = buffer(1, n * 8)?;
-    let dst = buffer(3, n * width)?;
-    let rtt = buffer(5, n * 2)?;
+    // A column's size from a length the file claims: checked, since a wrapped product
+    // would match a small buffer and leave the view's indexes past its end.
+    let size = |per: usize| {
+        n.checked_mul(per)
+            .ok_or_else(|| bad(format!("{n} measurements of {per} bytes overflow memory")))
+    };
+    let times = buffer(1, size(8)?)?;
+    let dst = buffer(3, size(width)?)?;
+    let rtt = buffer(5, size(2)?)?;
     let validity = if nodes.get(2).null_count() > 0 {
         Some(buffer(4, n.div_ceil(8))?)
     } else {

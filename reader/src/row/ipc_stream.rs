@@ -300,6 +300,43 @@ mod tests {
     use super::*;
     use crate::row::placement::src_id;
 
+    /// A row stream whose batch claims `n` measurements (its metadata too) over a body of
+    /// `body_len` zero bytes whose six buffers are `lengths` long: what a hostile or
+    /// damaged file may hold.
+    fn forged_row(src_addr: IpAddr, n: u64, lengths: [i64; 6], body_len: usize) -> Vec<u8> {
+        let meta = RowMeta {
+            src_addr,
+            src_id: src_id(&src_addr),
+            part: 0,
+            first_time: 0,
+            last_time: 0,
+            n_measurements: n,
+        };
+        let buffers = lengths.map(|len| BodyBuffer::new(0, len));
+        let nodes = [FieldNode::new(n as i64, 0); 3];
+        let mut fbb = FlatBufferBuilder::with_capacity(1024);
+        let mut out = Vec::new();
+        schema_message(&mut fbb, &meta, meta.addr_width() as i32);
+        put_message(&mut out, fbb.finished_data());
+        batch_message(&mut fbb, n as usize, &buffers, &nodes, body_len);
+        put_message(&mut out, fbb.finished_data());
+        out.resize(out.len() + body_len, 0);
+        out
+    }
+
+    #[test]
+    fn a_batch_length_whose_column_sizes_overflow_is_an_error() {
+        // 2^62 + 1 measurements: 8 bytes each wraps to 8, 4 (IPv4) or 16 (IPv6) to 4 or
+        // 16, so unchecked sizes would match the small buffers the file claims.
+        let n = (1u64 << 62) + 1;
+        for (src, width) in [("192.0.2.7", 4), ("2001:db8::7", 16)] {
+            let src: IpAddr = src.parse().unwrap();
+            let row = forged_row(src, n, [0, 8, 0, width, 0, i64::MAX], 64);
+            let err = crate::row::codec::decode_row(&row).unwrap_err();
+            assert!(err.to_string().contains("measurements"), "{err}");
+        }
+    }
+
     /// The row as arrow-rs's `StreamWriter` writes it: the reference for [`encode`].
     fn stream_writer_bytes(meta: &RowMeta, cols: &Columns) -> Vec<u8> {
         let width = meta.addr_width();
