@@ -51,26 +51,6 @@ pub enum EtagForm {
 /// The scheme of input files served over HTTPS.
 const HTTPS: &str = "https://";
 
-/// The read-only store of the HTTPS server at `authority` (`host[:port]`), its requests
-/// bounded as the object stores' are ([`probeflow_reader::remote::store::retry_budget`]).
-fn https_store_for(authority: &str) -> std::result::Result<Arc<dyn ObjectStore>, String> {
-    if authority.is_empty() {
-        return Err("no host name".into());
-    }
-    let budget = probeflow_reader::remote::store::retry_budget()?;
-    let retry = object_store::RetryConfig {
-        retry_timeout: budget,
-        ..object_store::RetryConfig::default()
-    };
-    let store = object_store::http::HttpBuilder::new()
-        .with_url(format!("{HTTPS}{authority}"))
-        .with_retry(retry)
-        .with_http_connector(probeflow_reader::remote::requests::ObservedConnector)
-        .build()
-        .map_err(|e| e.to_string())?;
-    Ok(Arc::new(store))
-}
-
 impl std::fmt::Debug for StoreUrl {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "StoreUrl({})", self.url)
@@ -112,12 +92,8 @@ impl StoreUrl {
                 continue;
             };
             let bucket = rest.split('/').next().unwrap_or_default();
-            let store = if scheme == HTTPS {
-                https_store_for(bucket)
-            } else {
-                probeflow_reader::remote::store::object_store_for(scheme, bucket)
-            }
-            .map_err(bad)?;
+            let store =
+                probeflow_reader::remote::store::object_store_for(scheme, bucket).map_err(bad)?;
             let root = Path::parse(rest.strip_prefix(bucket).unwrap_or_default())
                 .map_err(|e| bad(e.to_string()))?;
             return Ok(StoreUrl {
@@ -634,7 +610,7 @@ async fn https_file(
     if globbed || url.ends_with('/') {
         return Err(bad(
             "an https:// input names one file: HTTP has no listing to expand a glob or \
-             a directory; list each file in `paths`",
+             a directory; list each file's URL instead",
         ));
     }
     let meta = base

@@ -74,7 +74,7 @@ pub struct InputSpec {
 
 /// `[input] url`: one URL, or a list (read in order, as if one).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(untagged)]
+#[serde(untagged, expecting = "a URL, or a list of URLs")]
 pub enum InputUrls {
     One(String),
     Many(Vec<String>),
@@ -381,6 +381,8 @@ scratch = "/tmp/probeflow"
         );
         let empty = parse(&FULL.replace(r#"url = "data/measurements/*.parquet""#, "url = []"));
         assert!(empty.unwrap_err().contains("names no files"));
+        let number = parse(&FULL.replace(r#"url = "data/measurements/*.parquet""#, "url = 5"));
+        assert!(number.unwrap_err().contains("a URL, or a list of URLs"));
     }
 
     #[test]

@@ -51,14 +51,15 @@ fn parse_retry_budget(value: Option<&str>) -> std::result::Result<Duration, Stri
 }
 
 /// The store of `bucket` under `scheme` (`s3://` or `gs://`), configured from the
-/// environment, its requests bounded by [`retry_budget`]; the reason when it cannot be
-/// built.
+/// environment, or of the web server `bucket` (`host[:port]`) under `https://` (the
+/// preprocessing job's read-only input files), its requests bounded by
+/// [`retry_budget`]; the reason when it cannot be built.
 pub fn object_store_for(
     scheme: &str,
     bucket: &str,
 ) -> std::result::Result<Arc<dyn ObjectStore>, String> {
     if bucket.is_empty() {
-        return Err("no bucket name".into());
+        return Err("no bucket (or host) name".into());
     }
     let budget = retry_budget()?;
     let retry = RetryConfig {
@@ -91,7 +92,18 @@ pub fn object_store_for(
                 .build()
                 .map_err(|e| e.to_string())?,
         )),
-        other => Err(format!("unsupported scheme {other:?} (s3:// or gs://)")),
+        "https://" => Ok(Arc::new(
+            object_store::http::HttpBuilder::new()
+                .with_url(format!("https://{bucket}"))
+                .with_retry(retry)
+                .with_http_connector(super::requests::ObservedConnector)
+                .with_config(ClientConfigKey::Timeout, timeout)
+                .build()
+                .map_err(|e| e.to_string())?,
+        )),
+        other => Err(format!(
+            "unsupported scheme {other:?} (s3://, gs:// or https://)"
+        )),
     }
 }
 
