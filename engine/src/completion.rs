@@ -88,13 +88,13 @@ impl FinalOutputs {
         files.sort_by(|a, b| a.path.cmp(&b.path));
         for (i, f) in files.iter().enumerate() {
             if !probeflow_reader::output::stays_inside(&f.path) {
-                return Err(EngineError::Job(format!(
+                return Err(EngineError::Internal(format!(
                     "a final output file {:?} outside the output",
                     f.path
                 )));
             }
             if i > 0 && files[i - 1].path == f.path {
-                return Err(EngineError::Job(format!(
+                return Err(EngineError::Internal(format!(
                     "the final output file {} listed twice",
                     f.path
                 )));

@@ -89,17 +89,30 @@ pub enum EngineError {
     )]
     UnsupportedStore { store: String, what: String },
 
-    /// A file the job wrote or reads back does not decode.
+    /// A file that does not decode or is missing where it must be: an input file (a
+    /// torn gzip, a JSON line that cannot be read) or one the job wrote and reads back
+    /// (an accepted task's result file gone from the output).
     #[error("{file}: {what}")]
     Corrupt { file: String, what: String },
+
+    /// An input file the job cannot use as it is, though it decodes (more rows than a
+    /// job can index, a value of a type no rule covers).
+    #[error("{file}: {what}")]
+    InvalidInput { file: String, what: String },
 
     /// An error a job kind owns.
     #[error("{0}")]
     Kind(Box<dyn KindError>),
 
-    /// A job's own consistency check failed, or its input cannot be used.
+    /// A message between the coordinator and a worker, or a task's result, that does
+    /// not decode or is of the wrong stage: most likely two releases in one cluster.
     #[error("{0}")]
-    Job(String),
+    Protocol(String),
+
+    /// A bug: an invariant of the engine or of a kind broken (a result missing that
+    /// the plan promised, counts that disagree). Nothing is wrong with the input.
+    #[error("internal error (a bug in probeflow, please report it): {0}")]
+    Internal(String),
 
     #[error(transparent)]
     Format(#[from] probeflow_reader::Error),
@@ -179,21 +192,45 @@ pub trait KindError: std::error::Error + Send + Sync + 'static {
 
 impl EngineError {
     /// Whose fault this error is: the engine's errors by what failed, a kind's by
-    /// what the kind says.
+    /// what the kind says. What follows from the bytes of the input or the job file
+    /// (a corrupt or invalid file, a changed one, a bad location) is the input's: every
+    /// attempt would fail alike. What a store, a disk, the network or another process
+    /// did is the environment's, and so is a bug (retried, as a panic is: a race may
+    /// not recur).
     pub fn fault(&self) -> Fault {
         match self {
-            EngineError::Schema { .. }
+            EngineError::Url { .. }
+            | EngineError::Parquet { .. }
+            | EngineError::Schema { .. }
             | EngineError::InputChanged { .. }
             | EngineError::Spec { .. }
-            | EngineError::Conflict(_) => Fault::Input,
+            | EngineError::Conflict(_)
+            | EngineError::UnsupportedStore { .. }
+            | EngineError::Corrupt { .. }
+            | EngineError::InvalidInput { .. }
+            | EngineError::Verify { .. }
+            | EngineError::Refused(_) => Fault::Input,
+            EngineError::Cluster(_)
+            | EngineError::Tls(_)
+            | EngineError::Store { .. }
+            | EngineError::Shuffle { .. }
+            | EngineError::Scratch { .. }
+            | EngineError::Write { .. }
+            | EngineError::ScratchFull(_)
+            | EngineError::Protocol(_)
+            | EngineError::Internal(_)
+            | EngineError::TaskFailed { .. }
+            | EngineError::Journal { .. }
+            | EngineError::Runtime(_)
+            | EngineError::Arrow(_) => Fault::Environment,
+            EngineError::Format(e) => format_fault(e),
             EngineError::Kind(e) => e.fault(),
-            _ => Fault::Environment,
         }
     }
 
     /// The exit status of a program that stops on this error: 2 for what the user must
-    /// change (the job file, the output or input, the cluster's cookie, certificates or
-    /// release), 1 for a job that failed.
+    /// change before anything runs (the job file, the output or input, the cluster's
+    /// cookie, certificates or release), 1 for a job that failed.
     pub fn exit_code(&self) -> u8 {
         match self {
             EngineError::Spec { .. }
@@ -202,7 +239,26 @@ impl EngineError {
             | EngineError::Cluster(_)
             | EngineError::Tls(_)
             | EngineError::Refused(_) => 2,
-            _ => 1,
+            EngineError::Url { .. }
+            | EngineError::Store { .. }
+            | EngineError::Parquet { .. }
+            | EngineError::Schema { .. }
+            | EngineError::InputChanged { .. }
+            | EngineError::Shuffle { .. }
+            | EngineError::Scratch { .. }
+            | EngineError::Write { .. }
+            | EngineError::ScratchFull(_)
+            | EngineError::Corrupt { .. }
+            | EngineError::InvalidInput { .. }
+            | EngineError::Kind(_)
+            | EngineError::Protocol(_)
+            | EngineError::Internal(_)
+            | EngineError::Format(_)
+            | EngineError::TaskFailed { .. }
+            | EngineError::Journal { .. }
+            | EngineError::Verify { .. }
+            | EngineError::Runtime(_)
+            | EngineError::Arrow(_) => 1,
         }
     }
 
@@ -238,6 +294,26 @@ impl EngineError {
         EngineError::Store {
             location: location.to_string(),
             source,
+        }
+    }
+}
+
+/// Whose fault an error of the format crate is: a file that does not decode or a value
+/// that cannot be encoded is the input's; I/O, a store, a thread or a bug the
+/// environment's.
+fn format_fault(e: &probeflow_reader::Error) -> Fault {
+    use probeflow_reader::Error as E;
+    match e {
+        E::Corrupt { .. }
+        | E::Unsupported { .. }
+        | E::Options { .. }
+        | E::IndexOutOfRange { .. }
+        | E::Row(_)
+        | E::Input(_)
+        | E::Output { .. }
+        | E::State(_) => Fault::Input,
+        E::Io { .. } | E::Remote { .. } | E::Thread(_) | E::Internal(_) | E::Arrow(_) => {
+            Fault::Environment
         }
     }
 }

@@ -211,11 +211,11 @@ fn parse_job_file<T: KindFile>(file: &str, text: &str) -> Result<T> {
 fn decode_plan<T: serde::de::DeserializeOwned>(what: &str, value: &Payload) -> Result<T> {
     value
         .decode()
-        .map_err(|e| EngineError::Job(format!("{what} does not decode: {e}")))
+        .map_err(|e| EngineError::Protocol(format!("{what} does not decode: {e}")))
 }
 
 fn encode<T: serde::Serialize>(what: &str, value: &T) -> Result<Payload> {
-    Payload::encode(value).map_err(|e| EngineError::Job(format!("{what} does not encode: {e}")))
+    Payload::encode(value).map_err(|e| EngineError::Internal(format!("{what} does not encode: {e}")))
 }
 
 impl<K: Kind> Sealed for K {}
@@ -465,7 +465,7 @@ impl<K: Kind> TaskRunner for RunnerOf<K> {
             let stage = task.stage();
             ran.and_then(move |output| {
                 if output.stage() != stage {
-                    return Err(EngineError::Job(format!(
+                    return Err(EngineError::Protocol(format!(
                         "a {stage} task gave a {} result",
                         output.stage()
                     )));

@@ -258,6 +258,17 @@ pub struct TaskFailure {
     pub retryable: bool,
 }
 
+impl TaskFailure {
+    /// What a worker reports for a task that ended in `e`: its message and causes, and
+    /// whether another attempt could succeed ([`EngineError::fault`]).
+    pub fn of(e: &crate::error::EngineError) -> TaskFailure {
+        TaskFailure {
+            error: e.report(),
+            retryable: e.fault().retryable(),
+        }
+    }
+}
+
 impl std::fmt::Display for TaskFailure {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str(&self.error)

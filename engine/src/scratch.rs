@@ -329,8 +329,8 @@ mod tests {
             );
         }
         // Anything else is left as it is.
-        let other = t.explain_full_disk(EngineError::Job("no".into()), || unreachable!());
-        assert!(matches!(other, EngineError::Job(_)));
+        let other = t.explain_full_disk(EngineError::Internal("no".into()), || unreachable!());
+        assert!(matches!(other, EngineError::Internal(_)));
         // The directory goes with the TaskDir.
         let dir = t.path().to_owned();
         drop(t);

@@ -66,12 +66,12 @@ pub trait Stages: StageSet {
 
 /// The error for a body that does not decode as its stage's type.
 pub fn undecodable(stage: &str, what: &str, e: serde_json::Error) -> EngineError {
-    EngineError::Job(format!("a {stage} {what} that does not decode: {e}"))
+    EngineError::Protocol(format!("a {stage} {what} that does not decode: {e}"))
 }
 
 /// The error for a stage the kind does not have.
 pub fn unknown_stage(stage: &str, stages: &[&str]) -> EngineError {
-    EngineError::Job(format!(
+    EngineError::Protocol(format!(
         "no stage {stage:?} in this job kind (its stages: {stages:?}): run the same \
          probeflow release everywhere"
     ))
@@ -103,7 +103,7 @@ macro_rules! stages {
                 let encoded = match self {
                     $( Self::$Variant(v) => $crate::protocol::Payload::encode(v), )+
                 };
-                encoded.map_err(|e| $crate::error::EngineError::Job(format!(
+                encoded.map_err(|e| $crate::error::EngineError::Internal(format!(
                     "a {} {} that does not encode: {e}", self.stage(), $what
                 )))
             }

@@ -218,7 +218,7 @@ impl StoreUrl {
     /// `value` as the pretty JSON [`Self::put_json`] writes to `rel`.
     fn json_bytes<T: serde::Serialize>(&self, rel: &str, value: &T) -> Result<Vec<u8>> {
         serde_json::to_vec_pretty(value).map_err(|e| {
-            EngineError::Job(format!(
+            EngineError::Internal(format!(
                 "{}: cannot encode: {e}",
                 self.display(&self.child(rel))
             ))
@@ -820,7 +820,7 @@ impl PartWriter {
     async fn capacity(&mut self) -> Result<&mut WriteMultipart> {
         let Some(upload) = self.upload.as_mut() else {
             let shown = self.url.display(&self.path);
-            return Err(EngineError::Job(format!("{shown}: no upload started")));
+            return Err(EngineError::Internal(format!("{shown}: no upload started")));
         };
         upload
             .wait_for_capacity(PARTS_IN_FLIGHT)

@@ -67,12 +67,12 @@ impl OutputWriter {
     pub async fn flush(&self) -> Result<(), EngineError> {
         let (done, answer) = oneshot::channel();
         if self.queue.send(Command::Flush(done)).is_err() {
-            return Err(EngineError::Job("the output writer stopped".into()));
+            return Err(EngineError::Runtime("the output writer stopped".into()));
         }
         match answer.await {
             Ok(None) => Ok(()),
             Ok(Some(e)) => Err(e),
-            Err(_) => Err(EngineError::Job("the output writer stopped".into())),
+            Err(_) => Err(EngineError::Runtime("the output writer stopped".into())),
         }
     }
 }

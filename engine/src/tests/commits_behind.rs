@@ -76,7 +76,7 @@ impl JobKind for GatedKind {
         &[]
     }
     fn load(&'static self, file: &str, _text: &str) -> Result<Box<dyn JobFile>> {
-        Err(EngineError::Job(format!(
+        Err(EngineError::Internal(format!(
             "{file}: the gated kind has no job files"
         )))
     }
@@ -126,13 +126,13 @@ impl TaskRunner for GatedRunner {
                 .unwrap()
                 .as_mut()
                 .and_then(|w| w.gates.remove(&n))
-                .ok_or_else(|| EngineError::Job(format!("no gate for task {n}")))?;
+                .ok_or_else(|| EngineError::Internal(format!("no gate for task {n}")))?;
             Ok(RunResult::Committing(Box::pin(async move {
                 match gate.await {
                     Ok(Ending::Output) => Ok(Payload::encode(&n).unwrap()),
-                    Ok(Ending::Error) => Err(EngineError::Job(format!("task {n}'s commit failed"))),
+                    Ok(Ending::Error) => Err(EngineError::Internal(format!("task {n}'s commit failed"))),
                     Ok(Ending::Panic) => panic!("task {n}'s commit panicked"),
-                    Err(_) => Err(EngineError::Job("gate dropped".into())),
+                    Err(_) => Err(EngineError::Internal("gate dropped".into())),
                 }
             })))
         })

@@ -17,6 +17,7 @@ mod bed;
 mod commits_behind;
 mod completion_record;
 mod coordinator_stops;
+mod errors_by_class;
 mod exclusion;
 mod finish_order;
 mod join;

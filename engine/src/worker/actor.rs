@@ -411,7 +411,7 @@ impl Actor for WorkerActor {
                         Ok(()) if state.faults.simulates_tasks() => Ok(runner
                             .simulated(&assignment)
                             .unwrap_or_else(|| {
-                                Err(crate::error::EngineError::Job(format!(
+                                Err(crate::error::EngineError::Internal(format!(
                                     "the {} job kind cannot simulate its tasks",
                                     assignment.job.kind
                                 )))
@@ -564,10 +564,7 @@ async fn report(
     ));
     let result = match result {
         Ok(Ok(output)) => Ok(output),
-        Ok(Err(e)) => Err(TaskFailure {
-            error: e.to_string(),
-            retryable: e.fault().retryable(),
-        }),
+        Ok(Err(e)) => Err(TaskFailure::of(&e)),
         Err(panic) => Err(TaskFailure {
             error: format!(
                 "task panicked: {}",

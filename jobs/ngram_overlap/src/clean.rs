@@ -110,7 +110,7 @@ pub fn run_clean(
         applied.rows = copy(handle, task, &mut out)?;
     } else {
         let format = format_of(&task.file.url)
-            .ok_or_else(|| EngineError::Job(format!("{}: not a known format", task.file.url)))?;
+            .ok_or_else(|| EngineError::Internal(format!("{}: not a known format", task.file.url)))?;
         let mut edits = Edits::new(&task.file.url, edits);
         match format {
             Format::Parquet => rewrite_parquet(
@@ -412,10 +412,9 @@ fn rewrite_parquet(
     out: &mut Upload,
 ) -> Result<()> {
     let url = &task.file.url;
-    let parquet_err = |e: parquet::errors::ParquetError| EngineError::Parquet {
-        file: url.clone(),
-        what: e.to_string(),
-    };
+    // A store's error inside a read stays the store's (retried); the rest is the file's.
+    let parquet_err =
+        |e: parquet::errors::ParquetError| probeflow_engine::parquet_source::parquet_error(url, e);
     let builder = handle.block_on(probeflow_engine::parquet_source::open(
         url,
         task.file.size,
@@ -500,7 +499,7 @@ fn clean_batch(
     let texts = texts
         .as_any()
         .downcast_ref::<StringArray>()
-        .ok_or_else(|| EngineError::Job("a Utf8 cast gave no StringArray".into()))?;
+        .ok_or_else(|| EngineError::Internal("a Utf8 cast gave no StringArray".into()))?;
     let mut keep = Vec::with_capacity(rows as usize);
     let mut values: Vec<Option<String>> = Vec::with_capacity(rows as usize);
     for i in 0..rows as usize {

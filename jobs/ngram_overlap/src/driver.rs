@@ -170,7 +170,7 @@ impl OverlapDriver {
             .enumerate()
             .map(|(i, e)| {
                 let out = self.index.get(&(i as u32)).ok_or_else(|| {
-                    EngineError::Job(format!("no index result for eval file {i}"))
+                    EngineError::Internal(format!("no index result for eval file {i}"))
                 })?;
                 Ok(EvalFile {
                     file: e.file.clone(),
@@ -187,7 +187,7 @@ impl OverlapDriver {
                             .get(&(g * self.plan.train.len() as u32 + t))
                             .map(|s| s.events_file.clone())
                             .ok_or_else(|| {
-                                EngineError::Job(format!("no scan result for training file {t}"))
+                                EngineError::Internal(format!("no scan result for training file {t}"))
                             })
                     })
                     .collect::<Result<Vec<_>>>()
@@ -322,10 +322,10 @@ impl OverlapDriver {
         let read: Vec<Result<OutputFile>> = futures::stream::iter(rejects)
             .map(|path: String| async move {
                 OutputFile::read_back(output, &path).await?.ok_or_else(|| {
-                    EngineError::Job(format!(
-                        "{}: an accepted task's rejects file is missing",
-                        output.display(&output.child(&path))
-                    ))
+                    EngineError::Corrupt {
+                        file: output.display(&output.child(&path)),
+                        what: "an accepted task's rejects file is missing".into(),
+                    }
                 })
             })
             .buffered(REJECTS_READ_AHEAD)
@@ -579,7 +579,7 @@ impl Driver<NgramOverlap> for OverlapDriver {
 
     async fn finish(&mut self, output: &StoreUrl) -> Result<Finished> {
         if self.report.is_none() {
-            return Err(EngineError::Job("finished without a report".into()));
+            return Err(EngineError::Internal("finished without a report".into()));
         }
         if let (Some(_), Some(report)) = (&self.settings.clean, &self.report) {
             // Every file cleaned, with the edits the report decided: no more, no fewer.
@@ -589,7 +589,7 @@ impl Driver<NgramOverlap> for OverlapDriver {
                 .fold((0, 0), |(d, c), o| (d + o.dropped, c + o.cut));
             if self.cleans.len() != self.plan.train.len() || applied != (report.dropped, report.cut)
             {
-                return Err(EngineError::Job(format!(
+                return Err(EngineError::Internal(format!(
                     "{} of {} training files cleaned, {} documents dropped and {} cut \
                          of the report's {} and {}",
                     self.cleans.len(),

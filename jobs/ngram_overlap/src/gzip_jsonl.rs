@@ -67,7 +67,7 @@ impl GzipJsonl {
 
     pub fn line<T: Serialize>(&mut self, handle: &tokio::runtime::Handle, value: &T) -> Result<()> {
         serde_json::to_writer(&mut self.lines, value)
-            .map_err(|e| EngineError::Job(e.to_string()))?;
+            .map_err(|e| EngineError::Internal(format!("a JSON line: {e}")))?;
         self.lines.push(b'\n');
         if self.lines.len() >= STAGED_BYTES {
             self.compress_staged()?;

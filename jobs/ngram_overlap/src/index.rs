@@ -30,6 +30,7 @@ use super::ngram_index::{
     is_gated, partition_keys, partition_of, sort_postings, IndexBuilder, NgramIndex,
     PartitionRefused, MAX_EVAL_ROWS, PREFIX_TOKENS,
 };
+use super::error::OverlapError;
 use super::ngrams::ScanTokens;
 use super::protocol::{index_shuffle_path, rejects_path, IndexOutput, IndexTask, Settings};
 use super::source::{read_records, WholeFiles};
@@ -268,10 +269,10 @@ pub fn run_index(
             // the report (which reads the ids of the rows with candidates).
             record.id()?;
             if record.row >= MAX_EVAL_ROWS {
-                return Err(EngineError::Job(format!(
-                    "{}: more than {MAX_EVAL_ROWS} rows; one job indexes at most that many",
-                    task.file.url
-                )));
+                return Err(OverlapError::EvalTooLarge {
+                    file: Some(task.file.url.clone()),
+                }
+                .into());
             }
             let row = record.row as u32;
             doc.fill(settings.tokenizer, record.text);
@@ -332,7 +333,7 @@ pub async fn load_index(
     let schema = posting_schema();
     let bases = row_bases(eval_rows)?;
     if files.len() != eval_rows.len() || !(runs.is_empty() || runs.len() == files.len()) {
-        return Err(EngineError::Job(format!(
+        return Err(EngineError::Internal(format!(
             "{} index files but {} eval row counts and {} run counts",
             files.len(),
             eval_rows.len(),
@@ -392,10 +393,7 @@ pub async fn load_index(
                     file: files.join(", "),
                     what: format!("partition {p} names an eval row past {MAX_EVAL_ROWS}"),
                 },
-                PartitionRefused::TooManyShared => EngineError::Job(format!(
-                    "index group {group}: more n-gram postings shared among eval rows than one \
-                 index holds ({MAX_EVAL_ROWS}); raise [index] partitions or lower [index] memory"
-                )),
+                PartitionRefused::TooManyShared => OverlapError::IndexGroupTooLarge { group }.into(),
             })?;
     }
     let index = builder.build();
@@ -462,10 +460,7 @@ pub fn row_bases(eval_rows: &[u64]) -> Result<Vec<u32>> {
         bases.push(total as u32);
         total = total.saturating_add(rows);
         if total > MAX_EVAL_ROWS {
-            return Err(EngineError::Job(format!(
-                "the eval side has more than {MAX_EVAL_ROWS} rows; one job indexes at most \
-                 that many"
-            )));
+            return Err(OverlapError::EvalTooLarge { file: None }.into());
         }
     }
     Ok(bases)

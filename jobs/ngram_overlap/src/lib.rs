@@ -40,6 +40,7 @@
 
 pub mod clean;
 pub mod cleaning;
+pub mod error;
 pub mod gzip_jsonl;
 pub mod index;
 pub mod json_record;

@@ -72,7 +72,9 @@ pub enum RecordError {
 
 impl KindError for RecordError {
     fn fault(&self) -> Fault {
-        Fault::Input
+        match self {
+            RecordError::BadId(_) | RecordError::Unhashable(_) => Fault::Input,
+        }
     }
 }
 

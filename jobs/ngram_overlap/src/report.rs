@@ -174,12 +174,14 @@ pub fn run_report(
             },
         )?;
         if counts.valid() != eval.instances {
-            return Err(EngineError::Job(format!(
-                "{}: {} valid rows now, {} when it was indexed",
-                eval.file.url,
-                counts.valid(),
-                eval.instances
-            )));
+            return Err(EngineError::InputChanged {
+                file: eval.file.url.clone(),
+                what: format!(
+                    "{} valid rows now, {} when it was indexed",
+                    counts.valid(),
+                    eval.instances
+                ),
+            });
         }
     }
     // Per dataset and configured n: the overlapping instances.
@@ -373,7 +375,8 @@ pub fn run_report(
             num_instances: instances.get(dataset).copied().unwrap_or(0),
             instance_ids: ids.iter().copied().collect(),
         };
-        serde_json::to_writer(&mut text, &record).map_err(|e| EngineError::Job(e.to_string()))?;
+        serde_json::to_writer(&mut text, &record)
+            .map_err(|e| EngineError::Internal(format!("an overlap record: {e}")))?;
         text.push(b'\n');
         overlapping
             .entry(dataset.to_string())

@@ -113,7 +113,7 @@ impl Runner<NgramOverlap> for OverlapRunner {
             })
             .await;
         let (out, index, whole) =
-            joined.map_err(|e| EngineError::Job(format!("the task's thread failed: {e}")))??;
+            joined.map_err(|e| EngineError::Runtime(format!("the task's thread failed: {e}")))??;
         self.whole = whole;
         if let (Some(key), Some(index)) = (group, index) {
             self.index = Some((key, index));

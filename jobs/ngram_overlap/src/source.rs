@@ -132,7 +132,7 @@ impl Record<'_> {
                 if parsed.is_none() {
                     // The light decode read this line with the same rules, so it decodes.
                     let value = py_json::loads(line).map_err(|e| {
-                        EngineError::Job(format!(
+                        EngineError::Internal(format!(
                             "{file}: a line read as a record does not decode: {e}"
                         ))
                     })?;
@@ -140,7 +140,7 @@ impl Record<'_> {
                 }
                 match parsed.as_ref() {
                     Some(record) => record_id(record),
-                    None => Err(EngineError::Job("no record".into())),
+                    None => Err(EngineError::Internal("no record".into())),
                 }
             }
             IdSource::Parquet { batch, index, file } => parquet_id(file, batch, *index),
@@ -186,7 +186,7 @@ pub fn read_records(
 ) -> Result<RowCounts> {
     handle.block_on(check_unchanged(file))?;
     let format = format_of(&file.url).ok_or_else(|| {
-        EngineError::Job(format!(
+        EngineError::Internal(format!(
             "{}: not a .jsonl, .jsonl.gz, .jsonl.zst or .parquet file",
             file.url
         ))
@@ -249,11 +249,28 @@ pub(super) async fn check_unchanged(file: &InputFile) -> Result<()> {
     probeflow_engine::store::check_pinned(&file.url, file.size, &file.etag).await
 }
 
-/// An object's bytes as a blocking [`Read`], fetched as they are read.
+/// An object's bytes as a blocking [`Read`], fetched as they are read. A store's error
+/// travels inside the `io::Error` as an [`EngineError::Store`] ([`read_error`] takes
+/// it out), so that it is not taken for a corrupt file.
 struct ObjectRead<'h> {
     handle: &'h Handle,
+    shown: String,
     stream: BoxStream<'static, object_store::Result<Bytes>>,
     chunk: Bytes,
+}
+
+/// The error of reading input `file` through a decoder: the store's own error when the
+/// store failed (the environment's, retried), else the file does not decode (the
+/// input's, naming it).
+fn read_error(file: &str, e: std::io::Error) -> EngineError {
+    let what = format!("cannot read: {e}");
+    match e.into_inner().map(|inner| inner.downcast::<EngineError>()) {
+        Some(Ok(store)) => *store,
+        _ => EngineError::Corrupt {
+            file: file.to_string(),
+            what,
+        },
+    }
 }
 
 impl Read for ObjectRead<'_> {
@@ -262,7 +279,9 @@ impl Read for ObjectRead<'_> {
             match self.handle.block_on(self.stream.next()) {
                 None => return Ok(0),
                 Some(Ok(b)) => self.chunk = b,
-                Some(Err(e)) => return Err(std::io::Error::other(e)),
+                Some(Err(e)) => {
+                    return Err(std::io::Error::other(EngineError::store(&self.shown, e)))
+                }
             }
         }
         let n = buf.len().min(self.chunk.len());
@@ -290,6 +309,7 @@ pub(super) fn open_object<'h>(
         .map_err(|e| EngineError::store(store.display(location), e))?;
     Ok(Box::new(ObjectRead {
         handle,
+        shown: store.display(location),
         stream: body.into_stream(),
         chunk: Bytes::new(),
     }))
@@ -316,10 +336,7 @@ fn read_jsonl(
 ) -> Result<u64> {
     let loc = StoreUrl::parse_input(&file.url)?;
     let mut raw = open_object(handle, &loc, &loc.root)?;
-    let io_err = |e: std::io::Error| EngineError::Corrupt {
-        file: file.url.clone(),
-        what: format!("cannot read: {e}"),
-    };
+    let io_err = |e: std::io::Error| read_error(&file.url, e);
     let WholeFiles { max, gz, text } = whole;
     let mut inflated_whole = false;
     let mut lines: LineReader<Box<dyn Read + '_>> = match format {
@@ -426,9 +443,9 @@ fn read_parquet(
     rejected: &mut Rejects,
     each: &mut impl FnMut(Record<'_>) -> Result<()>,
 ) -> Result<u64> {
-    let parquet_err = |e: parquet::errors::ParquetError| EngineError::Parquet {
-        file: file.url.clone(),
-        what: e.to_string(),
+    // A store's error inside a read stays the store's (retried); the rest is the file's.
+    let parquet_err = |e: parquet::errors::ParquetError| {
+        probeflow_engine::parquet_source::parquet_error(&file.url, e)
     };
     let builder = handle.block_on(probeflow_engine::parquet_source::open(
         &file.url,
@@ -459,7 +476,7 @@ fn read_parquet(
         let texts = texts
             .as_any()
             .downcast_ref::<arrow::array::StringArray>()
-            .ok_or_else(|| EngineError::Job("a Utf8 cast gave no StringArray".into()))?;
+            .ok_or_else(|| EngineError::Internal("a Utf8 cast gave no StringArray".into()))?;
         // An id no rule turns into a string is refused whether or not the row is ever
         // asked for its id (a training document only is when it overlaps).
         let compound_ids = match batch.schema().column_with_name("id") {
@@ -583,7 +600,7 @@ fn arrow_value(array: &dyn Array, i: usize) -> Result<PyValue> {
     if array.is_null(i) {
         return Ok(PyValue::None);
     }
-    let mismatch = || EngineError::Job(format!("an array of {} is not", array.data_type()));
+    let mismatch = || EngineError::Internal(format!("an array of {} is not", array.data_type()));
     fn int<T: t::ArrowPrimitiveType>(array: &dyn Array, i: usize) -> Option<PyValue>
     where
         T::Native: Into<i128>,
@@ -632,7 +649,7 @@ fn arrow_value(array: &dyn Array, i: usize) -> Result<PyValue> {
             Some(PyValue::Dict(items))
         }
         other => {
-            return Err(EngineError::Job(format!(
+            return Err(EngineError::Internal(format!(
                 "a {other} value has no Python form the job reproduces"
             )))
         }
@@ -643,6 +660,27 @@ fn arrow_value(array: &dyn Array, i: usize) -> Result<PyValue> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_store_error_inside_a_decoder_stays_the_stores_and_bad_bytes_are_the_files() {
+        // What a gzip decoder passes up from the stream below it when the store fails.
+        let store = EngineError::store(
+            "s3://b/train.jsonl.gz",
+            object_store::Error::Generic {
+                store: "S3",
+                source: "connection reset".into(),
+            },
+        );
+        let e = read_error("s3://b/train.jsonl.gz", std::io::Error::other(store));
+        assert!(matches!(e, EngineError::Store { .. }), "{e}");
+        assert!(e.fault().retryable());
+        // A decoder's own error is the file's: it fails at once, naming it.
+        let bad = std::io::Error::new(std::io::ErrorKind::InvalidInput, "invalid gzip header");
+        let e = read_error("s3://b/train.jsonl.gz", bad);
+        assert!(matches!(e, EngineError::Corrupt { .. }), "{e}");
+        assert!(!e.fault().retryable());
+        assert!(e.to_string().starts_with("s3://b/train.jsonl.gz: "), "{e}");
+    }
 
     #[test]
     fn formats_are_known_by_name() {

@@ -156,7 +156,7 @@ impl HotNgrams {
                 excluded: triage.exclude,
             };
             serde_json::to_writer(&mut text, &record)
-                .map_err(|e| EngineError::Job(e.to_string()))?;
+                .map_err(|e| EngineError::Internal(format!("a hot n-gram record: {e}")))?;
             text.push(b'\n');
         }
         let file = OutputFile {

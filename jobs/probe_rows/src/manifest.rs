@@ -116,13 +116,13 @@ pub async fn finalize(
         }
     }
     if totals.input_rows != totals.kept_measurements + totals.rejected_rows {
-        return Err(EngineError::Job(format!(
+        return Err(EngineError::Internal(format!(
             "inconsistent counts: {} input rows but {} kept + {} rejected",
             totals.input_rows, totals.kept_measurements, totals.rejected_rows
         )));
     }
     if written_measurements != totals.kept_measurements {
-        return Err(EngineError::Job(format!(
+        return Err(EngineError::Internal(format!(
             "data loss check failed: {} measurements kept by maps but {} written to shards",
             totals.kept_measurements, written_measurements
         )));
@@ -167,10 +167,10 @@ pub async fn finalize(
             _ => OutputFile::read_back(output, rejects).await?,
         };
         files.push(written.ok_or_else(|| {
-            EngineError::Job(format!(
-                "{}: an accepted map's rejects file is missing",
-                output.display(&output.child(rejects))
-            ))
+            EngineError::Corrupt {
+                file: output.display(&output.child(rejects)),
+                what: "an accepted map's rejects file is missing".into(),
+            }
         })?);
     }
     Ok((totals, files))

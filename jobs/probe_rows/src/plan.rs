@@ -153,7 +153,7 @@ pub fn plan_reduces(shards: u32, maps: &[(usize, &MapOutput)]) -> Result<Vec<Red
         .enumerate()
         .map(|(k, (i, m))| {
             if k != *i {
-                return Err(EngineError::Job(format!("no result for map task {k}")));
+                return Err(EngineError::Internal(format!("no result for map task {k}")));
             }
             attempt_of_shuffle_file(*i, &m.shuffle_file).ok_or_else(|| {
                 let earlier = if m.shuffle_file.ends_with(".arrow") {
@@ -163,7 +163,7 @@ pub fn plan_reduces(shards: u32, maps: &[(usize, &MapOutput)]) -> Result<Vec<Red
                 } else {
                     ""
                 };
-                EngineError::Job(format!(
+                EngineError::Conflict(format!(
                     "map task {i}: {:?} is not a shuffle file name{earlier}",
                     m.shuffle_file
                 ))

@@ -169,7 +169,7 @@ fn gather(
                 let permit = in_flight
                     .acquire_many_owned(share)
                     .await
-                    .map_err(|e| EngineError::Job(format!("segment budget: {e}")))?;
+                    .map_err(|e| EngineError::Runtime(format!("segment budget: {e}")))?;
                 Ok((file, entry, permit))
             }
         })
@@ -454,7 +454,7 @@ fn shard_of(shards: &[ShardFile], split: Split) -> Result<usize> {
     shards
         .iter()
         .position(|s| s.split == split)
-        .ok_or_else(|| EngineError::Job(format!("no {split} shard in this reduce")))
+        .ok_or_else(|| EngineError::Internal(format!("no {split} shard in this reduce")))
 }
 
 fn finish_group(g: Group, shards: &mut [ShardFile]) -> Result<()> {

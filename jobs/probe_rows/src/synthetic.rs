@@ -28,8 +28,9 @@ const ANCHORS: u64 = 3_000;
 const ROWS_PER_FILE: u64 = 2_000_000;
 const ROW_GROUP: usize = 131_072;
 
+/// Demo rows are encoded in memory: an encoder that refuses them is a bug.
 fn runtime(e: impl std::fmt::Display) -> probeflow_engine::error::EngineError {
-    probeflow_engine::error::EngineError::Job(format!("generating demo data: {e}"))
+    probeflow_engine::error::EngineError::Internal(format!("generating demo data: {e}"))
 }
 
 /// SplitMix64: small, fast, and good enough for demo data.

@@ -240,7 +240,7 @@ impl Driver<WordCount> for WordCountDriver {
                 let counts_files = (0..self.plan.inputs.len() as u32)
                     .map(|file| match self.counts.get(&file) {
                         Some(c) => Ok(c.counts_file.clone()),
-                        None => Err(EngineError::Job(format!("no count result for file {file}"))),
+                        None => Err(EngineError::Internal(format!("no count result for file {file}"))),
                     })
                     .collect::<Result<Vec<_>>>()?;
                 vec![(0, WordCountTask::Merge(MergeTask { counts_files }))]
@@ -284,7 +284,7 @@ impl Driver<WordCount> for WordCountDriver {
 
     async fn finish(&mut self, _output: &StoreUrl) -> Result<Finished> {
         let Some(merged) = &self.merged else {
-            return Err(EngineError::Job("finished without a merge".into()));
+            return Err(EngineError::Internal("finished without a merge".into()));
         };
         Ok(Finished {
             summary: format!(
@@ -351,7 +351,9 @@ pub enum WordCountError {
 
 impl KindError for WordCountError {
     fn fault(&self) -> Fault {
-        Fault::Input
+        match self {
+            WordCountError::NotText { .. } => Fault::Input,
+        }
     }
 }
 
