@@ -215,7 +215,8 @@ fn decode_plan<T: serde::de::DeserializeOwned>(what: &str, value: &Payload) -> R
 }
 
 fn encode<T: serde::Serialize>(what: &str, value: &T) -> Result<Payload> {
-    Payload::encode(value).map_err(|e| EngineError::Internal(format!("{what} does not encode: {e}")))
+    Payload::encode(value)
+        .map_err(|e| EngineError::Internal(format!("{what} does not encode: {e}")))
 }
 
 impl<K: Kind> Sealed for K {}

@@ -46,6 +46,7 @@ pub mod kind;
 pub(crate) mod listener;
 pub(crate) mod messages;
 pub mod monitor;
+pub mod parquet_guard;
 pub mod parquet_source;
 pub mod protocol;
 pub mod scratch;

@@ -37,13 +37,16 @@ pub struct ParquetSource {
     /// Whether to load the offset index (page locations), when the file has one: it
     /// lets a row range be read without fetching its row group's whole column chunks.
     pages: bool,
+    /// Set once the footer is read: every later read is of whole pages, whose headers
+    /// are checked ([`crate::parquet_guard::check_pages`]) before parquet decodes them.
+    footer_read: std::sync::atomic::AtomicBool,
 }
 
 impl ParquetSource {
     /// Bytes `range` of the file, of the pinned version only.
     async fn read(&self, range: Range<u64>) -> parquet::errors::Result<Bytes> {
         let options = GetOptions {
-            range: Some(range.into()),
+            range: Some(range.clone().into()),
             if_match: self.etag.clone(),
             ..GetOptions::default()
         };
@@ -85,8 +88,42 @@ impl ParquetSource {
                 )));
             }
         }
-        got.bytes().await.map_err(pinned)
+        let bytes = got.bytes().await.map_err(pinned)?;
+        self.check(range, &bytes)?;
+        Ok(bytes)
     }
+
+    /// Checks what parquet will decode from `bytes` (of `range`) where it would panic or
+    /// allocate by what the bytes claim ([`crate::parquet_guard`]): the footer, when
+    /// `bytes` hold it, and once the footer is read, the page headers.
+    fn check(&self, range: Range<u64>, bytes: &[u8]) -> parquet::errors::Result<()> {
+        use crate::parquet_guard::{check_footer, check_pages};
+        let checked = if self.footer_read.load(std::sync::atomic::Ordering::Relaxed) {
+            check_pages(bytes)
+        } else {
+            match footer_in(range, bytes, self.size) {
+                Some(footer) => check_footer(footer),
+                None => Ok(()),
+            }
+        };
+        checked.map_err(|what| {
+            ParquetError::External(Box::new(EngineError::Parquet {
+                file: self.url.clone(),
+                what,
+            }))
+        })
+    }
+}
+
+/// The footer's Thrift bytes within `bytes` (of `range` of a file of `size` bytes),
+/// when they are the file's tail and hold all of it.
+fn footer_in(range: Range<u64>, bytes: &[u8], size: u64) -> Option<&[u8]> {
+    if range.end != size || bytes.len() < 8 || bytes.len() as u64 != range.end - range.start {
+        return None;
+    }
+    let length = u32::from_le_bytes(bytes[bytes.len() - 8..bytes.len() - 4].try_into().ok()?);
+    let start = (bytes.len() - 8).checked_sub(length as usize)?;
+    Some(&bytes[start..bytes.len() - 8])
 }
 
 impl AsyncFileReader for ParquetSource {
@@ -197,13 +234,15 @@ pub async fn open(
         size,
         etag: etag.map(str::to_string),
         pages,
+        footer_read: Default::default(),
     };
     let key = etag.map(|e| (url.to_string(), size, e.to_string(), pages));
     let plain = match key.as_ref().and_then(kept_footer) {
         Some(kept) => kept,
         None => {
-            let read = ArrowReaderMetadata::load_async(&mut source, ArrowReaderOptions::new())
-                .await
+            let footer = source.get_metadata(None).await.map_err(parquet_err)?;
+            check_arrow_schema(url, &footer)?;
+            let read = ArrowReaderMetadata::try_new(footer, ArrowReaderOptions::new())
                 .map_err(parquet_err)?;
             if let Some(key) = key {
                 keep_footer(key, &read);
@@ -211,6 +250,9 @@ pub async fn open(
             read
         }
     };
+    source
+        .footer_read
+        .store(true, std::sync::atomic::Ordering::Relaxed);
     let schema = plain.schema();
     let fields: Vec<FieldRef> = schema
         .fields()
@@ -242,6 +284,25 @@ pub async fn open(
     Ok(ParquetRecordBatchStreamBuilder::new_with_metadata(
         source, metadata,
     ))
+}
+
+/// Refuses a footer whose `ARROW:schema` arrow-ipc would panic on
+/// ([`crate::parquet_guard::check_arrow_schema`]), naming the file.
+fn check_arrow_schema(url: &str, footer: &ParquetMetaData) -> Result<()> {
+    let schemas = footer
+        .file_metadata()
+        .key_value_metadata()
+        .into_iter()
+        .flatten()
+        .filter(|kv| kv.key == "ARROW:schema")
+        .filter_map(|kv| kv.value.as_deref());
+    for value in schemas {
+        crate::parquet_guard::check_arrow_schema(value).map_err(|what| EngineError::Parquet {
+            file: url.to_string(),
+            what,
+        })?;
+    }
+    Ok(())
 }
 
 /// Whether every data page of column `name`, in every row group of the file, is

@@ -463,6 +463,29 @@ def test_corrupt_parquet_fails_naming_the_file(workdir):
     assert "broken.parquet" in proc.stderr
 
 
+def test_a_corrupt_page_fails_the_job_in_one_attempt_naming_the_file(workdir):
+    """The footer is sound, so the job plans; the first map meets the torn zstd page.
+    The bytes are the file's fault: every attempt would read them alike, so the job
+    stops after one attempt (of five), naming the file, instead of retrying."""
+    d = workdir / "torn-page"
+    d.mkdir()
+    n = 20000
+    table = pa.table({"src_addr": ["192.0.2.1"] * n, "dst_addr": ["192.0.2.2"] * n, "ip_version": [4] * n,
+                      "rtt": [float(i % 977) + 0.25 for i in range(n)], "event_time": list(range(1_700_000_000, 1_700_000_000 + n))})
+    victim = d / "torn.parquet"
+    pq.write_table(table, victim, compression="zstd", use_dictionary=False)
+    rtt = pq.ParquetFile(victim).metadata.row_group(0).column(3)
+    data = bytearray(victim.read_bytes())
+    middle = rtt.data_page_offset + rtt.total_compressed_size // 2
+    data[middle:middle + 64] = bytes(64)
+    victim.write_bytes(bytes(data))
+    out = workdir / "out-torn-page"
+    proc = run(["run", str(job_file(workdir, "torn-page", f"{d}/*.parquet", out, extra_run="max_attempts = 5"))], check=False)
+    assert proc.returncode == 1, proc.stderr
+    assert "torn.parquet" in proc.stderr and "after 1 attempt(s)" in proc.stderr, proc.stderr
+    assert not (out / "_SUCCESS").exists()
+
+
 def test_job_file_errors_are_clear(workdir):
     bad = workdir / "bad.toml"
     bad.write_text('[input]\nurl = "x"\n[output]\nurl = "y"\nshard = 3\n')

@@ -130,7 +130,9 @@ impl TaskRunner for GatedRunner {
             Ok(RunResult::Committing(Box::pin(async move {
                 match gate.await {
                     Ok(Ending::Output) => Ok(Payload::encode(&n).unwrap()),
-                    Ok(Ending::Error) => Err(EngineError::Internal(format!("task {n}'s commit failed"))),
+                    Ok(Ending::Error) => {
+                        Err(EngineError::Internal(format!("task {n}'s commit failed")))
+                    }
                     Ok(Ending::Panic) => panic!("task {n}'s commit panicked"),
                     Err(_) => Err(EngineError::Internal("gate dropped".into())),
                 }

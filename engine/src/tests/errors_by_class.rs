@@ -130,5 +130,8 @@ async fn a_file_that_is_not_text_fails_a_real_run_once_naming_it() {
     let e = run_job(&spec, TEST_KINDS).await.unwrap_err();
     let shown = e.to_string();
     assert!(shown.contains("after 1 attempt(s)"), "{shown}");
-    assert!(shown.contains("t1.txt") && shown.contains("not UTF-8"), "{shown}");
+    assert!(
+        shown.contains("t1.txt") && shown.contains("not UTF-8"),
+        "{shown}"
+    );
 }

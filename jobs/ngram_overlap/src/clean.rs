@@ -109,8 +109,9 @@ pub fn run_clean(
     if edits.is_empty() {
         applied.rows = copy(handle, task, &mut out)?;
     } else {
-        let format = format_of(&task.file.url)
-            .ok_or_else(|| EngineError::Internal(format!("{}: not a known format", task.file.url)))?;
+        let format = format_of(&task.file.url).ok_or_else(|| {
+            EngineError::Internal(format!("{}: not a known format", task.file.url))
+        })?;
         let mut edits = Edits::new(&task.file.url, edits);
         match format {
             Format::Parquet => rewrite_parquet(

@@ -187,7 +187,9 @@ impl OverlapDriver {
                             .get(&(g * self.plan.train.len() as u32 + t))
                             .map(|s| s.events_file.clone())
                             .ok_or_else(|| {
-                                EngineError::Internal(format!("no scan result for training file {t}"))
+                                EngineError::Internal(format!(
+                                    "no scan result for training file {t}"
+                                ))
                             })
                     })
                     .collect::<Result<Vec<_>>>()
@@ -321,12 +323,12 @@ impl OverlapDriver {
         // milliseconds away at thousands of input files: several at once.
         let read: Vec<Result<OutputFile>> = futures::stream::iter(rejects)
             .map(|path: String| async move {
-                OutputFile::read_back(output, &path).await?.ok_or_else(|| {
-                    EngineError::Corrupt {
+                OutputFile::read_back(output, &path)
+                    .await?
+                    .ok_or_else(|| EngineError::Corrupt {
                         file: output.display(&output.child(&path)),
                         what: "an accepted task's rejects file is missing".into(),
-                    }
-                })
+                    })
             })
             .buffered(REJECTS_READ_AHEAD)
             .collect()

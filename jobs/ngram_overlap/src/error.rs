@@ -46,9 +46,15 @@ mod tests {
         }
         .into();
         assert!(!one.fault().retryable());
-        assert!(one.to_string().starts_with("eval.jsonl: more than "), "{one}");
+        assert!(
+            one.to_string().starts_with("eval.jsonl: more than "),
+            "{one}"
+        );
         let all: EngineError = OverlapError::EvalTooLarge { file: None }.into();
-        assert!(all.to_string().starts_with("the eval side has more than "), "{all}");
+        assert!(
+            all.to_string().starts_with("the eval side has more than "),
+            "{all}"
+        );
         let group: EngineError = OverlapError::IndexGroupTooLarge { group: 3 }.into();
         assert!(!group.fault().retryable());
         assert!(matches!(

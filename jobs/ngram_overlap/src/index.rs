@@ -26,11 +26,11 @@ use futures::{StreamExt, TryStreamExt};
 use arrow::array::{Array, ArrayRef, RecordBatch, UInt32Array, UInt64Array};
 use arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 
+use super::error::OverlapError;
 use super::ngram_index::{
     is_gated, partition_keys, partition_of, sort_postings, IndexBuilder, NgramIndex,
     PartitionRefused, MAX_EVAL_ROWS, PREFIX_TOKENS,
 };
-use super::error::OverlapError;
 use super::ngrams::ScanTokens;
 use super::protocol::{index_shuffle_path, rejects_path, IndexOutput, IndexTask, Settings};
 use super::source::{read_records, WholeFiles};
@@ -393,7 +393,9 @@ pub async fn load_index(
                     file: files.join(", "),
                     what: format!("partition {p} names an eval row past {MAX_EVAL_ROWS}"),
                 },
-                PartitionRefused::TooManyShared => OverlapError::IndexGroupTooLarge { group }.into(),
+                PartitionRefused::TooManyShared => {
+                    OverlapError::IndexGroupTooLarge { group }.into()
+                }
             })?;
     }
     let index = builder.build();

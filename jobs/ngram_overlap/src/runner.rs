@@ -112,8 +112,8 @@ impl Runner<NgramOverlap> for OverlapRunner {
                 }
             })
             .await;
-        let (out, index, whole) =
-            joined.map_err(|e| EngineError::Runtime(format!("the task's thread failed: {e}")))??;
+        let (out, index, whole) = joined
+            .map_err(|e| EngineError::Runtime(format!("the task's thread failed: {e}")))??;
         self.whole = whole;
         if let (Some(key), Some(index)) = (group, index) {
             self.index = Some((key, index));

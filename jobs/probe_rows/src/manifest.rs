@@ -166,11 +166,9 @@ pub async fn finalize(
             Some(w) if w.path == *rejects => Some(w.clone()),
             _ => OutputFile::read_back(output, rejects).await?,
         };
-        files.push(written.ok_or_else(|| {
-            EngineError::Corrupt {
-                file: output.display(&output.child(rejects)),
-                what: "an accepted map's rejects file is missing".into(),
-            }
+        files.push(written.ok_or_else(|| EngineError::Corrupt {
+            file: output.display(&output.child(rejects)),
+            what: "an accepted map's rejects file is missing".into(),
         })?);
     }
     Ok((totals, files))

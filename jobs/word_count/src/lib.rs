@@ -240,7 +240,9 @@ impl Driver<WordCount> for WordCountDriver {
                 let counts_files = (0..self.plan.inputs.len() as u32)
                     .map(|file| match self.counts.get(&file) {
                         Some(c) => Ok(c.counts_file.clone()),
-                        None => Err(EngineError::Internal(format!("no count result for file {file}"))),
+                        None => Err(EngineError::Internal(format!(
+                            "no count result for file {file}"
+                        ))),
                     })
                     .collect::<Result<Vec<_>>>()?;
                 vec![(0, WordCountTask::Merge(MergeTask { counts_files }))]

@@ -1,0 +1,579 @@
+//! Checks of a Parquet file's bytes made before arrow-rs decodes them, where arrow-rs
+//! 59 panics or allocates by what the bytes claim rather than by what they hold:
+//!
+//! * the footer ([`check_footer`]): every Thrift list and binary length within the
+//!   bytes that follow it, and nesting at most [`MAX_THRIFT_DEPTH`] deep. (parquet
+//!   reserves its row groups by the list's claimed length: a 30-byte file can ask for
+//!   hundreds of GiB, an abort.)
+//! * the embedded Arrow schema ([`check_arrow_schema`], the footer's `ARROW:schema`):
+//!   every field of a type, width, unit and child count that arrow-ipc's decoder
+//!   accepts without panicking.
+//! * page headers ([`check_pages`]): a page may claim to decompress to at most
+//!   [`MAX_PAGE_BYTES`] or [`MAX_PAGE_RATIO`] times its compressed size, whichever is
+//!   more (Snappy, LZ4 and Brotli pages are decompressed into a buffer of the claimed
+//!   size, zero-filled first). Writers cut pages at about 1 MiB.
+//!
+//! Each returns what is wrong in words; the caller names the file. A check passes what
+//! it cannot read: parquet then refuses it with its own error (these checks only stop
+//! what parquet would not).
+
+use arrow::ipc;
+
+/// The deepest Thrift nesting a footer may have (a real one nests about 6 deep).
+pub const MAX_THRIFT_DEPTH: u32 = 32;
+
+/// A page may always claim this many decompressed bytes.
+pub const MAX_PAGE_BYTES: u64 = 64 << 20;
+
+/// Past [`MAX_PAGE_BYTES`], a page may claim at most this many times its compressed size
+/// (deflate's limit is about 1 032; real pages of real data stay far below).
+pub const MAX_PAGE_RATIO: u64 = 1100;
+
+/// Thrift compact protocol's type codes.
+mod kind {
+    pub const STOP: u8 = 0;
+    pub const TRUE: u8 = 1;
+    pub const FALSE: u8 = 2;
+    pub const BYTE: u8 = 3;
+    pub const I16: u8 = 4;
+    pub const I32: u8 = 5;
+    pub const I64: u8 = 6;
+    pub const DOUBLE: u8 = 7;
+    pub const BINARY: u8 = 8;
+    pub const LIST: u8 = 9;
+    pub const SET: u8 = 10;
+    pub const MAP: u8 = 11;
+    pub const STRUCT: u8 = 12;
+    pub const UUID: u8 = 13;
+}
+
+/// A walk over Thrift compact-protocol bytes that reads nothing into memory: it checks
+/// that every length fits in what is left.
+struct Walk<'a> {
+    rest: &'a [u8],
+}
+
+type Checked<T = ()> = Result<T, String>;
+
+impl<'a> Walk<'a> {
+    fn byte(&mut self) -> Checked<u8> {
+        let (&b, rest) = self
+            .rest
+            .split_first()
+            .ok_or("ends inside a Thrift value")?;
+        self.rest = rest;
+        Ok(b)
+    }
+
+    fn skip(&mut self, n: u64) -> Checked {
+        if n > self.rest.len() as u64 {
+            return Err(format!(
+                "a Thrift length of {n} bytes where {} remain",
+                self.rest.len()
+            ));
+        }
+        self.rest = &self.rest[n as usize..];
+        Ok(())
+    }
+
+    fn varint(&mut self) -> Checked<u64> {
+        let mut value = 0u64;
+        for shift in (0..70).step_by(7) {
+            let b = self.byte()?;
+            if shift == 63 && b > 1 {
+                return Err("a Thrift varint past 64 bits".into());
+            }
+            value |= u64::from(b & 0x7f) << shift;
+            if b & 0x80 == 0 {
+                return Ok(value);
+            }
+        }
+        Err("a Thrift varint past 64 bits".into())
+    }
+
+    fn zigzag(&mut self) -> Checked<i64> {
+        let v = self.varint()?;
+        Ok((v >> 1) as i64 ^ -((v & 1) as i64))
+    }
+
+    /// A count of elements, each at least one byte: at most what is left.
+    fn count(&mut self, n: u64, what: &str) -> Checked<u64> {
+        if n > self.rest.len() as u64 {
+            return Err(format!(
+                "a Thrift {what} of {n} elements where {} bytes remain",
+                self.rest.len()
+            ));
+        }
+        Ok(n)
+    }
+
+    fn value(&mut self, t: u8, depth: u32) -> Checked {
+        if depth > MAX_THRIFT_DEPTH {
+            return Err(format!(
+                "Thrift values nested past {MAX_THRIFT_DEPTH} levels"
+            ));
+        }
+        match t {
+            kind::TRUE | kind::FALSE | kind::BYTE => self.skip(1),
+            kind::I16 | kind::I32 | kind::I64 => self.varint().map(drop),
+            kind::DOUBLE => self.skip(8),
+            kind::UUID => self.skip(16),
+            kind::BINARY => {
+                let n = self.varint()?;
+                self.skip(n)
+            }
+            kind::LIST | kind::SET => {
+                let header = self.byte()?;
+                let n = match header >> 4 {
+                    15 => self.varint()?,
+                    n => u64::from(n),
+                };
+                let n = self.count(n, "list")?;
+                let element = header & 0x0f;
+                for _ in 0..n {
+                    // A bool in a list is one byte.
+                    match element {
+                        kind::TRUE | kind::FALSE => self.skip(1)?,
+                        t => self.value(t, depth + 1)?,
+                    }
+                }
+                Ok(())
+            }
+            kind::MAP => {
+                let n = self.varint()?;
+                let n = self.count(n, "map")?;
+                if n == 0 {
+                    return Ok(());
+                }
+                let types = self.byte()?;
+                for _ in 0..n {
+                    self.value(types >> 4, depth + 1)?;
+                    self.value(types & 0x0f, depth + 1)?;
+                }
+                Ok(())
+            }
+            kind::STRUCT => self.fields(depth + 1, |_, _, _| Ok(false)),
+            other => Err(format!("an unknown Thrift type {other}")),
+        }
+    }
+
+    /// The fields of a struct, up to its stop; `each(id, type, walk)` may read a field
+    /// itself (and says so), else the field is skipped.
+    fn fields(
+        &mut self,
+        depth: u32,
+        mut each: impl FnMut(i16, u8, &mut Self) -> Checked<bool>,
+    ) -> Checked {
+        let mut last = 0i16;
+        loop {
+            let header = self.byte()?;
+            let t = header & 0x0f;
+            if t == kind::STOP {
+                return Ok(());
+            }
+            let id = match header >> 4 {
+                0 => i16::try_from(self.zigzag()?).map_err(|_| "a Thrift field id past i16")?,
+                delta => last
+                    .checked_add(i16::from(delta))
+                    .ok_or("a Thrift field id past i16")?,
+            };
+            last = id;
+            if !each(id, t, self)? {
+                self.value(t, depth)?;
+            }
+        }
+    }
+}
+
+/// Checks a footer's Thrift (`FileMetaData`, without its length and magic).
+pub fn check_footer(footer: &[u8]) -> Checked {
+    let mut walk = Walk { rest: footer };
+    walk.value(kind::STRUCT, 0)
+        .map_err(|what| format!("its footer does not decode: {what}"))
+}
+
+/// Checks the page headers at the start of `pages` (a column chunk, or pages of one,
+/// as read for decoding): each page's sizes within the bytes and within the bound of
+/// the module docs. It stops at the first header it cannot read (parquet refuses that).
+pub fn check_pages(pages: &[u8]) -> Checked {
+    let mut walk = Walk { rest: pages };
+    while !walk.rest.is_empty() {
+        let mut sizes = (None, None);
+        let header = walk.fields(1, |id, t, w| match (id, t) {
+            (2, kind::I32) => {
+                sizes.0 = Some(w.zigzag()?);
+                Ok(true)
+            }
+            (3, kind::I32) => {
+                sizes.1 = Some(w.zigzag()?);
+                Ok(true)
+            }
+            _ => Ok(false),
+        });
+        let (Ok(()), (Some(uncompressed), Some(compressed))) = (header, sizes) else {
+            return Ok(());
+        };
+        if compressed < 0 || uncompressed < 0 {
+            return Ok(());
+        }
+        let (uncompressed, compressed) = (uncompressed as u64, compressed as u64);
+        let bound = MAX_PAGE_BYTES.max(compressed.saturating_mul(MAX_PAGE_RATIO));
+        if uncompressed > bound {
+            return Err(format!(
+                "a page of {compressed} compressed bytes claims {uncompressed} bytes \
+                 decompressed (at most {bound} are read: {MAX_PAGE_BYTES} or \
+                 {MAX_PAGE_RATIO} times the compressed size)"
+            ));
+        }
+        if walk.skip(compressed).is_err() {
+            return Ok(());
+        }
+    }
+    Ok(())
+}
+
+/// Checks the value of a footer's `ARROW:schema` key as parquet decodes it (base64 of
+/// an IPC message, with or without its 8-byte prefix): a value parquet cannot decode
+/// passes (parquet refuses it), one it would decode is checked field by field.
+pub fn check_arrow_schema(value: &str) -> Checked {
+    use base64::Engine;
+    let Ok(bytes) = base64::engine::general_purpose::STANDARD.decode(value) else {
+        return Ok(());
+    };
+    let message = if bytes.len() > 8 && bytes[0..4] == [255u8; 4] {
+        &bytes[8..]
+    } else {
+        &bytes[..]
+    };
+    let Ok(message) = ipc::root_as_message(message) else {
+        return Ok(());
+    };
+    let Some(schema) = message.header_as_schema() else {
+        return Ok(());
+    };
+    let big_endian = schema.endianness() == ipc::Endianness::Big;
+    let fields = schema
+        .fields()
+        .ok_or("its ARROW:schema has no field list")?;
+    for field in fields {
+        if big_endian && field.type_type() == ipc::Type::Decimal {
+            return Err("its ARROW:schema has a big-endian decimal".into());
+        }
+        check_field(field, true).map_err(|what| {
+            format!(
+                "its ARROW:schema does not decode: field {:?}: {what}",
+                field.name().unwrap_or_default()
+            )
+        })?;
+    }
+    Ok(())
+}
+
+/// A field arrow-ipc decodes without panicking: the conditions of its `get_data_type`.
+fn check_field(field: ipc::Field<'_>, may_be_dictionary: bool) -> Checked {
+    use ipc::Type as T;
+    if let (true, Some(dictionary)) = (may_be_dictionary, field.dictionary()) {
+        let index = dictionary
+            .indexType()
+            .ok_or("a dictionary without an index type")?;
+        int_width(index.bitWidth())?;
+        return check_field(field, false);
+    }
+    let children = |n: usize| -> Checked {
+        let got = field.children().map_or(0, |c| c.len());
+        if field.children().is_none() || got != n {
+            return Err(format!(
+                "{:?} with {got} children, not {n}",
+                field.type_type()
+            ));
+        }
+        field
+            .children()
+            .into_iter()
+            .flatten()
+            .try_for_each(|c| check_field(c, true))
+    };
+    let missing = || format!("a {:?} type without its parameters", field.type_type());
+    match field.type_type() {
+        T::Null
+        | T::Bool
+        | T::Binary
+        | T::BinaryView
+        | T::LargeBinary
+        | T::Utf8
+        | T::Utf8View
+        | T::LargeUtf8 => Ok(()),
+        T::Int => int_width(field.type_as_int().ok_or_else(missing)?.bitWidth()),
+        T::FixedSizeBinary => {
+            let width = field
+                .type_as_fixed_size_binary()
+                .ok_or_else(missing)?
+                .byteWidth();
+            non_negative(width, "fixed-size binary width")
+        }
+        T::FloatingPoint => {
+            let p = field
+                .type_as_floating_point()
+                .ok_or_else(missing)?
+                .precision();
+            known(
+                [
+                    ipc::Precision::HALF,
+                    ipc::Precision::SINGLE,
+                    ipc::Precision::DOUBLE,
+                ]
+                .contains(&p),
+                "float precision",
+                p.0,
+            )
+        }
+        T::Date => {
+            let unit = field.type_as_date().ok_or_else(missing)?.unit();
+            known(
+                [ipc::DateUnit::DAY, ipc::DateUnit::MILLISECOND].contains(&unit),
+                "date unit",
+                unit.0,
+            )
+        }
+        T::Time => {
+            let time = field.type_as_time().ok_or_else(missing)?;
+            let ok = matches!(
+                (time.bitWidth(), time.unit()),
+                (32, ipc::TimeUnit::SECOND | ipc::TimeUnit::MILLISECOND)
+                    | (64, ipc::TimeUnit::MICROSECOND | ipc::TimeUnit::NANOSECOND)
+            );
+            known(ok, "time width and unit", time.bitWidth())
+        }
+        T::Timestamp => time_unit(field.type_as_timestamp().ok_or_else(missing)?.unit()),
+        T::Duration => time_unit(field.type_as_duration().ok_or_else(missing)?.unit()),
+        T::Interval => {
+            let unit = field.type_as_interval().ok_or_else(missing)?.unit();
+            let units = [
+                ipc::IntervalUnit::YEAR_MONTH,
+                ipc::IntervalUnit::DAY_TIME,
+                ipc::IntervalUnit::MONTH_DAY_NANO,
+            ];
+            known(units.contains(&unit), "interval unit", unit.0)
+        }
+        T::List | T::LargeList | T::ListView | T::LargeListView => children(1),
+        T::FixedSizeList => {
+            let size = field
+                .type_as_fixed_size_list()
+                .ok_or_else(missing)?
+                .listSize();
+            non_negative(size, "fixed-size list size")?;
+            children(1)
+        }
+        T::Map => {
+            field.type_as_map().ok_or_else(missing)?;
+            children(1)
+        }
+        T::RunEndEncoded => children(2),
+        T::Struct_ => field
+            .children()
+            .into_iter()
+            .flatten()
+            .try_for_each(|c| check_field(c, true)),
+        T::Decimal => {
+            let d = field.type_as_decimal().ok_or_else(missing)?;
+            u8::try_from(d.precision()).map_err(|_| "a decimal precision past 255")?;
+            i8::try_from(d.scale()).map_err(|_| "a decimal scale outside i8")?;
+            known(
+                matches!(d.bitWidth(), 32 | 64 | 128 | 256),
+                "decimal width",
+                d.bitWidth(),
+            )
+        }
+        T::Union => check_union(field),
+        other => Err(format!("an unknown type {}", other.0)),
+    }
+}
+
+fn check_union(field: ipc::Field<'_>) -> Checked {
+    let union = field
+        .type_as_union()
+        .ok_or("a union without its parameters")?;
+    known(
+        [ipc::UnionMode::Dense, ipc::UnionMode::Sparse].contains(&union.mode()),
+        "union mode",
+        union.mode().0,
+    )?;
+    let children = field.children().map_or(0, |c| c.len());
+    if let Some(ids) = union.typeIds() {
+        // arrow takes each id as an i8; each must be non-negative and distinct, one per
+        // child.
+        let mut seen = [false; 128];
+        if ids.len() != children {
+            return Err(format!(
+                "a union of {children} children and {} ids",
+                ids.len()
+            ));
+        }
+        for id in ids.iter() {
+            let id = id as i8;
+            if id < 0 || std::mem::replace(&mut seen[id as usize], true) {
+                return Err(format!("a union type id {id} negative or repeated"));
+            }
+        }
+    }
+    field
+        .children()
+        .into_iter()
+        .flatten()
+        .try_for_each(|c| check_field(c, true))
+}
+
+fn int_width(bits: i32) -> Checked {
+    known(matches!(bits, 8 | 16 | 32 | 64), "integer width", bits)
+}
+
+fn time_unit(unit: ipc::TimeUnit) -> Checked {
+    let units = [
+        ipc::TimeUnit::SECOND,
+        ipc::TimeUnit::MILLISECOND,
+        ipc::TimeUnit::MICROSECOND,
+        ipc::TimeUnit::NANOSECOND,
+    ];
+    known(units.contains(&unit), "time unit", unit.0)
+}
+
+fn non_negative(n: i32, what: &str) -> Checked {
+    known(n >= 0, what, n)
+}
+
+fn known(ok: bool, what: &str, value: impl std::fmt::Display) -> Checked {
+    if ok {
+        Ok(())
+    } else {
+        Err(format!("an unknown {what} {value}"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_list_longer_than_the_bytes_left_is_refused() {
+        // FileMetaData { 1: version, 4: row_groups = list<struct> of i32::MAX }.
+        let footer = [0x15, 0x02, 0x39, 0xfc, 0xff, 0xff, 0xff, 0xff, 0x07, 0x00];
+        let e = check_footer(&footer).unwrap_err();
+        assert!(e.contains("2147483647 elements"), "{e}");
+        // The same list of one empty struct is fine.
+        assert_eq!(check_footer(&[0x15, 0x02, 0x39, 0x1c, 0x00, 0x00]), Ok(()));
+    }
+
+    #[test]
+    fn nesting_past_the_limit_is_refused_without_recursing_on_the_callers_stack_past_it() {
+        // A struct in a struct in … (field 1 of type struct), 10 000 deep.
+        let mut footer = vec![0x1c; 10_000];
+        footer.extend(std::iter::repeat_n(0x00, 10_001));
+        let e = check_footer(&footer).unwrap_err();
+        assert!(e.contains("nested past 32"), "{e}");
+    }
+
+    #[test]
+    fn a_binary_longer_than_the_bytes_left_is_refused() {
+        // Field 2 of type binary, claiming u32::MAX bytes.
+        let footer = [0x28, 0xff, 0xff, 0xff, 0xff, 0x0f];
+        assert!(check_footer(&footer)
+            .unwrap_err()
+            .contains("4294967295 bytes"));
+    }
+
+    /// A page header: type DATA_PAGE, the sizes, then its stop; then the page's bytes.
+    fn page(uncompressed: i32, compressed: i32) -> Vec<u8> {
+        fn zigzag(v: i32, out: &mut Vec<u8>) {
+            let mut z = ((v << 1) ^ (v >> 31)) as u32;
+            while z >= 0x80 {
+                out.push((z as u8) | 0x80);
+                z >>= 7;
+            }
+            out.push(z as u8);
+        }
+        let mut p = vec![0x15, 0x00, 0x15];
+        zigzag(uncompressed, &mut p);
+        p.push(0x15);
+        zigzag(compressed, &mut p);
+        p.push(0x00);
+        p.extend(std::iter::repeat_n(0u8, compressed.max(0) as usize));
+        p
+    }
+
+    #[test]
+    fn a_page_that_claims_more_than_its_bound_is_refused() {
+        let mut pages = page(1 << 20, 100);
+        pages.extend(page(i32::MAX, 10));
+        let e = check_pages(&pages).unwrap_err();
+        assert!(e.contains("10 compressed bytes claims 2147483647"), "{e}");
+        // Within the ratio past the floor.
+        assert_eq!(check_pages(&page(100 << 20, 100_000)), Ok(()));
+        // What parquet refuses itself is left to it.
+        assert_eq!(check_pages(&[0xff, 0xff]), Ok(()));
+    }
+
+    /// The `ARROW:schema` value of one field `x` of type `type_type` with an Int
+    /// table of `bits` as its parameters (whatever the type).
+    fn schema_of(type_type: ipc::Type, bits: i32) -> String {
+        use base64::Engine;
+        let mut fbb = flatbuffers::FlatBufferBuilder::new();
+        let name = fbb.create_string("x");
+        let mut int = ipc::IntBuilder::new(&mut fbb);
+        int.add_bitWidth(bits);
+        int.add_is_signed(true);
+        let int = int.finish();
+        let mut field = ipc::FieldBuilder::new(&mut fbb);
+        field.add_name(name);
+        field.add_type_type(type_type);
+        field.add_type_(int.as_union_value());
+        let field = field.finish();
+        let fields = fbb.create_vector(&[field]);
+        let mut schema = ipc::SchemaBuilder::new(&mut fbb);
+        schema.add_fields(fields);
+        let schema = schema.finish();
+        let mut message = ipc::MessageBuilder::new(&mut fbb);
+        message.add_version(ipc::MetadataVersion::V5);
+        message.add_header_type(ipc::MessageHeader::Schema);
+        message.add_header(schema.as_union_value());
+        let message = message.finish();
+        fbb.finish(message, None);
+        base64::engine::general_purpose::STANDARD.encode(fbb.finished_data())
+    }
+
+    #[test]
+    fn an_arrow_schema_that_arrow_decodes_passes_and_one_it_would_panic_on_does_not() {
+        let good = schema_of(ipc::Type::Int, 64);
+        assert_eq!(check_arrow_schema(&good), Ok(()));
+        let unknown_type = schema_of(ipc::Type(99), 64);
+        let e = check_arrow_schema(&unknown_type).unwrap_err();
+        assert!(e.contains("field \"x\": an unknown type 99"), "{e}");
+        let odd_width = schema_of(ipc::Type::Int, 12);
+        assert!(check_arrow_schema(&odd_width)
+            .unwrap_err()
+            .contains("integer width 12"));
+        // A list without its child.
+        let childless = schema_of(ipc::Type::List, 64);
+        assert!(check_arrow_schema(&childless)
+            .unwrap_err()
+            .contains("0 children"));
+        // Not base64, or not a message: parquet's own error, not ours.
+        assert_eq!(check_arrow_schema("%%%"), Ok(()));
+        assert_eq!(check_arrow_schema("AAAA"), Ok(()));
+    }
+
+    /// arrow-ipc's decoder, on what the check passes, does not panic (it would abort
+    /// this test).
+    #[test]
+    fn what_the_check_passes_arrow_ipc_decodes() {
+        use base64::Engine;
+        for value in [schema_of(ipc::Type::Int, 8), schema_of(ipc::Type::Utf8, 0)] {
+            assert_eq!(check_arrow_schema(&value), Ok(()));
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(&value)
+                .unwrap();
+            let message = ipc::root_as_message(&bytes).unwrap();
+            let schema = ipc::convert::fb_to_schema(message.header_as_schema().unwrap());
+            assert_eq!(schema.fields().len(), 1);
+        }
+    }
+}
