@@ -111,6 +111,9 @@ pub(crate) struct ManifestFile {
     tokenizer_version: String,
     pub(crate) shards_per_split: u32,
     pub(crate) shards: Vec<ManifestShard>,
+    /// The largest row the job wrote, in bytes (absent: a manifest of another writer).
+    #[serde(default)]
+    pub(crate) max_row_bytes: Option<u64>,
 }
 
 /// A finished job output: its root, and its manifest's shards (paths checked).
@@ -119,6 +122,8 @@ pub struct Output {
     pub root: PathBuf,
     pub shards_per_split: u32,
     pub shards: Vec<ManifestShard>,
+    /// The manifest's `max_row_bytes`: no row of this output is larger.
+    pub max_row_bytes: Option<u64>,
 }
 
 fn output_err(path: &Path, what: impl Into<String>) -> Error {
@@ -148,6 +153,7 @@ impl Output {
             root: root.to_path_buf(),
             shards_per_split: parsed.shards_per_split,
             shards: parsed.shards,
+            max_row_bytes: parsed.max_row_bytes,
         })
     }
 
@@ -585,11 +591,14 @@ pub fn resolve_shards(paths: &[String], split: &str, verify: bool) -> Result<Vec
     Ok(files
         .into_iter()
         .map(|(f, root)| {
-            let blake3 = root
-                .as_ref()
-                .and_then(|r| outputs[r].entry(&f))
-                .map(|e| e.blake3.clone());
-            ResolvedShard { path: f, blake3 }
+            let output = root.as_ref().map(|r| &outputs[r]);
+            let blake3 = output.and_then(|o| o.entry(&f)).map(|e| e.blake3.clone());
+            let max_record_bytes = output.and_then(|o| o.max_row_bytes);
+            ResolvedShard {
+                path: f,
+                blake3,
+                max_record_bytes,
+            }
         })
         .collect())
 }
@@ -600,6 +609,9 @@ pub fn resolve_shards(paths: &[String], split: &str, verify: bool) -> Result<Vec
 pub struct ResolvedShard {
     pub path: PathBuf,
     pub blake3: Option<String>,
+    /// Its output's `max_row_bytes`, when the manifest says it: a chunk that claims
+    /// more per record is corrupt ([`crate::array_record::ArrayRecordReader::set_max_record_bytes`]).
+    pub max_record_bytes: Option<u64>,
 }
 
 #[cfg(test)]

@@ -254,3 +254,25 @@ fn random_bytes_are_errors() {
         check_error(&err);
     }
 }
+
+#[test]
+fn a_chunk_claiming_records_past_the_known_row_limit_is_refused_before_decoding() {
+    let rows: Vec<Vec<u8>> = (0..4).map(|i| vec![i as u8; 1000]).collect();
+    let bytes = write("group_size:2,zstd:3", &rows);
+    let mut reader = ArrayRecordReader::from_bytes("shard.array_record", bytes).unwrap();
+    reader.set_max_record_bytes(Some(1000));
+    assert_eq!(reader.iter().collect::<Result<Vec<_>, _>>().unwrap(), rows);
+    reader.set_max_record_bytes(Some(999));
+    let err = reader.read_to_vec(2).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Corrupt {
+                location: Location::Chunk { index: 1, .. },
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("max_row_bytes (999)"), "{err}");
+}

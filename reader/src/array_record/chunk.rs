@@ -102,8 +102,36 @@ impl Compressor {
         self.compress(sizes, scratch)?;
         put_varint(out, scratch.len() as u64);
         out.extend_from_slice(scratch);
-        self.compress(values, out)
+        let values_at = out.len();
+        self.compress(values, out)?;
+        // A chunk that compresses past what a reader accepts of a file it did not write
+        // ([`decoded_bound`]: only long runs of one byte do) is stored uncompressed, so
+        // that every chunk written reads back.
+        let within = |input: &[u8], blob: usize| input.len() as u64 <= decoded_bound(blob);
+        if self.compression != Compression::Uncompressed
+            && !(within(sizes, scratch.len()) && within(values, out.len() - values_at))
+        {
+            out.clear();
+            out.push(Compression::Uncompressed.type_byte());
+            put_varint(out, sizes.len() as u64);
+            out.extend_from_slice(sizes);
+            out.extend_from_slice(values);
+        }
+        Ok(())
     }
+}
+
+/// A compressed blob may always claim this many decompressed bytes.
+pub const MAX_DECODED_FLOOR: u64 = 256 << 20;
+
+/// Past [`MAX_DECODED_FLOOR`], a blob may claim at most this many times its own size
+/// (deflate's limit is about 1 032; records that compress further are runs of one byte).
+pub const MAX_DECODED_RATIO: u64 = 1100;
+
+/// The most a compressed blob of `len` bytes may decompress to: a file's claims cannot
+/// make a reader allocate more than this multiple of the file.
+pub fn decoded_bound(len: usize) -> u64 {
+    MAX_DECODED_FLOOR.max((len as u64).saturating_mul(MAX_DECODED_RATIO))
 }
 
 /// Reusable decompression state.
@@ -132,6 +160,14 @@ impl Decompressor {
         if size > limit {
             return Err(format!(
                 "declared decompressed size {size} exceeds the expected {limit}"
+            ));
+        }
+        let bound = decoded_bound(blob.len());
+        if size > bound {
+            return Err(format!(
+                "a blob of {} bytes claims {size} bytes decompressed, more than {bound} \
+                 (at most {MAX_DECODED_FLOOR} or {MAX_DECODED_RATIO} times its size)",
+                blob.len()
             ));
         }
         let size = usize::try_from(size).map_err(|_| "decompressed size too large")?;
@@ -294,6 +330,57 @@ mod tests {
             assert_eq!(limits, vec![0, 1, 100_001]);
             assert_eq!(v, values, "{c:?}");
         }
+    }
+
+    #[test]
+    fn a_blob_claiming_more_than_its_bound_is_refused_before_any_allocation() {
+        // 10 bytes of Snappy whose prefix and stream both claim 3 GiB.
+        let mut blob = Vec::new();
+        put_varint(&mut blob, 3 << 30);
+        put_varint(&mut blob, 3 << 30);
+        blob.extend_from_slice(&[0u8; 5]);
+        for compression in [b's', b'z', b'b'] {
+            let mut out = Vec::new();
+            let e = Decompressor::default()
+                .decompress(compression, &blob, u64::MAX, &mut out)
+                .unwrap_err();
+            assert!(e.contains("more than"), "{e}");
+            assert_eq!(out.capacity(), 0, "{}", compression as char);
+        }
+        // What fits the bound is decompressed as before: a run that compresses far
+        // past the ratio, within the floor.
+        let zeros = vec![0u8; 8 << 20];
+        let mut c = Compressor::new(Compression::Zstd {
+            level: 3,
+            window_log: 20,
+        })
+        .unwrap();
+        let mut packed = Vec::new();
+        c.compress(&zeros, &mut packed).unwrap();
+        assert!((packed.len() as u64) * MAX_DECODED_RATIO < zeros.len() as u64);
+        let mut out = Vec::new();
+        Decompressor::default()
+            .decompress(b'z', &packed, u64::MAX, &mut out)
+            .unwrap();
+        assert_eq!(out, zeros);
+    }
+
+    #[test]
+    fn a_chunk_that_compresses_past_the_bound_is_stored_uncompressed() {
+        let values = vec![0u8; (MAX_DECODED_FLOOR + 1) as usize];
+        let mut sizes = Vec::new();
+        put_varint(&mut sizes, values.len() as u64);
+        let mut c = Compressor::new(Compression::Zstd {
+            level: 3,
+            window_log: 20,
+        })
+        .unwrap();
+        let (mut scratch, mut data) = (Vec::new(), Vec::new());
+        c.encode_simple(&sizes, &values, &mut scratch, &mut data)
+            .unwrap();
+        let parts = split_simple(&data).unwrap();
+        assert_eq!((parts.compression, parts.sizes), (0, &sizes[..]));
+        assert!(parts.values == &values[..]);
     }
 
     #[test]

@@ -92,6 +92,9 @@ pub struct ArrayRecordReader {
     footer_offset: u64,
     writer_options: Option<String>,
     verify_hashes: bool,
+    /// The largest record a chunk may claim on average, when known (a job output's
+    /// `max_row_bytes`).
+    max_record_bytes: Option<u64>,
 }
 
 impl std::fmt::Debug for ArrayRecordReader {
@@ -164,6 +167,7 @@ impl ArrayRecordReader {
             footer_offset: 0,
             writer_options: None,
             verify_hashes: true,
+            max_record_bytes: None,
         };
         reader.read_index()?;
         Ok(reader)
@@ -204,6 +208,14 @@ impl ArrayRecordReader {
     }
 
     /// Whether chunk data hashes are checked on every read (default: yes).
+    /// Refuses (as corrupt) a chunk whose records claim more than `max` bytes each on
+    /// average, before decompressing it: for files whose writer's row limit is known
+    /// (a job output's `max_row_bytes`). Without it, a chunk is bounded only by its
+    /// compressed size ([`super::chunk::decoded_bound`]).
+    pub fn set_max_record_bytes(&mut self, max: Option<u64>) {
+        self.max_record_bytes = max;
+    }
+
     pub fn set_verify_hashes(&mut self, verify: bool) {
         self.verify_hashes = verify;
     }
@@ -538,6 +550,16 @@ impl ArrayRecordReader {
         }
         let parts = split_simple(data.bytes()).map_err(|e| self.corrupt(loc.clone(), e))?;
         let bad = |e: String| self.corrupt(loc.clone(), e);
+        if let Some(max) = self.max_record_bytes {
+            let allowed = max.saturating_mul(header.num_records);
+            if header.decoded_data_size > allowed {
+                return Err(bad(format!(
+                    "{} records claim {} decoded bytes, more than the output's \
+                     max_row_bytes ({max}) each",
+                    header.num_records, header.decoded_data_size
+                )));
+            }
+        }
         if parts.compression == 0 {
             parse_sizes(
                 parts.sizes,

@@ -80,6 +80,7 @@ impl RowSource {
             .map(|f| ResolvedShard {
                 path: f.clone(),
                 blake3: None,
+                max_record_bytes: None,
             })
             .collect();
         Self::open_resolved(&shards)
@@ -89,7 +90,11 @@ impl RowSource {
     pub fn open_resolved(files: &[ResolvedShard]) -> Result<Self> {
         let readers = files
             .iter()
-            .map(|f| ArrayRecordReader::open(&f.path))
+            .map(|f| {
+                let mut reader = ArrayRecordReader::open(&f.path)?;
+                reader.set_max_record_bytes(f.max_record_bytes);
+                Ok(reader)
+            })
             .collect::<Result<Vec<_>>>()?;
         Ok(RowSource {
             starts: starts_of(readers.iter().map(|r| r.len())),
