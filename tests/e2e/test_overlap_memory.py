@@ -13,7 +13,7 @@ import json
 import random
 
 
-from support.outputs import coordinator_peak_mib
+from support.outputs import coordinator_peak_mib, coordinator_run_measured
 from support.overlap import SPLIT
 
 MEMORY_MIB = 256
@@ -112,3 +112,44 @@ def test_an_eval_file_larger_than_the_memory_setting_is_indexed_in_runs_within_i
     assert summary["index_groups"] > 1, summary
     assert peak_mib <= bound, f"peak RSS {peak_mib} MiB > {bound:.0f} MiB"
     assert found == want
+
+
+def test_a_line_past_max_line_bytes_fails_naming_file_and_line_in_bounded_memory(tmp_path):
+    """A training file whose second line is 1.5 GB without a newline (a gzip bomb of
+    about 1.5 MB: `x` repeated inside a JSON string). It took the job to 6.4 GB at
+    256 MiB per worker; now the line reader stops at `max_line_bytes` (64 MiB by
+    default) and the job fails at once naming the file and the line."""
+    (tmp_path / "eval").mkdir()
+    (tmp_path / "eval" / "e.jsonl").write_text(json.dumps({"id": "e0", "text": "a b c d e"}) + "\n")
+    (tmp_path / "train").mkdir()
+    bomb = tmp_path / "train" / "bomb.jsonl.gz"
+    chunk = b"x" * (16 << 20)
+    with gzip.open(bomb, "wb", compresslevel=1) as f:
+        f.write(json.dumps({"id": "t0", "text": "a b"}).encode() + b"\n" + b'{"text": "')
+        for _ in range(1536 // 16):
+            f.write(chunk)
+    out = tmp_path / "out"
+    spec = tmp_path / "job.toml"
+    spec.write_text(f"""
+kind = "ngram_overlap"
+[eval]
+paths = ["{tmp_path / 'eval'}"]
+[train]
+paths = ["{tmp_path / 'train'}"]
+[ngrams]
+n = [3]
+[output]
+url = "{out}"
+[run]
+mode = "local"
+workers = 1
+max_attempts = 3
+memory_per_worker = "{MEMORY_MIB}MiB"
+scratch = "{tmp_path / 'scratch'}"
+""")
+    code, peak_mib, stderr = coordinator_run_measured("run", str(spec))
+    print(f"exit {code}, peak RSS {peak_mib} MiB")
+    assert code == 1, stderr
+    assert "bomb.jsonl.gz" in stderr and "line 2 is longer than" in stderr and "max_line_bytes" in stderr, stderr
+    assert "after 1 attempt(s)" in stderr, stderr
+    assert peak_mib <= 1.25 * MEMORY_MIB + 3 * 64, f"peak RSS {peak_mib} MiB"

@@ -57,11 +57,18 @@ print(p.returncode, resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss // 10
 """
 
 
-def coordinator_peak_mib(*args: str) -> int:
-    """Runs the coordinator with `args` to success; its peak resident memory in MiB,
-    measured in a fresh process (RUSAGE_CHILDREN is the peak of its own children only)."""
+def coordinator_run_measured(*args: str) -> tuple[int, int, str]:
+    """Runs the coordinator with `args`: its exit code, its peak resident memory in MiB,
+    measured in a fresh process (RUSAGE_CHILDREN is the peak of its own children only),
+    and the end of its stderr."""
     proc = subprocess.run([sys.executable, "-c", MEASURE, str(COORDINATOR), *args],
                           capture_output=True, text=True)
     code, peak_mib = map(int, proc.stdout.split())
-    assert code == 0, proc.stderr
+    return code, peak_mib, proc.stderr
+
+
+def coordinator_peak_mib(*args: str) -> int:
+    """Runs the coordinator with `args` to success; its peak resident memory in MiB."""
+    code, peak_mib, stderr = coordinator_run_measured(*args)
+    assert code == 0, stderr
     return peak_mib

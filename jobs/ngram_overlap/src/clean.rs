@@ -33,8 +33,8 @@ use tokio::runtime::Handle;
 
 use super::json_record::{field_value_span, light_record, JsonValue};
 use super::lines::LineReader;
-use super::protocol::{CleanOutput, CleanTask, Edit, OutputFile, Settings, CLEANED_DIR};
-use super::source::{check_unchanged, format_of, open_object, read_gz_lines, Format};
+use super::protocol::{CleanOutput, CleanTask, Edit, OutputFile, ReadAs, Settings, CLEANED_DIR};
+use super::source::{check_unchanged, format_of, open_object, read_error, read_gz_lines, Format};
 use probeflow_engine::error::{EngineError, Result};
 use probeflow_engine::store::{PartWriter, StoreUrl, PART_BYTES};
 
@@ -125,7 +125,7 @@ pub fn run_clean(
                 handle,
                 task,
                 format,
-                &settings.train_text_field,
+                settings.train_side(),
                 &mut edits,
                 &mut out,
             )?,
@@ -340,21 +340,23 @@ fn rewrite_jsonl(
     handle: &Handle,
     task: &CleanTask,
     format: Format,
-    text_field: &str,
+    side: ReadAs<'_>,
     edits: &mut Edits,
     out: &mut Upload,
 ) -> Result<()> {
     let url = &task.file.url;
-    let io_err = |e: std::io::Error| corrupt(url, format!("cannot read: {e}"));
-    let loc = StoreUrl::parse(url)?;
+    let text_field = side.text_field;
+    let io_err = |e: std::io::Error| read_error(url, e);
+    let loc = StoreUrl::parse_input(url)?;
     let raw = open_object(handle, &loc, &loc.root)?;
-    let mut lines: LineReader<Box<dyn Read + '_>> = match format {
+    let lines: LineReader<Box<dyn Read + '_>> = match format {
         Format::JsonlGz => LineReader::new(Box::new(flate2::read::MultiGzDecoder::new(raw))),
         Format::JsonlZst => LineReader::new(Box::new(
             zstd::stream::read::Decoder::new(raw).map_err(io_err)?,
         )),
         _ => LineReader::new(raw),
     };
+    let mut lines = lines.with_max_line_bytes(side.max_line_bytes);
     let dest = out.path.clone();
     let write_err = |e: std::io::Error| corrupt(&dest, format!("cannot compress: {e}"));
     let mut sink = Compressor::new(format).map_err(write_err)?;

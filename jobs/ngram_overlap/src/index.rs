@@ -260,7 +260,7 @@ pub fn run_index(
     let counts = read_records(
         handle,
         &task.file,
-        &settings.eval_text_field,
+        settings.eval_side(),
         whole,
         output,
         Some(&rejects_path("eval", task.eval_file)),

@@ -308,6 +308,8 @@ pub(crate) mod test_support {
             tokenizer: TokenizerKind::Default,
             eval_text_field: "text".into(),
             train_text_field: "text".into(),
+            eval_max_line_bytes: crate::spec::DEFAULT_MAX_LINE_BYTES,
+            train_max_line_bytes: crate::spec::DEFAULT_MAX_LINE_BYTES,
             partitions: 1,
             whole_gzip_max: 0,
             triage: None,

@@ -7,13 +7,23 @@
 //! the bytes up to and including it, the way `BufRead::read_until` would. When the
 //! rest of the buffer holds no whole line, the partial line is moved to the front and
 //! the buffer is refilled; a line longer than the buffer grows it (a line is one
-//! document, and a document is read whole either way). A text already whole in
+//! document, and a document is read whole either way), up to the reader's
+//! [`LineReader::with_max_line_bytes`]: a longer line is an error ([`LineTooLong`])
+//! naming its number, with at most that many bytes held. A text already whole in
 //! memory ([`LineReader::from_text`]) is handed out in place, without reading.
 
 use std::io::{ErrorKind, Read};
 
 /// The buffer a [`LineReader`] starts with.
 const INITIAL_CAPACITY: usize = 1 << 20;
+
+/// A line of more than `limit` bytes (its `\n` not counted): line `line` (1-based).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("line {line} is longer than {limit} bytes")]
+pub struct LineTooLong {
+    pub line: u64,
+    pub limit: usize,
+}
 
 /// Lines of `R`, each including its `\n` (the last one may have none).
 pub struct LineReader<R> {
@@ -24,6 +34,10 @@ pub struct LineReader<R> {
     start: usize,
     end: usize,
     eof: bool,
+    /// The longest line handed out, without its `\n`.
+    max_line: usize,
+    /// Lines handed out so far.
+    lines: u64,
 }
 
 impl<R: Read> LineReader<R> {
@@ -38,7 +52,15 @@ impl<R: Read> LineReader<R> {
             start: 0,
             end: 0,
             eof: false,
+            max_line: usize::MAX,
+            lines: 0,
         }
+    }
+
+    /// The same reader, refusing lines longer than `max` bytes (without the `\n`).
+    pub fn with_max_line_bytes(mut self, max: usize) -> Self {
+        self.max_line = max;
+        self
     }
 
     /// The lines of `text`, already whole in memory (nothing is copied).
@@ -49,6 +71,8 @@ impl<R: Read> LineReader<R> {
             buf: text,
             start: 0,
             eof: true,
+            max_line: usize::MAX,
+            lines: 0,
         }
     }
 
@@ -64,17 +88,17 @@ impl<R: Read> LineReader<R> {
         loop {
             if let Some(at) = memchr::memchr(b'\n', &self.buf[searched..self.end]) {
                 let line = self.start..searched + at + 1;
-                self.start = line.end;
-                return Ok(Some(&self.buf[line]));
+                return self.hand_out(line, 1);
             }
             searched = self.end;
             if self.eof {
                 if self.start == self.end {
                     return Ok(None);
                 }
-                let line = self.start..self.end;
-                self.start = self.end;
-                return Ok(Some(&self.buf[line]));
+                return self.hand_out(self.start..self.end, 0);
+            }
+            if self.end - self.start > self.max_line {
+                return Err(self.too_long());
             }
             // No whole line left: keep the partial one, at the front, and read more.
             if self.start > 0 {
@@ -84,7 +108,10 @@ impl<R: Read> LineReader<R> {
                 self.start = 0;
             }
             if self.end == self.buf.len() {
-                let grown = self.buf.len() * 2;
+                // Room for a line of the limit and its `\n`; one byte more shows a
+                // longer line.
+                let most = self.max_line.saturating_add(2);
+                let grown = (self.buf.len() * 2).min(most).max(self.buf.len() + 1);
                 self.buf.resize(grown, 0);
             }
             let Some(inner) = self.inner.as_mut() else {
@@ -98,6 +125,30 @@ impl<R: Read> LineReader<R> {
                 Err(e) => return Err(e),
             }
         }
+    }
+
+    /// Hands out `line` (`newline`: whether it ends in one), unless it is too long.
+    fn hand_out(
+        &mut self,
+        line: std::ops::Range<usize>,
+        newline: usize,
+    ) -> std::io::Result<Option<&[u8]>> {
+        if line.len() - newline > self.max_line {
+            return Err(self.too_long());
+        }
+        self.start = line.end;
+        self.lines += 1;
+        Ok(Some(&self.buf[line]))
+    }
+
+    fn too_long(&self) -> std::io::Error {
+        std::io::Error::new(
+            ErrorKind::InvalidData,
+            LineTooLong {
+                line: self.lines + 1,
+                limit: self.max_line,
+            },
+        )
     }
 }
 
@@ -189,6 +240,37 @@ mod tests {
                 lines.push(line.to_vec());
             }
             assert_eq!(lines, read_until_lines(data), "{data:?}");
+        }
+    }
+
+    /// An endless line (`x` forever, no `\n`): a gzip bomb, or a JSON array dumped on
+    /// one line.
+    struct Endless;
+    impl Read for Endless {
+        fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+            out.fill(b'x');
+            Ok(out.len())
+        }
+    }
+
+    #[test]
+    fn a_line_past_the_limit_is_an_error_naming_its_number_in_bounded_memory() {
+        let limit = 3 << 20;
+        let mut reader =
+            LineReader::new((&b"{}\n\n"[..]).chain(Endless)).with_max_line_bytes(limit);
+        assert_eq!(reader.next_line().unwrap(), Some(&b"{}\n"[..]));
+        assert_eq!(reader.next_line().unwrap(), Some(&b"\n"[..]));
+        let e = reader.next_line().unwrap_err();
+        let too_long = e.get_ref().and_then(|e| e.downcast_ref::<LineTooLong>());
+        assert_eq!(too_long, Some(&LineTooLong { line: 3, limit }), "{e}");
+        assert!(reader.buf.len() <= limit + 2, "{}", reader.buf.len());
+        // At the limit exactly, with or without its newline, a line is read.
+        for text in [vec![b'y'; limit], [vec![b'y'; limit], vec![b'\n']].concat()] {
+            let mut whole = LineReader::new(&text[..]).with_max_line_bytes(limit);
+            assert_eq!(whole.next_line().unwrap(), Some(&text[..]));
+            let mut memory = LineReader::<std::io::Empty>::from_text(text.clone())
+                .with_max_line_bytes(limit - 1);
+            assert!(memory.next_line().is_err());
         }
     }
 

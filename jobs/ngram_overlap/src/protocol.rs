@@ -97,6 +97,12 @@ pub struct Settings {
     pub tokenizer: TokenizerKind,
     pub eval_text_field: String,
     pub train_text_field: String,
+    /// The longest JSONL line (document) read on each side ([`crate::spec::InputSpec`]'s
+    /// `max_line_bytes`).
+    #[serde(default = "default_max_line_bytes")]
+    pub eval_max_line_bytes: u64,
+    #[serde(default = "default_max_line_bytes")]
+    pub train_max_line_bytes: u64,
     pub partitions: u32,
     /// The largest `.jsonl.gz` input file (compressed, and its text) a task inflates
     /// whole in memory instead of as a stream (the same text, faster); from the plan.
@@ -108,6 +114,34 @@ pub struct Settings {
     /// The cleaning pass (`[clean]`); `None`: no cleaned corpus.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub clean: Option<Clean>,
+}
+
+fn default_max_line_bytes() -> u64 {
+    crate::spec::DEFAULT_MAX_LINE_BYTES
+}
+
+/// How one side's records are read: the text's field or column, and (JSONL) the
+/// longest line.
+#[derive(Debug, Clone, Copy)]
+pub struct ReadAs<'a> {
+    pub text_field: &'a str,
+    pub max_line_bytes: usize,
+}
+
+impl Settings {
+    pub fn eval_side(&self) -> ReadAs<'_> {
+        ReadAs {
+            text_field: &self.eval_text_field,
+            max_line_bytes: usize::try_from(self.eval_max_line_bytes).unwrap_or(usize::MAX),
+        }
+    }
+
+    pub fn train_side(&self) -> ReadAs<'_> {
+        ReadAs {
+            text_field: &self.train_text_field,
+            max_line_bytes: usize::try_from(self.train_max_line_bytes).unwrap_or(usize::MAX),
+        }
+    }
 }
 
 /// How the cleaning pass treats a contaminated training document.

@@ -155,7 +155,7 @@ pub fn run_report(
         let counts = read_records(
             handle,
             &eval.file,
-            &settings.eval_text_field,
+            settings.eval_side(),
             whole,
             output,
             None,

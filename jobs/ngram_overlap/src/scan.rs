@@ -57,7 +57,7 @@ pub fn run_scan(
     let counts = read_records(
         handle,
         &task.file,
-        &settings.train_text_field,
+        settings.train_side(),
         whole,
         output,
         rejects,

@@ -24,8 +24,8 @@ use object_store::ObjectStoreExt;
 use tokio::runtime::Handle;
 
 use super::json_record::{light_record, IdKind, JsonValue, NotARecord};
-use super::lines::LineReader;
-use super::protocol::{InputFile, RowCounts};
+use super::lines::{LineReader, LineTooLong};
+use super::protocol::{InputFile, ReadAs, RowCounts};
 use super::py_json::{self, PyValue};
 use super::records::{python_str, record_id, RecordError};
 use super::whole_gzip;
@@ -178,7 +178,7 @@ impl WholeFiles {
 pub fn read_records(
     handle: &Handle,
     file: &InputFile,
-    text_field: &str,
+    side: ReadAs<'_>,
     whole: &mut WholeFiles,
     output: &StoreUrl,
     rejects: Option<&str>,
@@ -193,12 +193,12 @@ pub fn read_records(
     })?;
     let mut rejected = Rejects::default();
     let rows = match format {
-        Format::Parquet => read_parquet(handle, file, text_field, &mut rejected, &mut each)?,
+        Format::Parquet => read_parquet(handle, file, side.text_field, &mut rejected, &mut each)?,
         _ => read_jsonl(
             handle,
             file,
             format,
-            (text_field, whole),
+            (side, whole),
             &mut rejected,
             &mut each,
         )?,
@@ -260,9 +260,18 @@ struct ObjectRead<'h> {
 }
 
 /// The error of reading input `file` through a decoder: the store's own error when the
-/// store failed (the environment's, retried), else the file does not decode (the
-/// input's, naming it).
-fn read_error(file: &str, e: std::io::Error) -> EngineError {
+/// store failed (the environment's, retried), a line past the side's `max_line_bytes`
+/// as such, else the file does not decode (each the input's, naming it).
+pub(super) fn read_error(file: &str, e: std::io::Error) -> EngineError {
+    if let Some(too_long) = e.get_ref().and_then(|e| e.downcast_ref::<LineTooLong>()) {
+        return EngineError::InvalidInput {
+            file: file.to_string(),
+            what: format!(
+                "{too_long}, the longest line a JSONL input may have: set a larger \
+                 max_line_bytes in its [eval] or [train] section, or split the document"
+            ),
+        };
+    }
     let what = format!("cannot read: {e}");
     match e.into_inner().map(|inner| inner.downcast::<EngineError>()) {
         Some(Ok(store)) => *store,
@@ -330,7 +339,7 @@ fn read_jsonl(
     handle: &Handle,
     file: &InputFile,
     format: Format,
-    (text_field, whole): (&str, &mut WholeFiles),
+    (side, whole): (ReadAs<'_>, &mut WholeFiles),
     rejected: &mut Rejects,
     each: &mut impl FnMut(Record<'_>) -> Result<()>,
 ) -> Result<u64> {
@@ -339,7 +348,7 @@ fn read_jsonl(
     let io_err = |e: std::io::Error| read_error(&file.url, e);
     let WholeFiles { max, gz, text } = whole;
     let mut inflated_whole = false;
-    let mut lines: LineReader<Box<dyn Read + '_>> = match format {
+    let lines: LineReader<Box<dyn Read + '_>> = match format {
         Format::JsonlGz if file.size <= *max => {
             gz.clear();
             whole_gzip::reserve_once(gz, *max);
@@ -359,6 +368,7 @@ fn read_jsonl(
         )),
         _ => LineReader::new(raw),
     };
+    let mut lines = lines.with_max_line_bytes(side.max_line_bytes);
     let mut row = 0u64;
     let mut scratch = String::new();
     while let Some(line) = lines.next_line().map_err(io_err)? {
@@ -377,7 +387,7 @@ fn read_jsonl(
         // Only the text and the id's kind are decoded ([`light_record`]: the text
         // borrowed from the line when it has no escapes, else decoded into
         // `scratch`); the whole record only when its id is asked for.
-        let light = match light_record(line_text, text_field, &mut scratch) {
+        let light = match light_record(line_text, side.text_field, &mut scratch) {
             Ok(light) => light,
             Err(e) => {
                 let reason = match e {

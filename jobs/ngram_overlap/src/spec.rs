@@ -46,6 +46,25 @@ pub struct InputSpec {
     /// The field (JSONL) or column (Parquet) holding the text.
     #[serde(default = "default_text_field")]
     pub text_field: String,
+    /// The longest line of a JSONL file (one document), e.g. `"256MiB"`; a longer
+    /// line fails the job naming its file and line ([`DEFAULT_MAX_LINE_BYTES`] when
+    /// absent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub max_line_bytes: Option<String>,
+}
+
+/// A JSONL line (one document) may be this long unless `max_line_bytes` says otherwise:
+/// a task holds about three copies of its longest line.
+pub const DEFAULT_MAX_LINE_BYTES: u64 = 64 << 20;
+
+impl InputSpec {
+    /// The side's `max_line_bytes` (validated by [`OverlapFile::validate`]).
+    pub fn max_line_bytes(&self) -> u64 {
+        self.max_line_bytes
+            .as_deref()
+            .and_then(probeflow_engine::units::parse_bytes)
+            .unwrap_or(DEFAULT_MAX_LINE_BYTES)
+    }
 }
 
 fn default_text_field() -> String {
@@ -123,6 +142,16 @@ impl OverlapFile {
             if side.text_field.is_empty() {
                 return Err(format!("[{name}] text_field is empty"));
             }
+            if let Some(m) = &side.max_line_bytes {
+                match probeflow_engine::units::parse_bytes(m) {
+                    Some(b) if b > 0 => {}
+                    _ => {
+                        return Err(format!(
+                            "[{name}] max_line_bytes: {m:?} is not a size (e.g. \"256MiB\")"
+                        ))
+                    }
+                }
+            }
         }
         let n = &self.ngrams.n;
         if n.is_empty() || n.len() > MAX_N_VALUES {
@@ -195,6 +224,8 @@ impl OverlapFile {
             tokenizer: self.ngrams.tokenizer,
             eval_text_field: self.eval.text_field.clone(),
             train_text_field: self.train.text_field.clone(),
+            eval_max_line_bytes: self.eval.max_line_bytes(),
+            train_max_line_bytes: self.train.max_line_bytes(),
             partitions: self.index.partitions,
             whole_gzip_max: 0,
             triage: self.triage,
