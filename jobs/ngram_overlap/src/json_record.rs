@@ -883,7 +883,7 @@ mod tests {
                 assert_eq!(fast.id, by_python.id, "{line:?} {field}");
                 assert_eq!(fast.hashable, by_python.hashable, "{line:?} {field}");
                 let value = loads(&line).unwrap_or_else(|e| panic!("{line:?}: {e}"));
-                let PyValue::Dict(items) = value else {
+                let PyValue::Dict(items) = &value else {
                     panic!("{line:?}: not a dict")
                 };
                 nested += usize::from(

@@ -23,7 +23,9 @@
 //!   take the last, as a Python dict does.
 //!
 //! Nesting deeper than [`MAX_NESTING`] is an error (Python itself stops near 1 000
-//! with a `RecursionError`, depending on its stack).
+//! with a `RecursionError`, depending on its stack). Nothing here recurses per level
+//! of nesting (the parser, the checks, the msgpack encoder and a value's drop keep
+//! their own stacks on the heap), so the thread's stack does not bound what is read.
 
 use std::fmt;
 
@@ -34,7 +36,7 @@ pub const MAX_INT_DIGITS: usize = 4300;
 /// The deepest nesting of arrays and objects read (see the module docs).
 pub const MAX_NESTING: usize = 900;
 
-/// A Python value as `json.loads` makes it.
+/// A Python value as `json.loads` makes it. Dropped without recursion (see its `Drop`).
 #[derive(Debug, Clone, PartialEq)]
 pub enum PyValue {
     None,
@@ -67,21 +69,66 @@ impl PyValue {
     /// Whether `msgspec.msgpack.encode` can write the value: no int outside
     /// `-2**63 ..= 2**64 - 1` and no str (key or value) holding a lone surrogate.
     pub fn msgpack_encodable(&self) -> bool {
-        match self {
-            PyValue::None | PyValue::Bool(_) | PyValue::Float(_) => true,
-            PyValue::Int(i) => (MSGPACK_MIN_INT..=MSGPACK_MAX_INT).contains(i),
-            PyValue::BigInt(_) => false,
-            PyValue::Str(s) => s.as_str().is_some(),
-            PyValue::List(items) => items.iter().all(PyValue::msgpack_encodable),
-            PyValue::Dict(items) => {
-                // Of repeated keys only the last value is in the dict Python keeps.
-                let mut seen = std::collections::HashSet::with_capacity(items.len());
-                items
-                    .iter()
-                    .rev()
-                    .filter(|(k, _)| seen.insert(k))
-                    .all(|(k, v)| k.as_str().is_some() && v.msgpack_encodable())
+        let mut pending = vec![self];
+        while let Some(value) = pending.pop() {
+            let encodable = match value {
+                PyValue::None | PyValue::Bool(_) | PyValue::Float(_) => true,
+                PyValue::Int(i) => (MSGPACK_MIN_INT..=MSGPACK_MAX_INT).contains(i),
+                PyValue::BigInt(_) => false,
+                PyValue::Str(s) => s.as_str().is_some(),
+                PyValue::List(items) => {
+                    pending.extend(items.iter());
+                    true
+                }
+                PyValue::Dict(items) => {
+                    // Of repeated keys only the last value is in the dict Python keeps.
+                    let mut seen = std::collections::HashSet::with_capacity(items.len());
+                    let mut keys_ok = true;
+                    for (k, v) in items.iter().rev().filter(|(k, _)| seen.insert(k)) {
+                        keys_ok &= k.as_str().is_some();
+                        pending.push(v);
+                    }
+                    keys_ok
+                }
+            };
+            if !encodable {
+                return false;
             }
+        }
+        true
+    }
+
+    /// The children of a list or a dict, taken out (empty for any other value).
+    fn take_children(&mut self, into: &mut Vec<PyValue>) {
+        match self {
+            PyValue::List(items) => into.append(items),
+            PyValue::Dict(items) => into.extend(std::mem::take(items).into_iter().map(|(_, v)| v)),
+            _ => {}
+        }
+    }
+
+    fn is_container(&self) -> bool {
+        matches!(self, PyValue::List(_) | PyValue::Dict(_))
+    }
+}
+
+impl Drop for PyValue {
+    /// Drops nested lists and dicts from a stack on the heap: the compiler's drop
+    /// would recurse once per level.
+    fn drop(&mut self) {
+        let nested = match self {
+            PyValue::List(items) => items.iter().any(PyValue::is_container),
+            PyValue::Dict(items) => items.iter().any(|(_, v)| v.is_container()),
+            _ => false,
+        };
+        if !nested {
+            return;
+        }
+        let mut pending = Vec::new();
+        self.take_children(&mut pending);
+        while let Some(mut value) = pending.pop() {
+            // Each value leaves with its children taken: its own drop does not recurse.
+            value.take_children(&mut pending);
         }
     }
 }
@@ -93,7 +140,7 @@ pub const MSGPACK_MAX_INT: i128 = u64::MAX as i128;
 
 /// A Python `str` as WTF-8: UTF-8, except that a lone surrogate (which only a `\u`
 /// escape can make) is written as the three bytes UTF-8 would give its code point.
-#[derive(Clone, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[derive(Clone, Default, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct PyStr(Box<[u8]>);
 
 impl PyStr {
@@ -137,12 +184,19 @@ pub fn loads(text: &str) -> Result<PyValue, JsonError> {
         at: 0,
     };
     p.skip_whitespace();
-    let value = p.value(0)?;
+    let value = p.value()?;
     p.skip_whitespace();
     if p.at != p.b.len() {
         return p.fail("extra data");
     }
     Ok(value)
+}
+
+/// A list or dict being read: its items so far (a dict: and the key whose value is
+/// being read).
+enum Open {
+    List(Vec<PyValue>),
+    Dict(Vec<(PyStr, PyValue)>, PyStr),
 }
 
 struct Parser<'a> {
@@ -171,7 +225,89 @@ impl Parser<'_> {
         here
     }
 
-    fn value(&mut self, depth: usize) -> Result<PyValue, JsonError> {
+    /// The value at `self.at`: containers are kept open on a stack of their own, so
+    /// that nesting takes no stack per level.
+    fn value(&mut self) -> Result<PyValue, JsonError> {
+        let mut open: Vec<Open> = Vec::new();
+        loop {
+            // A value starts here: a scalar, an empty container, or an opened one
+            // whose first value comes next.
+            let mut done = match self.b.get(self.at) {
+                Some(b'{' | b'[') if open.len() >= MAX_NESTING => {
+                    return self.fail("nested too deep")
+                }
+                Some(b'{') => {
+                    self.at += 1;
+                    self.skip_whitespace();
+                    if self.eat(b"}") {
+                        PyValue::Dict(Vec::new())
+                    } else {
+                        let key = self.key()?;
+                        open.push(Open::Dict(Vec::new(), key));
+                        continue;
+                    }
+                }
+                Some(b'[') => {
+                    self.at += 1;
+                    self.skip_whitespace();
+                    if self.eat(b"]") {
+                        PyValue::List(Vec::new())
+                    } else {
+                        open.push(Open::List(Vec::new()));
+                        continue;
+                    }
+                }
+                _ => self.scalar()?,
+            };
+            // The value ends the containers it closes; then the next value starts.
+            loop {
+                let closes = match open.last_mut() {
+                    None => return Ok(done),
+                    Some(Open::List(items)) => {
+                        items.push(done);
+                        b"]"
+                    }
+                    Some(Open::Dict(items, key)) => {
+                        items.push((std::mem::take(key), done));
+                        b"}"
+                    }
+                };
+                self.skip_whitespace();
+                if !self.eat(closes) {
+                    if !self.eat(b",") {
+                        return self.fail("expecting ',' delimiter");
+                    }
+                    self.skip_whitespace();
+                    if let Some(Open::Dict(_, key)) = open.last_mut() {
+                        *key = self.key()?;
+                    }
+                    break;
+                }
+                done = match open.pop() {
+                    Some(Open::List(items)) => PyValue::List(items),
+                    Some(Open::Dict(items, _)) => PyValue::Dict(items),
+                    None => return self.fail("expecting a value"),
+                };
+            }
+        }
+    }
+
+    /// A dict's key and its `:`, the value's start next.
+    fn key(&mut self) -> Result<PyStr, JsonError> {
+        if !self.eat(b"\"") {
+            return self.fail("expecting a property name in double quotes");
+        }
+        let key = self.string()?;
+        self.skip_whitespace();
+        if !self.eat(b":") {
+            return self.fail("expecting ':' delimiter");
+        }
+        self.skip_whitespace();
+        Ok(key)
+    }
+
+    /// A value that is no list or dict.
+    fn scalar(&mut self) -> Result<PyValue, JsonError> {
         let Some(&c) = self.b.get(self.at) else {
             return self.fail("expecting a value");
         };
@@ -180,9 +316,6 @@ impl Parser<'_> {
                 self.at += 1;
                 Ok(PyValue::Str(self.string()?))
             }
-            b'{' | b'[' if depth >= MAX_NESTING => self.fail("nested too deep"),
-            b'{' => self.object(depth + 1),
-            b'[' => self.array(depth + 1),
             b'-' | b'0'..=b'9' => {
                 if self.eat(b"-Infinity") {
                     return Ok(PyValue::Float(f64::NEG_INFINITY));
@@ -195,56 +328,6 @@ impl Parser<'_> {
             _ if self.eat(b"NaN") => Ok(PyValue::Float(f64::NAN)),
             _ if self.eat(b"Infinity") => Ok(PyValue::Float(f64::INFINITY)),
             _ => self.fail("expecting a value"),
-        }
-    }
-
-    fn object(&mut self, depth: usize) -> Result<PyValue, JsonError> {
-        self.at += 1;
-        let mut items = Vec::new();
-        self.skip_whitespace();
-        if self.eat(b"}") {
-            return Ok(PyValue::Dict(items));
-        }
-        loop {
-            if !self.eat(b"\"") {
-                return self.fail("expecting a property name in double quotes");
-            }
-            let key = self.string()?;
-            self.skip_whitespace();
-            if !self.eat(b":") {
-                return self.fail("expecting ':' delimiter");
-            }
-            self.skip_whitespace();
-            let value = self.value(depth)?;
-            items.push((key, value));
-            self.skip_whitespace();
-            if self.eat(b"}") {
-                return Ok(PyValue::Dict(items));
-            }
-            if !self.eat(b",") {
-                return self.fail("expecting ',' delimiter");
-            }
-            self.skip_whitespace();
-        }
-    }
-
-    fn array(&mut self, depth: usize) -> Result<PyValue, JsonError> {
-        self.at += 1;
-        let mut items = Vec::new();
-        self.skip_whitespace();
-        if self.eat(b"]") {
-            return Ok(PyValue::List(items));
-        }
-        loop {
-            items.push(self.value(depth)?);
-            self.skip_whitespace();
-            if self.eat(b"]") {
-                return Ok(PyValue::List(items));
-            }
-            if !self.eat(b",") {
-                return self.fail("expecting ',' delimiter");
-            }
-            self.skip_whitespace();
         }
     }
 
@@ -466,6 +549,40 @@ mod tests {
         PyValue::Str(x.into())
     }
 
+    /// Nesting as deep as the limit allows is read, encoded and dropped on a thread of
+    /// 64 KiB of stack (a debug build's frames included): nothing recurses per level.
+    #[test]
+    fn the_deepest_nesting_takes_no_stack_per_level() {
+        // (A list holding a dict) per two levels, then one dict: MAX_NESTING levels.
+        let pairs = (MAX_NESTING - 1) / 2;
+        let text = format!(
+            "{}{{\"k\": 1}}{}",
+            "[{\"a\": ".repeat(pairs),
+            "}]".repeat(pairs)
+        );
+        let worker = std::thread::Builder::new()
+            .stack_size(64 << 10)
+            .spawn(move || {
+                let value = loads(&text).unwrap();
+                assert!(value.msgpack_encodable());
+                let mut packed = Vec::new();
+                crate::records::encode_msgpack(&mut packed, &value).unwrap();
+                drop(value);
+                packed.len()
+            })
+            .unwrap();
+        // [ {a: ...} ] per two levels: 1 + 1 + 2 bytes of msgpack each, then {k: 1}.
+        assert_eq!(worker.join().unwrap(), pairs * 4 + 4);
+        let at_limit = format!("{}{}", "[".repeat(MAX_NESTING), "]".repeat(MAX_NESTING));
+        assert!(loads(&at_limit).is_ok());
+        let deeper = format!(
+            "{}{}",
+            "[".repeat(MAX_NESTING + 1),
+            "]".repeat(MAX_NESTING + 1)
+        );
+        assert_eq!(loads(&deeper).unwrap_err().what, "nested too deep");
+    }
+
     #[test]
     fn numbers_are_what_python_reads() {
         let cases: [(&str, PyValue); 14] = [
@@ -513,13 +630,12 @@ mod tests {
     fn strings_keep_lone_surrogates_as_python_does() {
         assert_eq!(loads(r#""\ud83d\ude00""#).unwrap(), s("😀"));
         let lone = loads(r#""\ud800A""#).unwrap();
-        let PyValue::Str(lone) = lone else { panic!() };
+        let PyValue::Str(lone) = &lone else { panic!() };
         assert_eq!(lone.as_str(), None);
         assert_eq!(lone.as_bytes(), b"\xed\xa0\x80A");
         // A high surrogate before an escape that is not a low one stays alone.
-        let PyValue::Str(two) = loads(r#""\ud800\u0041""#).unwrap() else {
-            panic!()
-        };
+        let two = loads(r#""\ud800\u0041""#).unwrap();
+        let PyValue::Str(two) = &two else { panic!() };
         assert_eq!(two.as_bytes(), b"\xed\xa0\x80A");
         assert_eq!(
             loads(r#""a\/b\"\\\b\f\n\r\t\u00E9""#).unwrap(),

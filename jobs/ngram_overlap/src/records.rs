@@ -118,52 +118,67 @@ pub fn python_str(value: &PyValue) -> Option<String> {
     })
 }
 
-/// msgspec's deterministic msgpack encoding of a value, appended to `out`.
+/// msgspec's deterministic msgpack encoding of a value, appended to `out`. Nested
+/// values are encoded from a stack on the heap, depth first, as a recursive encoder
+/// would (and failing at the same value).
 pub fn encode_msgpack(out: &mut Vec<u8>, value: &PyValue) -> Result<()> {
+    /// What is left to write: a value, or a dict's key before its value.
+    enum Next<'a> {
+        Value(&'a PyValue),
+        Key(&'a PyStr),
+    }
     let unhashable = |what: String| EngineError::from(RecordError::Unhashable(what));
-    match value {
-        PyValue::None => out.push(0xc0),
-        PyValue::Bool(false) => out.push(0xc2),
-        PyValue::Bool(true) => out.push(0xc3),
-        PyValue::Int(i) => {
-            if let Ok(u) = u64::try_from(*i) {
-                encode_uint(out, u);
-            } else if let Ok(i) = i64::try_from(*i) {
-                encode_int(out, i);
-            } else {
-                return Err(unhashable(format!(
-                    "the integer {i} is outside msgpack's range"
-                )));
-            }
-        }
-        PyValue::BigInt(digits) => {
-            return Err(unhashable(format!(
-                "an integer of {} digits is outside msgpack's range",
-                digits.trim_start_matches('-').len()
-            )))
-        }
-        PyValue::Float(f) => {
-            out.push(0xcb);
-            out.extend_from_slice(&f.to_be_bytes());
-        }
-        PyValue::Str(s) => encode_str(out, py_str(s)?),
-        PyValue::List(items) => {
-            encode_len(out, items.len(), 0x90, 15, 0xdc, 0xdd)?;
-            for item in items {
-                encode_msgpack(out, item)?;
-            }
-        }
-        PyValue::Dict(items) => {
-            // Python sorts str keys by code point (the order of their bytes); a dict
-            // holds the last of repeated keys.
-            let mut keys: Vec<(&PyStr, &PyValue)> =
-                items.iter().rev().map(|(k, v)| (k, v)).collect();
-            keys.sort_by(|a, b| a.0.cmp(b.0));
-            keys.dedup_by(|next, kept| next.0 == kept.0);
-            encode_len(out, keys.len(), 0x80, 15, 0xde, 0xdf)?;
-            for (k, v) in keys {
+    let mut pending = vec![Next::Value(value)];
+    while let Some(next) = pending.pop() {
+        let value = match next {
+            Next::Key(k) => {
                 encode_str(out, py_str(k)?);
-                encode_msgpack(out, v)?;
+                continue;
+            }
+            Next::Value(v) => v,
+        };
+        match value {
+            PyValue::None => out.push(0xc0),
+            PyValue::Bool(false) => out.push(0xc2),
+            PyValue::Bool(true) => out.push(0xc3),
+            PyValue::Int(i) => {
+                if let Ok(u) = u64::try_from(*i) {
+                    encode_uint(out, u);
+                } else if let Ok(i) = i64::try_from(*i) {
+                    encode_int(out, i);
+                } else {
+                    return Err(unhashable(format!(
+                        "the integer {i} is outside msgpack's range"
+                    )));
+                }
+            }
+            PyValue::BigInt(digits) => {
+                return Err(unhashable(format!(
+                    "an integer of {} digits is outside msgpack's range",
+                    digits.trim_start_matches('-').len()
+                )))
+            }
+            PyValue::Float(f) => {
+                out.push(0xcb);
+                out.extend_from_slice(&f.to_be_bytes());
+            }
+            PyValue::Str(s) => encode_str(out, py_str(s)?),
+            PyValue::List(items) => {
+                encode_len(out, items.len(), 0x90, 15, 0xdc, 0xdd)?;
+                pending.extend(items.iter().rev().map(Next::Value));
+            }
+            PyValue::Dict(items) => {
+                // Python sorts str keys by code point (the order of their bytes); a
+                // dict holds the last of repeated keys.
+                let mut keys: Vec<(&PyStr, &PyValue)> =
+                    items.iter().rev().map(|(k, v)| (k, v)).collect();
+                keys.sort_by(|a, b| a.0.cmp(b.0));
+                keys.dedup_by(|next, kept| next.0 == kept.0);
+                encode_len(out, keys.len(), 0x80, 15, 0xde, 0xdf)?;
+                for (k, v) in keys.into_iter().rev() {
+                    pending.push(Next::Value(v));
+                    pending.push(Next::Key(k));
+                }
             }
         }
     }
