@@ -225,11 +225,35 @@ pub async fn open(
     as_dictionary: &[&str],
     pages: bool,
 ) -> Result<ParquetRecordBatchStreamBuilder<ParquetSource>> {
-    let parquet_err = |e: ParquetError| parquet_error(url, e);
     let loc = StoreUrl::parse_input(url)?;
-    let mut source = ParquetSource {
+    let file = FileIn {
         store: loc.store.clone(),
         path: loc.root.clone(),
+        url,
+    };
+    open_in(file, size, etag, as_dictionary, pages).await
+}
+
+/// A file in a store: the store, its path there and the URL errors name it by.
+pub struct FileIn<'a> {
+    pub store: Arc<dyn ObjectStore>,
+    pub path: Path,
+    pub url: &'a str,
+}
+
+/// [`open`] for a file in a store at hand (an in-memory one, say).
+pub async fn open_in(
+    file: FileIn<'_>,
+    size: u64,
+    etag: Option<&str>,
+    as_dictionary: &[&str],
+    pages: bool,
+) -> Result<ParquetRecordBatchStreamBuilder<ParquetSource>> {
+    let url = file.url;
+    let parquet_err = |e: ParquetError| parquet_error(url, e);
+    let mut source = ParquetSource {
+        store: file.store,
+        path: file.path,
         url: url.to_string(),
         size,
         etag: etag.map(str::to_string),

@@ -96,8 +96,8 @@ pub struct LightRecord<'a> {
 }
 
 /// [`light_record`] by Python's decoder: any line, and the error for one that is not
-/// a record.
-fn general_record<'a>(line: &'a str, text_field: &str) -> Result<LightRecord<'a>, NotARecord> {
+/// a record. (Public, with [`plain_record`], so that the fuzz harness compares them.)
+pub fn general_record<'a>(line: &'a str, text_field: &str) -> Result<LightRecord<'a>, NotARecord> {
     let value = loads(line).map_err(NotARecord::NotJson)?;
     if !matches!(value, PyValue::Dict(_)) {
         return Err(NotARecord::NotAnObject);
@@ -145,7 +145,7 @@ enum Found {
 
 /// [`light_record`] for the lines it takes (see the module's doc); `None` for any
 /// other line, valid or not.
-fn plain_record<'a>(
+pub fn plain_record<'a>(
     line: &'a str,
     text_field: &str,
     scratch: &'a mut String,

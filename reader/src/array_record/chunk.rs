@@ -134,6 +134,9 @@ pub fn decoded_bound(len: usize) -> u64 {
     MAX_DECODED_FLOOR.max((len as u64).saturating_mul(MAX_DECODED_RATIO))
 }
 
+/// The most a Snappy stream can expand: a 3-byte copy of 64 bytes (21⅓), rounded up.
+const SNAPPY_MAX_RATIO: u64 = 22;
+
 /// Reusable decompression state.
 #[derive(Default)]
 pub struct Decompressor {
@@ -197,6 +200,16 @@ impl Decompressor {
                 if len != size {
                     return Err(format!(
                         "snappy stream holds {len} bytes, the prefix says {size}"
+                    ));
+                }
+                // Snappy is decompressed into a buffer of the claimed size, zero-filled
+                // first: no more than the stream can hold (one copy of 64 bytes per 3).
+                let most = (stream.len() as u64).saturating_mul(SNAPPY_MAX_RATIO);
+                if size as u64 > most {
+                    return Err(format!(
+                        "a snappy stream of {} bytes claims {size} bytes (it can hold at \
+                         most {most})",
+                        stream.len()
                     ));
                 }
                 out.resize(size, 0);

@@ -545,7 +545,7 @@ impl ArrayRecordReader {
             .filter(|&e| e <= limit)
             .ok_or_else(|| self.corrupt(loc.clone(), "bad chunk size"))?;
         let data = self.chunk_data(offset, end, header.data_size, loc, gather)?;
-        if self.verify_hashes && layout::hash(data.bytes()) != header.data_hash {
+        if self.verify_hashes && !layout::hash_matches(header.data_hash, data.bytes()) {
             return Err(self.corrupt(loc.clone(), "bad chunk data hash"));
         }
         let parts = split_simple(data.bytes()).map_err(|e| self.corrupt(loc.clone(), e))?;

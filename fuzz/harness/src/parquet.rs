@@ -1,0 +1,85 @@
+//! Parquet input: any bytes as an input file read through an in-memory store, every
+//! batch; the checks made before arrow-rs decodes a footer; an `ARROW:schema` the
+//! check passes must decode in arrow-ipc without a panic.
+
+use std::sync::{Arc, OnceLock};
+
+use futures::StreamExt;
+use object_store::memory::InMemory;
+use object_store::path::Path;
+use object_store::{ObjectStore, ObjectStoreExt};
+use probeflow_engine::parquet_guard::{check_arrow_schema, check_footer, check_pages};
+use probeflow_engine::parquet_source::{open_in, parquet_error, FileIn};
+
+use super::split_first;
+
+fn runtime() -> &'static tokio::runtime::Runtime {
+    static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
+    RUNTIME.get_or_init(|| {
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .expect("a runtime")
+    })
+}
+
+/// Reads `data` as an input Parquet file, the way a map task does (with page indexes
+/// and dictionary-typed columns when `data[0]` says), every batch.
+pub fn input(data: &[u8]) {
+    let (flags, file) = split_first(data);
+    let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+    let path = Path::from("in/fuzz.parquet");
+    let url = "memory:///in/fuzz.parquet";
+    runtime().block_on(async {
+        let bytes = bytes::Bytes::copy_from_slice(file);
+        store
+            .put(&path, bytes.into())
+            .await
+            .expect("an in-memory put");
+        let dictionary: &[&str] = if flags & 2 != 0 {
+            &["src_addr", "dst_addr"]
+        } else {
+            &[]
+        };
+        let at = FileIn { store, path, url };
+        let Ok(builder) = open_in(at, file.len() as u64, None, dictionary, flags & 1 != 0).await
+        else {
+            return;
+        };
+        let Ok(mut stream) = builder.with_batch_size(1024).build() else {
+            return;
+        };
+        while let Some(batch) = stream.next().await {
+            if let Err(e) = batch {
+                let e = parquet_error(url, e);
+                assert!(e.to_string().contains(url), "{e}");
+                return;
+            }
+        }
+    });
+}
+
+/// The footer and page checks on any bytes.
+pub fn footer(data: &[u8]) {
+    let _ = check_footer(data);
+    let _ = check_pages(data);
+}
+
+/// `data` as an `ARROW:schema` value: when the check passes and parquet would decode
+/// it, arrow-ipc's decoder runs (a panic there is a hole in the check).
+pub fn arrow_schema(data: &[u8]) {
+    use base64::Engine;
+    let value = base64::engine::general_purpose::STANDARD.encode(data);
+    if check_arrow_schema(&value).is_err() {
+        return;
+    }
+    let message = if data.len() > 8 && data[0..4] == [255u8; 4] {
+        &data[8..]
+    } else {
+        data
+    };
+    if let Ok(message) = arrow::ipc::root_as_message(message) {
+        if let Some(schema) = message.header_as_schema() {
+            std::hint::black_box(arrow::ipc::convert::fb_to_schema(schema));
+        }
+    }
+}
