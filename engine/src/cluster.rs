@@ -21,6 +21,7 @@ use ractor_cluster::{IncomingEncryptionMode, NodeServer, NodeServerMessage};
 use crate::error::{EngineError, Result};
 use crate::listener::ClusterListener;
 use crate::messages::CoordinatorMsg;
+use crate::preauth::CookieKey;
 use crate::tls::ClusterTls;
 
 /// The process group the coordinator actor joins.
@@ -116,15 +117,81 @@ pub async fn start_listening_node(
     tls: Option<(&ClusterTls, Duration)>,
 ) -> Result<(ActorRef<NodeServerMessage>, ClusterListener)> {
     let loopback = SocketAddr::from(([127, 0, 0, 1], 0));
+    let key = CookieKey::new(&cookie);
     let node = start_node(name, loopback, cookie, tls.map(|(t, _)| t)).await?;
     let tls = tls.map(|(t, timeout)| (t.acceptor(), timeout));
-    match ClusterListener::bind(listen, node.clone(), tls).await {
+    match ClusterListener::bind(listen, node.clone(), key, tls).await {
         Ok(listener) => Ok((node, listener)),
         Err(e) => {
             node.stop(None);
             Err(e)
         }
     }
+}
+
+/// Dials `join` (plain TCP), proves the cookie ([`crate::preauth`]) and hands the
+/// connection to `node`, which then runs ractor_cluster's handshake; all within
+/// `timeout`.
+pub async fn connect(
+    node: &ActorRef<NodeServerMessage>,
+    join: &str,
+    key: &CookieKey,
+    timeout: Duration,
+) -> Result<()> {
+    let deadline = tokio::time::Instant::now() + timeout;
+    let mut stream = dial(join, timeout).await?;
+    let (peer, local) = (stream.peer_addr(), stream.local_addr());
+    let (peer, local) = peer
+        .and_then(|p| Ok((p, local?)))
+        .map_err(|e| cluster(format!("{join}: {e}")))?;
+    prove(&mut stream, join, key, deadline).await?;
+    node.cast(NodeServerMessage::ConnectionOpened {
+        stream: Box::new(ractor_cluster::NetworkStream::Raw {
+            peer_addr: peer,
+            local_addr: local,
+            stream,
+        }),
+        is_server: false,
+    })
+    .map_err(|e| cluster(format!("the node is gone: {e}")))
+}
+
+/// A TCP connection to `join`, made within `timeout`.
+pub(crate) async fn dial(join: &str, timeout: Duration) -> Result<tokio::net::TcpStream> {
+    let stream = tokio::time::timeout(timeout, tokio::net::TcpStream::connect(join))
+        .await
+        .map_err(|_| cluster(format!("connecting to {join} timed out")))?
+        .map_err(|e| cluster(format!("cannot connect to {join}: {e}")))?;
+    stream
+        .set_nodelay(true)
+        .map_err(|e| cluster(format!("{join}: {e}")))?;
+    Ok(stream)
+}
+
+/// The dialer's cookie proof to `join`, by `deadline`.
+pub(crate) async fn prove<S>(
+    stream: &mut S,
+    join: &str,
+    key: &CookieKey,
+    deadline: tokio::time::Instant,
+) -> Result<()>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
+{
+    let left = deadline.saturating_duration_since(tokio::time::Instant::now());
+    crate::preauth::dialer(stream, key, left)
+        .await
+        .map_err(|e| match e {
+            crate::preauth::Refused::WrongCookie => cluster(format!(
+                "{join} holds a different cookie: set the same {COOKIE_ENV} (or \
+                 {COOKIE_FILE_ENV}) on every node"
+            )),
+            crate::preauth::Refused::NotProbeflow => cluster(format!(
+                "{join} is not a probeflow coordinator of this release (or requires TLS: \
+                 --tls-cert/--tls-key/--tls-ca)"
+            )),
+            other => cluster(format!("{join}: the cookie proof failed: {other}")),
+        })
 }
 
 /// Tells the coordinator actor when a worker node's session ends (the fast path of

@@ -48,6 +48,7 @@ pub(crate) mod messages;
 pub mod monitor;
 pub mod parquet_guard;
 pub mod parquet_source;
+pub mod preauth;
 pub mod protocol;
 pub mod scratch;
 pub mod settings;

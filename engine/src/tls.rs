@@ -19,7 +19,6 @@ use std::time::Duration;
 
 use ractor::ActorRef;
 use ractor_cluster::{NetworkStream, NodeServerMessage};
-use tokio::net::TcpStream;
 use tokio_rustls::rustls::crypto::{aws_lc_rs, CryptoProvider};
 use tokio_rustls::rustls::pki_types::pem::PemObject;
 use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
@@ -183,20 +182,17 @@ pub async fn connect(
     join: &str,
     connector: TlsConnector,
     name: ServerName<'static>,
-    timeout: Duration,
+    (key, timeout): (&crate::preauth::CookieKey, Duration),
 ) -> Result<()> {
-    let stream = tokio::time::timeout(timeout, TcpStream::connect(join))
-        .await
-        .map_err(|_| EngineError::Cluster(format!("connecting to {join} timed out")))?
-        .map_err(|e| EngineError::Cluster(format!("cannot connect to {join}: {e}")))?;
-    let (peer, local) = stream
-        .set_nodelay(true)
-        .and_then(|()| Ok((stream.peer_addr()?, stream.local_addr()?)))
+    let deadline = tokio::time::Instant::now() + timeout;
+    let stream = crate::cluster::dial(join, timeout).await?;
+    let (peer, local) = (|| Ok::<_, std::io::Error>((stream.peer_addr()?, stream.local_addr()?)))()
         .map_err(|e| EngineError::Cluster(format!("{join}: {e}")))?;
-    let stream = tokio::time::timeout(timeout, connector.connect(name, stream))
+    let mut stream = tokio::time::timeout_at(deadline, connector.connect(name, stream))
         .await
         .map_err(|_| tls_err(format!("the TLS handshake with {join} timed out")))?
         .map_err(|e| tls_err(format!("the TLS handshake with {join} failed: {e}")))?;
+    crate::cluster::prove(&mut stream, join, key, deadline).await?;
     node.cast(NodeServerMessage::ConnectionOpened {
         stream: Box::new(NetworkStream::TlsClient {
             peer_addr: peer,

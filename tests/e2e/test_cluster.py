@@ -19,35 +19,15 @@ from pathlib import Path
 import pytest
 
 
-from support.cluster import Cluster, env, finish_without, job, make_certs, stopped_in, tls_flags, wait_for
+from support.cluster import (Cluster, cluster_input, env, finish_without, job, make_certs, same_output, stopped_in,
+                             tls_flags, wait_for)
 from support.run import COORDINATOR, WORKER, free_port, run
 
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
     """Input of several files (so there are several map tasks) and local mode's output."""
-    d = tmp_path_factory.mktemp("cluster")
-    inputs = d / "input"
-    inputs.mkdir()
-    for seed in (1, 2, 3):
-        g = d / f"gen-{seed}"
-        run(["generate", "--rows", "60000", "--out", str(g), "--seed", str(seed)])
-        for f in sorted(g.glob("*.parquet")):
-            f.rename(inputs / f"{seed}-{f.name}")
-    local = job(d, "local", inputs, "local")
-    run(["run", str(local)])
-    manifest = json.loads((d / "out-local" / "manifest.json").read_text())
-    manifest["_local"] = str(d / "out-local")
-    return d, inputs, manifest
-
-
-def same_output(out: Path, manifest: dict) -> None:
-    got = json.loads((out / "manifest.json").read_text())
-    assert [(s["path"], s["blake3"]) for s in got["shards"]] == [(s["path"], s["blake3"]) for s in manifest["shards"]]
-    local = Path(manifest["_local"])
-    for s in manifest["shards"]:
-        assert (out / s["path"]).read_bytes() == (local / s["path"]).read_bytes()
-    assert got["totals"] == manifest["totals"]
+    return cluster_input(tmp_path_factory.mktemp("cluster"))
 
 
 def tasks_run(stdout: str) -> int:
@@ -178,8 +158,9 @@ def test_wrong_cookie_and_duplicate_names_are_rejected(tmp_path, data):
     assert c.coordinator.returncode == 0
     assert c.workers["w1"].returncode == 0
     same_output(tmp_path / "out-cookie", manifest)
-    # The coordinator's node refused the session and logged it.
-    assert re.search(r'"intruder~[^"]*@127\.0\.0\.1".*auth_fail', stdout), stdout[-3000:]
+    # The coordinator refused the connection before its node saw a byte, and logged it.
+    assert re.search(r"refused a connection: a different cookie", stdout), stdout[-3000:]
+    assert "holds a different cookie" in c.log("intruder")
 
 
 def test_mutual_tls_admits_only_certified_workers(tmp_path, data):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import signal
@@ -11,7 +12,7 @@ import time
 from pathlib import Path
 
 from support.probe_rows import SHARDS, write_job
-from support.run import COOKIE, COORDINATOR, WORKER, free_port
+from support.run import COOKIE, COORDINATOR, WORKER, free_port, run
 
 
 def job(tmp: Path, name: str, input_dir: Path, mode: str, port: int = 0, lease: int = 60,
@@ -178,3 +179,31 @@ def finish_without(c: Cluster, stop) -> subprocess.Popen:
     finally:
         c.kill_all()
     return away
+
+
+def cluster_input(d: Path) -> tuple[Path, Path, dict]:
+    """Input of several files under `d` (so there are several map tasks) and local
+    mode's output of it: (d, the input directory, local mode's manifest with `_local`,
+    its output directory)."""
+    inputs = d / "input"
+    inputs.mkdir()
+    for seed in (1, 2, 3):
+        g = d / f"gen-{seed}"
+        run(["generate", "--rows", "60000", "--out", str(g), "--seed", str(seed)])
+        for f in sorted(g.glob("*.parquet")):
+            f.rename(inputs / f"{seed}-{f.name}")
+    local = job(d, "local", inputs, "local")
+    run(["run", str(local)])
+    manifest = json.loads((d / "out-local" / "manifest.json").read_text())
+    manifest["_local"] = str(d / "out-local")
+    return d, inputs, manifest
+
+
+def same_output(out: Path, manifest: dict) -> None:
+    """`out` holds the shards, manifest entries and totals of local mode's output."""
+    got = json.loads((out / "manifest.json").read_text())
+    assert [(s["path"], s["blake3"]) for s in got["shards"]] == [(s["path"], s["blake3"]) for s in manifest["shards"]]
+    local = Path(manifest["_local"])
+    for s in manifest["shards"]:
+        assert (out / s["path"]).read_bytes() == (local / s["path"]).read_bytes()
+    assert got["totals"] == manifest["totals"]

@@ -118,6 +118,7 @@ async fn join_and_work(
     stats: &Arc<WorkerStats>,
 ) -> Result<()> {
     let node_name = cluster::unique_node_name(&plan.name);
+    let key = crate::preauth::CookieKey::new(&cookie);
     let tls = plan.tls.as_ref().map(|t| &t.tls);
     // The worker dials out; its own socket admits only peers that authenticate in time.
     let (node, _listener) = cluster::start_listening_node(
@@ -135,7 +136,7 @@ async fn join_and_work(
     loop {
         // Connect (again) and wait for the coordinator actor to show up in the group.
         let connected = match &plan.tls {
-            None => ractor_cluster::client_connect(&node, plan.join.as_str())
+            None => cluster::connect(&node, &plan.join, &key, CONNECT_TIMEOUT)
                 .await
                 .map_err(|e| e.to_string()),
             Some(t) => tls::connect(
@@ -143,7 +144,7 @@ async fn join_and_work(
                 &plan.join,
                 t.tls.connector(),
                 t.server_name.clone(),
-                CONNECT_TIMEOUT,
+                (&key, CONNECT_TIMEOUT),
             )
             .await
             .map_err(|e| e.to_string()),
