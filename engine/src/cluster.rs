@@ -144,7 +144,9 @@ pub async fn connect(
     let (peer, local) = peer
         .and_then(|p| Ok((p, local?)))
         .map_err(|e| cluster(format!("{join}: {e}")))?;
-    prove(&mut stream, join, key, deadline).await?;
+    prove(&mut stream, join, key, deadline)
+        .await
+        .map_err(|e| e.or_closed("it requires TLS: --tls-cert/--tls-key/--tls-ca"))?;
     node.cast(NodeServerMessage::ConnectionOpened {
         stream: Box::new(ractor_cluster::NetworkStream::Raw {
             peer_addr: peer,
@@ -174,24 +176,47 @@ pub(crate) async fn prove<S>(
     join: &str,
     key: &CookieKey,
     deadline: tokio::time::Instant,
-) -> Result<()>
+) -> std::result::Result<(), ProofFailed>
 where
     S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin,
 {
     let left = deadline.saturating_duration_since(tokio::time::Instant::now());
     crate::preauth::dialer(stream, key, left)
         .await
-        .map_err(|e| match e {
-            crate::preauth::Refused::WrongCookie => cluster(format!(
+        .map_err(|refused| ProofFailed {
+            join: join.to_string(),
+            refused,
+        })
+}
+
+/// A dialer's failed cookie proof, said as a worker's operator needs it.
+#[derive(Debug)]
+pub(crate) struct ProofFailed {
+    join: String,
+    refused: crate::preauth::Refused,
+}
+
+impl ProofFailed {
+    /// The error, where the listener closed without a word suggesting `likely` (what a
+    /// plain worker at a TLS coordinator, or a refused certificate, looks like).
+    pub(crate) fn or_closed(self, likely: &str) -> EngineError {
+        use crate::preauth::Refused;
+        let join = &self.join;
+        cluster(match self.refused {
+            Refused::WrongCookie => format!(
                 "{join} holds a different cookie: set the same {COOKIE_ENV} (or \
                  {COOKIE_FILE_ENV}) on every node"
-            )),
-            crate::preauth::Refused::NotProbeflow => cluster(format!(
-                "{join} is not a probeflow coordinator of this release (or requires TLS: \
-                 --tls-cert/--tls-key/--tls-ca)"
-            )),
-            other => cluster(format!("{join}: the cookie proof failed: {other}")),
+            ),
+            Refused::NotProbeflow => {
+                format!("{join} is not a probeflow coordinator of this release")
+            }
+            Refused::Io(e) => format!(
+                "{join} closed the connection before the cookie proof ({e}): most likely \
+                 {likely}"
+            ),
+            Refused::TimedOut(t) => format!("{join} gave no cookie proof within {t:?}"),
         })
+    }
 }
 
 /// Tells the coordinator actor when a worker node's session ends (the fast path of

@@ -114,6 +114,7 @@ impl<'a> Walk<'a> {
             ));
         }
         match t {
+            // A bool in a list or a map is a byte (a bool field has none: `fields`).
             kind::TRUE | kind::FALSE | kind::BYTE => self.skip(1),
             kind::I16 | kind::I32 | kind::I64 => self.varint().map(drop),
             kind::DOUBLE => self.skip(8),
@@ -178,7 +179,8 @@ impl<'a> Walk<'a> {
                     .ok_or("a Thrift field id past i16")?,
             };
             last = id;
-            if !each(id, t, self)? {
+            // A bool field's value is its type: no byte follows.
+            if !each(id, t, self)? && !matches!(t, kind::TRUE | kind::FALSE) {
                 self.value(t, depth)?;
             }
         }
@@ -461,6 +463,10 @@ mod tests {
         assert!(e.contains("2147483647 elements"), "{e}");
         // The same list of one empty struct is fine.
         assert_eq!(check_footer(&[0x15, 0x02, 0x39, 0x1c, 0x00, 0x00]), Ok(()));
+        // Bool fields carry their value in their type (no byte); bools in a list are a
+        // byte each: field 1 true, field 2 false, field 3 a list of two bools.
+        let bools = [0x11, 0x12, 0x19, 0x21, 0x01, 0x02, 0x00];
+        assert_eq!(check_footer(&bools), Ok(()));
     }
 
     #[test]

@@ -7,10 +7,15 @@
 //! the peer claims:
 //!
 //! ```text
-//! listener → dialer   MAGIC(8) ‖ server nonce(32)
-//! dialer → listener   MAGIC(8) ‖ client nonce(32) ‖ proof(K, "dialer", nonces)(32)
-//! listener → dialer   proof(K, "listener", nonces)(32)
+//! dialer → listener   MAGIC(8) ‖ client nonce(32)
+//! listener → dialer   MAGIC(8) ‖ server nonce(32) ‖ proof(K, "listener", nonces)(32)
+//! dialer → listener   proof(K, "dialer", nonces)(32)   (REFUSAL if the listener's is wrong)
 //! ```
+//!
+//! The dialer speaks first, as a TLS client does: a worker without TLS at a TLS
+//! coordinator is told at once that it does not speak TLS. The listener's proof goes to
+//! anyone who sends a hello; it is a keyed hash of fresh nonces, so it tells nothing of a
+//! cookie of 128 random bits (the shortest accepted) and cannot stand in for a dialer's.
 //!
 //! `K` is derived from the cookie (BLAKE3 `derive_key`), a proof is BLAKE3 keyed by `K`
 //! over its role and both nonces, and proofs are compared in constant time
@@ -25,8 +30,15 @@ use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 /// The first bytes of every probeflow cluster connection (and its version).
 pub const MAGIC: [u8; 8] = *b"PFCLSTR\x01";
 
+/// A hello's length: the magic and a nonce.
+const HELLO: usize = MAGIC.len() + 32;
+
+/// What a dialer sends instead of its proof when the listener's proof was wrong (the
+/// cookies differ), so that the listener can say why it closes.
+pub const REFUSAL: [u8; 32] = *b"probeflow: a different cookie\n\0\0";
+
 /// The most a side reads from its peer before the peer has proved the cookie.
-pub const MAX_PREAUTH_BYTES: usize = MAGIC.len() + 2 * 32;
+pub const MAX_PREAUTH_BYTES: usize = HELLO + 32;
 
 /// The key both sides derive from the cookie.
 #[derive(Clone)]
@@ -81,29 +93,21 @@ pub async fn listener<S: AsyncRead + AsyncWrite + Unpin>(
     within: Duration,
 ) -> Result<(), Refused> {
     tokio::time::timeout(within, async {
+        let mut hello = [0u8; HELLO];
+        stream.read_exact(&mut hello).await?;
+        let client = nonce_after_magic(&hello)?;
         let server = nonce()?;
-        let mut hello = [0u8; MAGIC.len() + 32];
-        hello[..MAGIC.len()].copy_from_slice(&MAGIC);
-        hello[MAGIC.len()..].copy_from_slice(&server);
-        stream.write_all(&hello).await?;
+        let mut answer = [0u8; HELLO + 32];
+        answer[..HELLO].copy_from_slice(&with_magic(&server));
+        answer[HELLO..].copy_from_slice(key.proof(b"listener", &server, &client).as_bytes());
+        stream.write_all(&answer).await?;
         stream.flush().await?;
-        let mut answer = [0u8; MAX_PREAUTH_BYTES];
-        stream.read_exact(&mut answer).await?;
-        if answer[..MAGIC.len()] != MAGIC {
-            return Err(Refused::NotProbeflow);
-        }
-        let client: [u8; 32] = answer[MAGIC.len()..MAGIC.len() + 32]
-            .try_into()
-            .map_err(|_| Refused::NotProbeflow)?;
-        let claimed: [u8; 32] = answer[MAGIC.len() + 32..]
-            .try_into()
-            .map_err(|_| Refused::NotProbeflow)?;
-        if key.proof(b"dialer", &server, &client) != blake3::Hash::from(claimed) {
+        let mut theirs = [0u8; 32];
+        stream.read_exact(&mut theirs).await?;
+        if theirs == REFUSAL || key.proof(b"dialer", &server, &client) != blake3::Hash::from(theirs)
+        {
             return Err(Refused::WrongCookie);
         }
-        let ours = key.proof(b"listener", &server, &client);
-        stream.write_all(ours.as_bytes()).await?;
-        stream.flush().await?;
         Ok(())
     })
     .await
@@ -117,31 +121,46 @@ pub async fn dialer<S: AsyncRead + AsyncWrite + Unpin>(
     within: Duration,
 ) -> Result<(), Refused> {
     tokio::time::timeout(within, async {
-        let mut hello = [0u8; MAGIC.len() + 32];
-        stream.read_exact(&mut hello).await?;
-        if hello[..MAGIC.len()] != MAGIC {
-            return Err(Refused::NotProbeflow);
-        }
-        let server: [u8; 32] = hello[MAGIC.len()..]
+        let client = nonce()?;
+        stream.write_all(&with_magic(&client)).await?;
+        stream.flush().await?;
+        let mut answer = [0u8; HELLO + 32];
+        stream.read_exact(&mut answer).await?;
+        let server = nonce_after_magic(&answer[..HELLO])?;
+        let theirs: [u8; 32] = answer[HELLO..]
             .try_into()
             .map_err(|_| Refused::NotProbeflow)?;
-        let client = nonce()?;
-        let mut answer = [0u8; MAX_PREAUTH_BYTES];
-        answer[..MAGIC.len()].copy_from_slice(&MAGIC);
-        answer[MAGIC.len()..MAGIC.len() + 32].copy_from_slice(&client);
-        answer[MAGIC.len() + 32..]
-            .copy_from_slice(key.proof(b"dialer", &server, &client).as_bytes());
-        stream.write_all(&answer).await?;
-        stream.flush().await?;
-        let mut theirs = [0u8; 32];
-        stream.read_exact(&mut theirs).await?;
         if key.proof(b"listener", &server, &client) != blake3::Hash::from(theirs) {
+            // Our proof would tell the listener nothing it needs: say why instead.
+            let _ = stream.write_all(&REFUSAL).await;
+            let _ = stream.flush().await;
             return Err(Refused::WrongCookie);
         }
+        stream
+            .write_all(key.proof(b"dialer", &server, &client).as_bytes())
+            .await?;
+        stream.flush().await?;
         Ok(())
     })
     .await
     .map_err(|_| Refused::TimedOut(within))?
+}
+
+fn with_magic(nonce: &[u8; 32]) -> [u8; HELLO] {
+    let mut hello = [0u8; HELLO];
+    hello[..MAGIC.len()].copy_from_slice(&MAGIC);
+    hello[MAGIC.len()..].copy_from_slice(nonce);
+    hello
+}
+
+/// The nonce of a hello, if it starts with the magic.
+fn nonce_after_magic(hello: &[u8]) -> Result<[u8; 32], Refused> {
+    if hello.get(..MAGIC.len()) != Some(&MAGIC[..]) {
+        return Err(Refused::NotProbeflow);
+    }
+    hello[MAGIC.len()..]
+        .try_into()
+        .map_err(|_| Refused::NotProbeflow)
 }
 
 #[cfg(test)]
@@ -183,8 +202,8 @@ mod tests {
         )
         .await;
         assert!(matches!(l, Err(Refused::WrongCookie)), "{l:?}");
-        // The dialer sees the listener close instead of its proof.
-        assert!(matches!(d, Err(Refused::Io(_))), "{d:?}");
+        // Both learn why.
+        assert!(matches!(d, Err(Refused::WrongCookie)), "{d:?}");
     }
 
     #[tokio::test]

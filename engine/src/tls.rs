@@ -192,7 +192,9 @@ pub async fn connect(
         .await
         .map_err(|_| tls_err(format!("the TLS handshake with {join} timed out")))?
         .map_err(|e| tls_err(format!("the TLS handshake with {join} failed: {e}")))?;
-    crate::cluster::prove(&mut stream, join, key, deadline).await?;
+    crate::cluster::prove(&mut stream, join, key, deadline)
+        .await
+        .map_err(|e| e.or_closed("it refused this worker's certificate: see its log"))?;
     node.cast(NodeServerMessage::ConnectionOpened {
         stream: Box::new(NetworkStream::TlsClient {
             peer_addr: peer,

@@ -391,10 +391,14 @@ def test_a_worker_with_a_full_scratch_is_excluded_and_the_job_finishes(tmp_path,
 
 
 def closed_by_peer(s: socket.socket, timeout: float) -> bool:
-    """Whether the other end closes `s` within `timeout` seconds."""
-    s.settimeout(timeout)
+    """Whether the other end closes `s` within `timeout` seconds (what it sends first,
+    its cookie challenge, is read and dropped)."""
+    deadline = time.time() + timeout
     try:
-        return s.recv(1) == b""
+        while True:
+            s.settimeout(max(0.01, deadline - time.time()))
+            if s.recv(4096) == b"":
+                return True
     except ConnectionResetError:
         return True
     except (socket.timeout, TimeoutError):
@@ -402,8 +406,8 @@ def closed_by_peer(s: socket.socket, timeout: float) -> bool:
 
 
 def test_an_idle_connection_flood_on_the_plaintext_listener_is_capped_and_timed_out(tmp_path, data):
-    """300 silent TCP connections to a plaintext coordinator: those past the cap are
-    closed at once, the rest once they have not authenticated within 5 s; a worker
+    """300 silent TCP connections to a plaintext coordinator: those past the caps (64 in
+    all, 16 from one address) are closed at once, the rest once they have not authenticated within 5 s; a worker
     joins meanwhile and the job finishes with local mode's bytes."""
     d, inputs, manifest = data
     c = Cluster.for_job(tmp_path, inputs, "flood")
@@ -426,7 +430,7 @@ def test_an_idle_connection_flood_on_the_plaintext_listener_is_capped_and_timed_
     assert c.coordinator.returncode == 0, stdout[-3000:]
     same_output(c.out, manifest)
     assert "not authenticated within 5s" in stdout, stdout[-3000:]
-    assert "unauthenticated connections already open" in stdout, stdout[-3000:]
+    assert re.search(r"unauthenticated connections (from its address )?already open", stdout), stdout[-3000:]
 
 
 def test_plaintext_on_a_non_loopback_address_needs_allow_plaintext(tmp_path, data):
