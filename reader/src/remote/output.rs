@@ -20,6 +20,8 @@ pub struct RemoteOutput {
     pub root: RemoteUrl,
     pub bucket: Arc<Bucket>,
     pub shards: Vec<ManifestShard>,
+    /// The manifest's `max_row_bytes`.
+    pub max_row_bytes: Option<u64>,
 }
 
 impl RemoteOutput {
@@ -72,6 +74,7 @@ impl RemoteOutput {
             root,
             bucket,
             shards: parsed.shards,
+            max_row_bytes: parsed.max_row_bytes,
         })
     }
 
@@ -85,6 +88,7 @@ impl RemoteOutput {
                 rows: s.rows,
                 bytes: s.bytes,
                 blake3: s.blake3.clone(),
+                max_record_bytes: self.max_row_bytes,
             })
             .collect())
     }
