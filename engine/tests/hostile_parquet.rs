@@ -252,6 +252,14 @@ async fn hostile_parquet_files_end_in_an_error_naming_the_file_within_a_bound() 
             "unknown type 99",
         ),
     ];
+    // `PROBEFLOW_WRITE_REGRESSIONS=DIR`: the cases as fuzz regression inputs of the
+    // parquet_input target (a flags byte, then the file), e.g. fuzz/regressions/parquet_input.
+    if let Some(dir) = std::env::var_os("PROBEFLOW_WRITE_REGRESSIONS") {
+        for (name, bytes, _) in &cases {
+            let input = [&[0u8][..], bytes].concat();
+            std::fs::write(std::path::Path::new(&dir).join(name), input).unwrap();
+        }
+    }
     for (name, bytes, what) in cases {
         LARGEST.store(0, Ordering::Relaxed);
         let e = read_all(dir.path(), name, &bytes).await;
