@@ -246,59 +246,8 @@ async fn admit(
     deadline: tokio::time::Instant,
     gate: &AuthGate,
 ) {
-    let local = match stream.set_nodelay(true).and_then(|()| stream.local_addr()) {
-        Ok(local) => local,
-        Err(e) => {
-            tracing::warn!(%peer, error = %e, "dropped a connection");
-            return;
-        }
-    };
-    let left = || deadline.saturating_duration_since(tokio::time::Instant::now());
-    let key = &admission.key;
-    let stream = match &admission.tls {
-        None => {
-            let mut stream = stream;
-            if !proved(&mut stream, peer, key, left()).await {
-                return;
-            }
-            NetworkStream::Raw {
-                peer_addr: peer,
-                local_addr: local,
-                stream,
-            }
-        }
-        Some((acceptor, handshake_timeout)) => {
-            let within = (*handshake_timeout).min(left());
-            match tokio::time::timeout(within, acceptor.accept(stream)).await {
-                Ok(Ok(mut stream)) => {
-                    tracing::debug!(%peer, "TLS handshake done");
-                    if !proved(&mut stream, peer, key, left()).await {
-                        return;
-                    }
-                    NetworkStream::TlsServer {
-                        peer_addr: peer,
-                        local_addr: local,
-                        stream,
-                    }
-                }
-                Ok(Err(e)) => {
-                    tracing::warn!(
-                        %peer,
-                        error = %e,
-                        "TLS handshake failed; connection refused{}",
-                        crate::tls::not_tls_hint(&e)
-                    );
-                    return;
-                }
-                Err(_) => {
-                    tracing::warn!(
-                        %peer,
-                        "TLS handshake timed out after {within:?}; connection closed"
-                    );
-                    return;
-                }
-            }
-        }
+    let Some(stream) = secured(stream, peer, admission, deadline).await else {
+        return;
     };
     let settled = gate.expect(peer);
     let opened = NodeServerMessage::ConnectionOpened {
@@ -315,6 +264,64 @@ async fn admit(
             %peer,
             "not authenticated within {AUTH_TIMEOUT:?} of connecting; connection closed"
         );
+    }
+}
+
+/// The connection through TLS (when on) and with the cookie proved, by `deadline`, as
+/// the node takes it; `None` (logged) when the peer failed either.
+async fn secured(
+    stream: TcpStream,
+    peer: SocketAddr,
+    admission: &Admission,
+    deadline: tokio::time::Instant,
+) -> Option<NetworkStream> {
+    let local = match stream.set_nodelay(true).and_then(|()| stream.local_addr()) {
+        Ok(local) => local,
+        Err(e) => {
+            tracing::warn!(%peer, error = %e, "dropped a connection");
+            return None;
+        }
+    };
+    let left = || deadline.saturating_duration_since(tokio::time::Instant::now());
+    let key = &admission.key;
+    let Some((acceptor, handshake_timeout)) = &admission.tls else {
+        let mut stream = stream;
+        return proved(&mut stream, peer, key, left())
+            .await
+            .then_some(NetworkStream::Raw {
+                peer_addr: peer,
+                local_addr: local,
+                stream,
+            });
+    };
+    let within = (*handshake_timeout).min(left());
+    match tokio::time::timeout(within, acceptor.accept(stream)).await {
+        Ok(Ok(mut stream)) => {
+            tracing::debug!(%peer, "TLS handshake done");
+            proved(&mut stream, peer, key, left())
+                .await
+                .then_some(NetworkStream::TlsServer {
+                    peer_addr: peer,
+                    local_addr: local,
+                    stream,
+                })
+        }
+        Ok(Err(e)) => {
+            tracing::warn!(
+                %peer,
+                error = %e,
+                "TLS handshake failed; connection refused{}",
+                crate::tls::not_tls_hint(&e)
+            );
+            None
+        }
+        Err(_) => {
+            tracing::warn!(
+                %peer,
+                "TLS handshake timed out after {within:?}; connection closed"
+            );
+            None
+        }
     }
 }
 
