@@ -45,6 +45,14 @@ pub struct ParquetSource {
 impl ParquetSource {
     /// Bytes `range` of the file, of the pinned version only.
     async fn read(&self, range: Range<u64>) -> parquet::errors::Result<Bytes> {
+        // A footer that points past the end of the file is corrupt: a store answers such
+        // a range short (S3 clamps it), and parquet asserts on a short answer.
+        if range.start > range.end || range.end > self.size {
+            return Err(self.corrupt(format!(
+                "it asks for bytes {}..{} of a file of {} bytes (its footer points past its end)",
+                range.start, range.end, self.size
+            )));
+        }
         let options = GetOptions {
             range: Some(range.clone().into()),
             if_match: self.etag.clone(),
@@ -89,8 +97,24 @@ impl ParquetSource {
             }
         }
         let bytes = got.bytes().await.map_err(pinned)?;
+        if bytes.len() as u64 != range.end - range.start {
+            return Err(self.corrupt(format!(
+                "the store answered {} bytes for bytes {}..{}",
+                bytes.len(),
+                range.start,
+                range.end
+            )));
+        }
         self.check(range, &bytes)?;
         Ok(bytes)
+    }
+
+    /// Parquet's error for this file: its bytes are not what Parquet says.
+    fn corrupt(&self, what: String) -> ParquetError {
+        ParquetError::External(Box::new(EngineError::Parquet {
+            file: self.url.clone(),
+            what,
+        }))
     }
 
     /// Checks what parquet will decode from `bytes` (of `range`) where it would panic or
@@ -106,12 +130,7 @@ impl ParquetSource {
                 None => Ok(()),
             }
         };
-        checked.map_err(|what| {
-            ParquetError::External(Box::new(EngineError::Parquet {
-                file: self.url.clone(),
-                what,
-            }))
-        })
+        checked.map_err(|what| self.corrupt(what))
     }
 }
 
