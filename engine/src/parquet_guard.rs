@@ -8,6 +8,8 @@
 //! * the embedded Arrow schema ([`check_arrow_schema`], the footer's `ARROW:schema`):
 //!   every field of a type, width, unit and child count that arrow-ipc's decoder
 //!   accepts without panicking.
+//! * the places a parsed footer gives ([`check_layout`]): column chunks and pages
+//!   within the file (parquet asserts that a chunk's start is not negative);
 //! * page headers ([`check_pages`]): a page may claim to decompress to at most
 //!   [`MAX_PAGE_BYTES`] or [`MAX_PAGE_RATIO`] times its compressed size, whichever is
 //!   more (Snappy, LZ4 and Brotli pages are decompressed into a buffer of the claimed
@@ -229,6 +231,46 @@ pub fn check_pages(pages: &[u8]) -> Checked {
         }
         if walk.skip(compressed).is_err() {
             return Ok(());
+        }
+    }
+    Ok(())
+}
+
+/// Checks the places a parsed footer gives (each column chunk's start and length, and
+/// its pages' in the offset index) for a file of `size` bytes: non-negative and within
+/// the file (parquet asserts on a negative one, and reads past the end short).
+pub fn check_layout(footer: &parquet::file::metadata::ParquetMetaData, size: u64) -> Checked {
+    let within = |start: i64, len: i64, what: &dyn Fn() -> String| -> Checked {
+        let fits = u64::try_from(start)
+            .ok()
+            .zip(u64::try_from(len).ok())
+            .and_then(|(s, l)| s.checked_add(l))
+            .is_some_and(|end| end <= size);
+        if fits {
+            Ok(())
+        } else {
+            Err(format!(
+                "its footer places {} at bytes {start} (+{len}), outside the file of {size} bytes",
+                what()
+            ))
+        }
+    };
+    for (g, group) in footer.row_groups().iter().enumerate() {
+        for (c, column) in group.columns().iter().enumerate() {
+            let start = column
+                .dictionary_page_offset()
+                .unwrap_or(column.data_page_offset());
+            let what = || format!("row group {g}'s column chunk {c}");
+            within(start, column.compressed_size(), &what)?;
+            within(column.data_page_offset(), 0, &what)?;
+        }
+    }
+    for (g, columns) in footer.offset_index().into_iter().flatten().enumerate() {
+        for (c, index) in columns.iter().enumerate() {
+            for (p, page) in index.page_locations().iter().enumerate() {
+                let what = || format!("page {p} of row group {g}'s column {c}");
+                within(page.offset, i64::from(page.compressed_page_size), &what)?;
+            }
         }
     }
     Ok(())

@@ -285,6 +285,12 @@ pub async fn open_in(
         None => {
             let footer = source.get_metadata(None).await.map_err(parquet_err)?;
             check_arrow_schema(url, &footer)?;
+            crate::parquet_guard::check_layout(&footer, size).map_err(|what| {
+                EngineError::Parquet {
+                    file: url.to_string(),
+                    what,
+                }
+            })?;
             let read = ArrowReaderMetadata::try_new(footer, ArrowReaderOptions::new())
                 .map_err(parquet_err)?;
             if let Some(key) = key {
