@@ -265,11 +265,32 @@ pub fn check_layout(footer: &parquet::file::metadata::ParquetMetaData, size: u64
             within(column.data_page_offset(), 0, &what)?;
         }
     }
+    // A page lies within its column chunk (parquet slices the chunk's bytes by it).
     for (g, columns) in footer.offset_index().into_iter().flatten().enumerate() {
         for (c, index) in columns.iter().enumerate() {
+            let Some(column) = footer.row_groups().get(g).and_then(|r| r.columns().get(c)) else {
+                return Err(format!(
+                    "its offset index names row group {g}'s column {c}, which it lacks"
+                ));
+            };
+            let start = column
+                .dictionary_page_offset()
+                .unwrap_or(column.data_page_offset());
+            let end = start.saturating_add(column.compressed_size());
             for (p, page) in index.page_locations().iter().enumerate() {
                 let what = || format!("page {p} of row group {g}'s column {c}");
                 within(page.offset, i64::from(page.compressed_page_size), &what)?;
+                let page_end = page
+                    .offset
+                    .saturating_add(i64::from(page.compressed_page_size));
+                if page.offset < start || page_end > end {
+                    return Err(format!(
+                        "its offset index places {} at bytes {}..{page_end}, outside its column \
+                         chunk (bytes {start}..{end})",
+                        what(),
+                        page.offset
+                    ));
+                }
             }
         }
     }
