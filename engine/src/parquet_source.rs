@@ -379,6 +379,33 @@ fn dictionary_encoded_throughout(metadata: &ParquetMetaData, name: &str) -> bool
     })
 }
 
+/// The batches of `stream` (a file's, from [`open`]'s builder), where a panic inside
+/// parquet's page decoders (which still panic on some corrupt pages: a bit-packed run
+/// past its page, say) ends the stream with an error instead: the file's, naming it
+/// through [`parquet_error`], not retried. Every reader of input Parquet reads through
+/// this.
+pub fn guarded<S>(stream: S) -> impl futures::Stream<Item = parquet::errors::Result<S::Ok>>
+where
+    S: futures::TryStream<Error = ParquetError>
+        + futures::Stream<Item = Result<S::Ok, ParquetError>>,
+{
+    use futures::StreamExt;
+    std::panic::AssertUnwindSafe(stream)
+        .catch_unwind()
+        .map(|polled| {
+            polled.unwrap_or_else(|panic| {
+                let said = panic
+                    .downcast_ref::<String>()
+                    .map(String::as_str)
+                    .or_else(|| panic.downcast_ref::<&str>().copied())
+                    .unwrap_or("no message");
+                Err(ParquetError::General(format!(
+                    "a page does not decode (parquet's decoder failed: {said})"
+                )))
+            })
+        })
+}
+
 /// The index of column `name` in `schema` (of Parquet file `file`); a schema error
 /// naming the file and listing the columns it has when there is none.
 pub fn column_index(schema: &Schema, file: &str, name: &str) -> Result<usize> {

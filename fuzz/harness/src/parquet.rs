@@ -22,9 +22,30 @@ fn runtime() -> &'static tokio::runtime::Runtime {
     })
 }
 
+/// Lets a panic raised inside parquet's or arrow's code unwind, so that
+/// [`probeflow_engine::parquet_source::guarded`] turns it into the file's error as it
+/// does in production (libFuzzer's hook would abort first); any other panic aborts as
+/// before, as does one of theirs that nothing guards.
+fn let_guarded_panics_unwind() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        let fuzzer = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            let theirs = info.location().is_some_and(|l| {
+                let file = l.file();
+                file.contains("/parquet-") || file.contains("/arrow-")
+            });
+            if !theirs {
+                fuzzer(info);
+            }
+        }));
+    });
+}
+
 /// Reads `data` as an input Parquet file, the way a map task does (with page indexes
 /// and dictionary-typed columns when `data[0]` says), every batch.
 pub fn input(data: &[u8]) {
+    let_guarded_panics_unwind();
     let (flags, file) = split_first(data);
     let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
     let path = Path::from("in/fuzz.parquet");
@@ -45,9 +66,10 @@ pub fn input(data: &[u8]) {
         else {
             return;
         };
-        let Ok(mut stream) = builder.with_batch_size(1024).build() else {
+        let Ok(stream) = builder.with_batch_size(1024).build() else {
             return;
         };
+        let mut stream = std::pin::pin!(probeflow_engine::parquet_source::guarded(stream));
         while let Some(batch) = stream.next().await {
             if let Err(e) = batch {
                 let e = parquet_error(url, e);

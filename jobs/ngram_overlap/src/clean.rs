@@ -450,7 +450,8 @@ fn rewrite_parquet(
     }
     let mut writer = parquet::arrow::ArrowWriter::try_new(Vec::new(), schema, Some(props.build()))
         .map_err(parquet_err)?;
-    let mut stream = builder.with_batch_size(4096).build().map_err(parquet_err)?;
+    let stream = builder.with_batch_size(4096).build().map_err(parquet_err)?;
+    let mut stream = std::pin::pin!(probeflow_engine::parquet_source::guarded(stream));
     let mut group = 0usize;
     let mut left_in_group = groups.first().copied().unwrap_or(0);
     let mut row = 0u64;

@@ -466,7 +466,8 @@ fn read_parquet(
     ))?;
     let schema = builder.schema().clone();
     let column = probeflow_engine::parquet_source::column_index(&schema, &file.url, text_field)?;
-    let mut stream = builder.with_batch_size(4096).build().map_err(parquet_err)?;
+    let stream = builder.with_batch_size(4096).build().map_err(parquet_err)?;
+    let mut stream = std::pin::pin!(probeflow_engine::parquet_source::guarded(stream));
     let mut row = 0u64;
     while let Some(batch) = handle.block_on(stream.next()) {
         let batch = batch.map_err(parquet_err)?;

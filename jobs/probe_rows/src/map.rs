@@ -115,7 +115,7 @@ pub async fn run_map(
         .with_batch_size(BATCH_ROWS)
         .build()
         .map_err(parquet_err)?;
-    let mut stream = ScanAhead::start(stream);
+    let mut stream = ScanAhead::start(Box::pin(probeflow_engine::parquet_source::guarded(stream)));
 
     let mut validator = Validator::new(
         task.file.clone(),
