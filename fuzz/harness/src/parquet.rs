@@ -22,19 +22,20 @@ fn runtime() -> &'static tokio::runtime::Runtime {
     })
 }
 
-/// Lets a panic raised inside parquet's or arrow's code unwind, so that
+/// Lets a panic raised inside a dependency's code (parquet's, arrow's, or what they
+/// call: `bytes`, the codecs) unwind, so that
 /// [`probeflow_engine::parquet_source::guarded`] turns it into the file's error as it
-/// does in production (libFuzzer's hook would abort first); any other panic aborts as
-/// before, as does one of theirs that nothing guards.
+/// does in production (libFuzzer's hook would abort first). A panic in probeflow's own
+/// code aborts at once as before, and one of theirs that nothing guards still ends the
+/// run: libFuzzer reports any panic that leaves the target.
 fn let_guarded_panics_unwind() {
     static ONCE: std::sync::Once = std::sync::Once::new();
     ONCE.call_once(|| {
         let fuzzer = std::panic::take_hook();
         std::panic::set_hook(Box::new(move |info| {
-            let theirs = info.location().is_some_and(|l| {
-                let file = l.file();
-                file.contains("/parquet-") || file.contains("/arrow-")
-            });
+            let theirs = info
+                .location()
+                .is_some_and(|l| l.file().contains("/registry/src/"));
             if !theirs {
                 fuzzer(info);
             }
