@@ -42,6 +42,10 @@ pub fn reserve_once(buffer: &mut Vec<u8>, max: u64) {
     }
 }
 
+/// The gzip header flags (RFC 1952) libdeflate does not check as flate2 does.
+const FHCRC: u8 = 0x02;
+const RESERVED_FLAGS: u8 = 0xe0;
+
 /// Whether `gz` is one gzip member of at most `max_text` bytes of text: then `text`
 /// holds that text; when not, read `gz` as a stream instead (`text` holds nothing of
 /// use).
@@ -57,6 +61,12 @@ pub fn inflate_single_member(gz: &[u8], max_text: u64, text: &mut Vec<u8>) -> bo
         gz[trailer + 3],
     ]);
     if u64::from(text_len) > max_text {
+        return false;
+    }
+    // A header with a CRC (FHCRC) or reserved flags goes to the stream decoder, which
+    // checks them: libdeflate skips the header CRC, so a file would read whole when
+    // small and fail when streamed.
+    if gz[3] & (FHCRC | RESERVED_FLAGS) != 0 {
         return false;
     }
     text.clear();
@@ -139,6 +149,22 @@ mod tests {
         }
         out.truncate(len);
         out
+    }
+
+    #[test]
+    fn a_header_crc_is_left_to_the_stream_decoder_that_checks_it() {
+        // FHCRC set, with a CRC that does not match the header: flate2 refuses it, so
+        // the whole path must not take it either (libdeflate skips the CRC).
+        let mut gz = gzip(b"{\"text\": \"a\"}\n");
+        let body = gz.split_off(10);
+        gz[3] |= FHCRC;
+        gz.extend_from_slice(&[0x12, 0x34]);
+        gz.extend_from_slice(&body);
+        assert_eq!(whole(&gz, 1 << 20), None);
+        let mut out = Vec::new();
+        assert!(flate2::read::MultiGzDecoder::new(&gz[..])
+            .read_to_end(&mut out)
+            .is_err());
     }
 
     #[test]
