@@ -13,7 +13,8 @@
 //! * page headers ([`check_pages`]): a page may claim to decompress to at most
 //!   [`MAX_PAGE_BYTES`] or [`MAX_PAGE_RATIO`] times its compressed size, whichever is
 //!   more (Snappy, LZ4 and Brotli pages are decompressed into a buffer of the claimed
-//!   size, zero-filled first). Writers cut pages at about 1 MiB.
+//!   size, zero-filled first), and a dictionary page at most 8 values a byte of it
+//!   (parquet reserves the claimed count). Writers cut pages at about 1 MiB.
 //!
 //! Each returns what is wrong in words; the caller names the file. A check passes what
 //! it cannot read: parquet then refuses it with its own error (these checks only stop
@@ -203,6 +204,7 @@ pub fn check_pages(pages: &[u8]) -> Checked {
     let mut walk = Walk { rest: pages };
     while !walk.rest.is_empty() {
         let mut sizes = (None, None);
+        let mut dictionary_values = None;
         let header = walk.fields(1, |id, t, w| match (id, t) {
             (2, kind::I32) => {
                 sizes.0 = Some(w.zigzag()?);
@@ -210,6 +212,17 @@ pub fn check_pages(pages: &[u8]) -> Checked {
             }
             (3, kind::I32) => {
                 sizes.1 = Some(w.zigzag()?);
+                Ok(true)
+            }
+            // DictionaryPageHeader: its num_values (field 1).
+            (7, kind::STRUCT) => {
+                w.fields(2, |id, t, w| match (id, t) {
+                    (1, kind::I32) => {
+                        dictionary_values = Some(w.zigzag()?);
+                        Ok(true)
+                    }
+                    _ => Ok(false),
+                })?;
                 Ok(true)
             }
             _ => Ok(false),
@@ -228,6 +241,15 @@ pub fn check_pages(pages: &[u8]) -> Checked {
                  decompressed (at most {bound} are read: {MAX_PAGE_BYTES} or \
                  {MAX_PAGE_RATIO} times the compressed size)"
             ));
+        }
+        // Parquet sizes a dictionary by its claimed count before decoding it; each value
+        // takes at least a bit of the page.
+        if let Some(values) = dictionary_values {
+            if values < 0 || values as u64 > uncompressed.saturating_mul(8) {
+                return Err(format!(
+                    "a dictionary page of {uncompressed} bytes claims {values} values"
+                ));
+            }
         }
         if walk.skip(compressed).is_err() {
             return Ok(());
@@ -579,6 +601,13 @@ mod tests {
         assert_eq!(check_pages(&page(100 << 20, 100_000)), Ok(()));
         // What parquet refuses itself is left to it.
         assert_eq!(check_pages(&[0xff, 0xff]), Ok(()));
+        // A dictionary page of 16 bytes claiming i32::MAX values (parquet resized its
+        // dictionary to them: 16 GiB of i64): type 2, sizes 16/16, header 7 {1: count}.
+        let mut dictionary = vec![0x15, 0x04, 0x15, 0x20, 0x15, 0x20, 0x4c, 0x15];
+        dictionary.extend_from_slice(&[0xfe, 0xff, 0xff, 0xff, 0x0f, 0x00, 0x00]);
+        dictionary.extend_from_slice(&[0u8; 16]);
+        let e = check_pages(&dictionary).unwrap_err();
+        assert!(e.contains("claims 2147483647 values"), "{e}");
     }
 
     /// The `ARROW:schema` value of one field `x` of type `type_type` with an Int

@@ -105,7 +105,6 @@ impl ParquetSource {
                 range.end
             )));
         }
-        self.check(range, &bytes)?;
         Ok(bytes)
     }
 
@@ -147,7 +146,12 @@ fn footer_in(range: Range<u64>, bytes: &[u8], size: u64) -> Option<&[u8]> {
 
 impl AsyncFileReader for ParquetSource {
     fn get_bytes(&mut self, range: Range<u64>) -> BoxFuture<'_, parquet::errors::Result<Bytes>> {
-        async move { self.read(range).await }.boxed()
+        async move {
+            let bytes = self.read(range.clone()).await?;
+            self.check(range, &bytes)?;
+            Ok(bytes)
+        }
+        .boxed()
     }
 
     fn get_byte_ranges(
@@ -156,12 +160,18 @@ impl AsyncFileReader for ParquetSource {
     ) -> BoxFuture<'_, parquet::errors::Result<Vec<Bytes>>> {
         async move {
             let this = &*self;
-            object_store::coalesce_ranges(
+            let fetched = object_store::coalesce_ranges(
                 &ranges,
                 |range| this.read(range),
                 object_store::OBJECT_STORE_COALESCE_DEFAULT,
             )
-            .await
+            .await?;
+            // Each range as parquet asked for it (fetches are coalesced): a column
+            // chunk's pages are checked from its own start.
+            for (range, bytes) in ranges.iter().zip(&fetched) {
+                this.check(range.clone(), bytes)?;
+            }
+            Ok(fetched)
         }
         .boxed()
     }

@@ -45,20 +45,20 @@ const OPTIONS: [&str; 10] = [
     "group_size:1,snappy",
     "group_size:5,zstd:1,window_log:18",
     "group_size:5,uncompressed",
-    "group_size:64,brotli",
+    "group_size:64,brotli:5",
     "group_size:3,snappy,pad_to_block_boundary:true",
     "group_size:2,zstd:-5",
-    "group_size:1000,zstd:19,window_log:10",
+    "group_size:1000,zstd:7,window_log:10",
 ];
 
 /// Records from `data`: a length byte, then that many bytes (a length of 255 takes the
-/// next two bytes as a multiple of 4 KiB of the rest, repeated).
+/// next two bytes, modulo 64, as a multiple of 4 KiB of the rest, repeated).
 fn records(mut data: &[u8]) -> Vec<Vec<u8>> {
     let mut out = Vec::new();
     while let Some((&len, rest)) = data.split_first() {
         data = rest;
         if len == 255 && data.len() >= 2 {
-            let blocks = usize::from(u16::from_le_bytes([data[0], data[1]]) % 512);
+            let blocks = usize::from(u16::from_le_bytes([data[0], data[1]]) % 64);
             data = &data[2..];
             let pattern = if data.is_empty() { &[7u8][..] } else { data };
             out.push(

@@ -19,17 +19,35 @@ fn inputs(target: &str) -> Vec<PathBuf> {
 
 #[test]
 fn every_corpus_and_regression_input_ends_in_a_value_or_an_error() {
-    let mut missing = Vec::new();
-    for (target, harness) in probeflow_fuzz::TARGETS {
-        let files = inputs(target);
-        if files.is_empty() {
-            missing.push(*target);
+    // One thread per target, the machine's cores at a time.
+    let failures = std::sync::Mutex::new(Vec::new());
+    let next = std::sync::atomic::AtomicUsize::new(0);
+    let threads = std::thread::available_parallelism().map_or(2, |n| n.get());
+    std::thread::scope(|scope| {
+        for _ in 0..threads {
+            scope.spawn(|| loop {
+                let i = next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                let Some((target, harness)) = probeflow_fuzz::TARGETS.get(i) else {
+                    return;
+                };
+                let files = inputs(target);
+                let mut failed = Vec::new();
+                if files.is_empty() {
+                    failed.push(format!("{target}: no corpus"));
+                }
+                for file in files {
+                    let data = std::fs::read(&file).expect("a corpus file");
+                    if std::panic::catch_unwind(|| harness(&data)).is_err() {
+                        failed.push(format!("{target}: {} fails", file.display()));
+                    }
+                }
+                failures
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .extend(failed);
+            });
         }
-        for file in files {
-            let data = std::fs::read(&file).expect("a corpus file");
-            let ran = std::panic::catch_unwind(|| harness(&data));
-            assert!(ran.is_ok(), "{target}: {} fails", file.display());
-        }
-    }
-    assert!(missing.is_empty(), "targets without a corpus: {missing:?}");
+    });
+    let failures = failures.into_inner().unwrap_or_else(|e| e.into_inner());
+    assert!(failures.is_empty(), "{failures:#?}");
 }
