@@ -13,8 +13,9 @@
 //! * page headers ([`check_pages`]): a page may claim to decompress to at most
 //!   [`MAX_PAGE_BYTES`] or [`MAX_PAGE_RATIO`] times its compressed size, whichever is
 //!   more (Snappy, LZ4 and Brotli pages are decompressed into a buffer of the claimed
-//!   size, zero-filled first), and a dictionary page at most 8 values a byte of it
-//!   (parquet reserves the claimed count). Writers cut pages at about 1 MiB.
+//!   size, zero-filled first: for those, at most what they can expand to), and a
+//!   dictionary page at most a value a byte (parquet reserves the claimed count).
+//!   Writers cut pages at about 1 MiB.
 //!
 //! Each returns what is wrong in words; the caller names the file. A check passes what
 //! it cannot read: parquet then refuses it with its own error (these checks only stop
@@ -79,19 +80,24 @@ impl<'a> Walk<'a> {
         Ok(())
     }
 
+    /// A varint as parquet reads one: of any length, the bits past 64 wrapping into the
+    /// value (so that a check sees the number parquet will use).
     fn varint(&mut self) -> Checked<u64> {
         let mut value = 0u64;
-        for shift in (0..70).step_by(7) {
+        let mut shift = 0u32;
+        loop {
             let b = self.byte()?;
-            if shift == 63 && b > 1 {
-                return Err("a Thrift varint past 64 bits".into());
-            }
-            value |= u64::from(b & 0x7f) << shift;
+            value |= u64::from(b & 0x7f).wrapping_shl(shift);
             if b & 0x80 == 0 {
                 return Ok(value);
             }
+            shift = shift.wrapping_add(7);
         }
-        Err("a Thrift varint past 64 bits".into())
+    }
+
+    /// An i32 as parquet reads one: a zigzag varint, truncated.
+    fn i32(&mut self) -> Checked<i64> {
+        Ok(i64::from(self.zigzag()? as i32))
     }
 
     fn zigzag(&mut self) -> Checked<i64> {
@@ -201,24 +207,43 @@ pub fn check_footer(footer: &[u8]) -> Checked {
 /// as read for decoding): each page's sizes within the bytes and within the bound of
 /// the module docs. It stops at the first header it cannot read (parquet refuses that).
 pub fn check_pages(pages: &[u8]) -> Checked {
+    check_pages_of(pages, None)
+}
+
+/// The most a page of `codec` can expand, for the codecs parquet decompresses into a
+/// buffer of the claimed size, zero-filled first (Snappy: a 3-byte copy of 64 bytes;
+/// LZ4: about 255 per byte): their claims past it are refused whatever the floor.
+pub fn zero_filling_ratio(codec: parquet::basic::Compression) -> Option<u64> {
+    use parquet::basic::Compression as C;
+    match codec {
+        C::SNAPPY => Some(22),
+        C::LZ4 | C::LZ4_RAW => Some(256),
+        C::UNCOMPRESSED | C::GZIP(_) | C::LZO | C::BROTLI(_) | C::ZSTD(_) => None,
+    }
+}
+
+/// [`check_pages`] for pages of a codec that zero-fills its claim
+/// ([`zero_filling_ratio`]: `Some(ratio)`): a page claims at most `ratio` times its
+/// compressed size (and 64 bytes), with no floor.
+pub fn check_pages_of(pages: &[u8], zero_filling: Option<u64>) -> Checked {
     let mut walk = Walk { rest: pages };
     while !walk.rest.is_empty() {
         let mut sizes = (None, None);
         let mut dictionary_values = None;
         let header = walk.fields(1, |id, t, w| match (id, t) {
             (2, kind::I32) => {
-                sizes.0 = Some(w.zigzag()?);
+                sizes.0 = Some(w.i32()?);
                 Ok(true)
             }
             (3, kind::I32) => {
-                sizes.1 = Some(w.zigzag()?);
+                sizes.1 = Some(w.i32()?);
                 Ok(true)
             }
             // DictionaryPageHeader: its num_values (field 1).
             (7, kind::STRUCT) => {
                 w.fields(2, |id, t, w| match (id, t) {
                     (1, kind::I32) => {
-                        dictionary_values = Some(w.zigzag()?);
+                        dictionary_values = Some(w.i32()?);
                         Ok(true)
                     }
                     _ => Ok(false),
@@ -234,18 +259,21 @@ pub fn check_pages(pages: &[u8]) -> Checked {
             return Ok(());
         }
         let (uncompressed, compressed) = (uncompressed as u64, compressed as u64);
-        let bound = MAX_PAGE_BYTES.max(compressed.saturating_mul(MAX_PAGE_RATIO));
+        let bound = match zero_filling {
+            Some(ratio) => compressed.saturating_mul(ratio).saturating_add(64),
+            None => MAX_PAGE_BYTES.max(compressed.saturating_mul(MAX_PAGE_RATIO)),
+        };
         if uncompressed > bound {
             return Err(format!(
                 "a page of {compressed} compressed bytes claims {uncompressed} bytes \
-                 decompressed (at most {bound} are read: {MAX_PAGE_BYTES} or \
-                 {MAX_PAGE_RATIO} times the compressed size)"
+                 decompressed (at most {bound}: {MAX_PAGE_BYTES} or {MAX_PAGE_RATIO} times \
+                 the compressed size, and for Snappy and LZ4 what they can expand to)"
             ));
         }
         // Parquet sizes a dictionary by its claimed count before decoding it; each value
-        // takes at least a bit of the page.
+        // of a dictionary (PLAIN, never of booleans) takes at least a byte of the page.
         if let Some(values) = dictionary_values {
-            if values < 0 || values as u64 > uncompressed.saturating_mul(8) {
+            if values < 0 || values as u64 > uncompressed {
                 return Err(format!(
                     "a dictionary page of {uncompressed} bytes claims {values} values"
                 ));
@@ -601,6 +629,9 @@ mod tests {
         assert_eq!(check_pages(&page(100 << 20, 100_000)), Ok(()));
         // What parquet refuses itself is left to it.
         assert_eq!(check_pages(&[0xff, 0xff]), Ok(()));
+        // Snappy zero-fills its claim: 10 bytes may claim 22 times that and no more.
+        assert_eq!(check_pages_of(&page(284, 10), Some(22)), Ok(()));
+        assert!(check_pages_of(&page(285, 10), Some(22)).is_err());
         // A dictionary page of 16 bytes claiming i32::MAX values (parquet resized its
         // dictionary to them: 16 GiB of i64): type 2, sizes 16/16, header 7 {1: count}.
         let mut dictionary = vec![0x15, 0x04, 0x15, 0x20, 0x15, 0x20, 0x4c, 0x15];
@@ -608,6 +639,14 @@ mod tests {
         dictionary.extend_from_slice(&[0u8; 16]);
         let e = check_pages(&dictionary).unwrap_err();
         assert!(e.contains("claims 2147483647 values"), "{e}");
+        // The same count as an overlong varint, which parquet reads (the bits past 64
+        // wrap): the check reads it as parquet does.
+        let mut overlong = vec![0x15, 0x04, 0x15, 0x20, 0x15, 0x20, 0x4c, 0x15];
+        overlong.extend_from_slice(&[0x8c; 19]);
+        overlong.extend_from_slice(&[0x04, 0x00, 0x00]);
+        overlong.extend_from_slice(&[0u8; 16]);
+        let e = check_pages(&overlong).unwrap_err();
+        assert!(e.contains("16 bytes claims 1893843910 values"), "{e}");
     }
 
     /// The `ARROW:schema` value of one field `x` of type `type_type` with an Int

@@ -40,6 +40,9 @@ pub struct ParquetSource {
     /// Set once the footer is read: every later read is of whole pages, whose headers
     /// are checked ([`crate::parquet_guard::check_pages`]) before parquet decodes them.
     footer_read: std::sync::atomic::AtomicBool,
+    /// Each column chunk's bytes and, for a codec that zero-fills a page's claim, how
+    /// far it can expand ([`crate::parquet_guard::zero_filling_ratio`]): from the footer.
+    chunks: std::sync::OnceLock<Vec<(Range<u64>, Option<u64>)>>,
 }
 
 impl ParquetSource {
@@ -120,9 +123,15 @@ impl ParquetSource {
     /// allocate by what the bytes claim ([`crate::parquet_guard`]): the footer, when
     /// `bytes` hold it, and once the footer is read, the page headers.
     fn check(&self, range: Range<u64>, bytes: &[u8]) -> parquet::errors::Result<()> {
-        use crate::parquet_guard::{check_footer, check_pages};
+        use crate::parquet_guard::{check_footer, check_pages_of};
         let checked = if self.footer_read.load(std::sync::atomic::Ordering::Relaxed) {
-            check_pages(bytes)
+            let zero_filling = self.chunks.get().and_then(|chunks| {
+                chunks
+                    .iter()
+                    .find(|(chunk, _)| chunk.contains(&range.start))
+                    .and_then(|(_, ratio)| *ratio)
+            });
+            check_pages_of(bytes, zero_filling)
         } else {
             match footer_in(range, bytes, self.size) {
                 Some(footer) => check_footer(footer),
@@ -288,6 +297,7 @@ pub async fn open_in(
         etag: etag.map(str::to_string),
         pages,
         footer_read: Default::default(),
+        chunks: Default::default(),
     };
     let key = etag.map(|e| (url.to_string(), size, e.to_string(), pages));
     let plain = match key.as_ref().and_then(kept_footer) {
@@ -309,6 +319,7 @@ pub async fn open_in(
             read
         }
     };
+    let _ = source.chunks.set(chunk_codecs(plain.metadata()));
     source
         .footer_read
         .store(true, std::sync::atomic::Ordering::Relaxed);
@@ -343,6 +354,22 @@ pub async fn open_in(
     Ok(ParquetRecordBatchStreamBuilder::new_with_metadata(
         source, metadata,
     ))
+}
+
+/// Each column chunk's bytes and its codec's zero-filling ratio, if any.
+fn chunk_codecs(footer: &ParquetMetaData) -> Vec<(Range<u64>, Option<u64>)> {
+    footer
+        .row_groups()
+        .iter()
+        .flat_map(|g| g.columns())
+        .map(|c| {
+            let (start, len) = c.byte_range();
+            (
+                start..start.saturating_add(len),
+                crate::parquet_guard::zero_filling_ratio(c.compression()),
+            )
+        })
+        .collect()
 }
 
 /// Refuses a footer whose `ARROW:schema` arrow-ipc would panic on
