@@ -139,11 +139,7 @@ pub async fn connect(
     timeout: Duration,
 ) -> Result<()> {
     let deadline = tokio::time::Instant::now() + timeout;
-    let mut stream = dial(join, timeout).await?;
-    let (peer, local) = (stream.peer_addr(), stream.local_addr());
-    let (peer, local) = peer
-        .and_then(|p| Ok((p, local?)))
-        .map_err(|e| cluster(format!("{join}: {e}")))?;
+    let (mut stream, peer, local) = dial(join, timeout).await?;
     prove(&mut stream, join, key, deadline)
         .await
         .map_err(|e| e.or_closed("it requires TLS: --tls-cert/--tls-key/--tls-ca"))?;
@@ -158,16 +154,21 @@ pub async fn connect(
     .map_err(|e| cluster(format!("the node is gone: {e}")))
 }
 
-/// A TCP connection to `join`, made within `timeout`.
-pub(crate) async fn dial(join: &str, timeout: Duration) -> Result<tokio::net::TcpStream> {
+/// A TCP connection to `join`, made within `timeout`, with its peer's and its own
+/// address.
+pub(crate) async fn dial(
+    join: &str,
+    timeout: Duration,
+) -> Result<(tokio::net::TcpStream, SocketAddr, SocketAddr)> {
     let stream = tokio::time::timeout(timeout, tokio::net::TcpStream::connect(join))
         .await
         .map_err(|_| cluster(format!("connecting to {join} timed out")))?
         .map_err(|e| cluster(format!("cannot connect to {join}: {e}")))?;
-    stream
+    let addresses = stream
         .set_nodelay(true)
-        .map_err(|e| cluster(format!("{join}: {e}")))?;
-    Ok(stream)
+        .and_then(|()| Ok((stream.peer_addr()?, stream.local_addr()?)));
+    let (peer, local) = addresses.map_err(|e| cluster(format!("{join}: {e}")))?;
+    Ok((stream, peer, local))
 }
 
 /// The dialer's cookie proof to `join`, by `deadline`.

@@ -298,6 +298,16 @@ impl EngineError {
     }
 }
 
+/// What a caught panic said (its `String` or `&str` payload), for an error that reports
+/// it.
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> &str {
+    payload
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| payload.downcast_ref::<&str>().copied())
+        .unwrap_or("no message")
+}
+
 /// Whose fault an error of the format crate is: a file that does not decode or a value
 /// that cannot be encoded is the input's; I/O, a store, a thread or a bug the
 /// environment's.

@@ -31,7 +31,7 @@ pub const MAX_PAGE_BYTES: u64 = 64 << 20;
 
 /// Past [`MAX_PAGE_BYTES`], a page may claim at most this many times its compressed size
 /// (deflate's limit is about 1 032; real pages of real data stay far below).
-pub const MAX_PAGE_RATIO: u64 = 1100;
+pub const MAX_PAGE_RATIO: u64 = probeflow_reader::array_record::chunk::MAX_DECODED_RATIO;
 
 /// Thrift compact protocol's type codes.
 mod kind {
@@ -216,7 +216,7 @@ pub fn check_pages(pages: &[u8]) -> Checked {
 pub fn zero_filling_ratio(codec: parquet::basic::Compression) -> Option<u64> {
     use parquet::basic::Compression as C;
     match codec {
-        C::SNAPPY => Some(22),
+        C::SNAPPY => Some(probeflow_reader::array_record::chunk::SNAPPY_MAX_RATIO),
         C::LZ4 | C::LZ4_RAW => Some(256),
         C::UNCOMPRESSED | C::GZIP(_) | C::LZO | C::BROTLI(_) | C::ZSTD(_) => None,
     }

@@ -37,11 +37,10 @@ pub struct ParquetSource {
     /// Whether to load the offset index (page locations), when the file has one: it
     /// lets a row range be read without fetching its row group's whole column chunks.
     pages: bool,
-    /// Set once the footer is read: every later read is of whole pages, whose headers
-    /// are checked ([`crate::parquet_guard::check_pages`]) before parquet decodes them.
-    footer_read: std::sync::atomic::AtomicBool,
     /// Each column chunk's bytes and, for a codec that zero-fills a page's claim, how
-    /// far it can expand ([`crate::parquet_guard::zero_filling_ratio`]): from the footer.
+    /// far it can expand ([`crate::parquet_guard::zero_filling_ratio`]): set once the
+    /// footer is read, after which every read is of whole pages, whose headers are
+    /// checked ([`crate::parquet_guard::check_pages_of`]) before parquet decodes them.
     chunks: std::sync::OnceLock<Vec<(Range<u64>, Option<u64>)>>,
 }
 
@@ -124,19 +123,18 @@ impl ParquetSource {
     /// `bytes` hold it, and once the footer is read, the page headers.
     fn check(&self, range: Range<u64>, bytes: &[u8]) -> parquet::errors::Result<()> {
         use crate::parquet_guard::{check_footer, check_pages_of};
-        let checked = if self.footer_read.load(std::sync::atomic::Ordering::Relaxed) {
-            let zero_filling = self.chunks.get().and_then(|chunks| {
-                chunks
+        let checked = match self.chunks.get() {
+            Some(chunks) => {
+                let zero_filling = chunks
                     .iter()
                     .find(|(chunk, _)| chunk.contains(&range.start))
-                    .and_then(|(_, ratio)| *ratio)
-            });
-            check_pages_of(bytes, zero_filling)
-        } else {
-            match footer_in(range, bytes, self.size) {
+                    .and_then(|(_, ratio)| *ratio);
+                check_pages_of(bytes, zero_filling)
+            }
+            None => match footer_in(range, bytes, self.size) {
                 Some(footer) => check_footer(footer),
                 None => Ok(()),
-            }
+            },
         };
         checked.map_err(|what| self.corrupt(what))
     }
@@ -296,7 +294,6 @@ pub async fn open_in(
         size,
         etag: etag.map(str::to_string),
         pages,
-        footer_read: Default::default(),
         chunks: Default::default(),
     };
     let key = etag.map(|e| (url.to_string(), size, e.to_string(), pages));
@@ -304,12 +301,9 @@ pub async fn open_in(
         Some(kept) => kept,
         None => {
             let footer = source.get_metadata(None).await.map_err(parquet_err)?;
-            check_arrow_schema(url, &footer)?;
-            crate::parquet_guard::check_layout(&footer, size).map_err(|what| {
-                EngineError::Parquet {
-                    file: url.to_string(),
-                    what,
-                }
+            check_parsed_footer(&footer, size).map_err(|what| EngineError::Parquet {
+                file: url.to_string(),
+                what,
             })?;
             let read = ArrowReaderMetadata::try_new(footer, ArrowReaderOptions::new())
                 .map_err(parquet_err)?;
@@ -320,9 +314,6 @@ pub async fn open_in(
         }
     };
     let _ = source.chunks.set(chunk_codecs(plain.metadata()));
-    source
-        .footer_read
-        .store(true, std::sync::atomic::Ordering::Relaxed);
     let schema = plain.schema();
     let fields: Vec<FieldRef> = schema
         .fields()
@@ -372,9 +363,10 @@ fn chunk_codecs(footer: &ParquetMetaData) -> Vec<(Range<u64>, Option<u64>)> {
         .collect()
 }
 
-/// Refuses a footer whose `ARROW:schema` arrow-ipc would panic on
-/// ([`crate::parquet_guard::check_arrow_schema`]), naming the file.
-fn check_arrow_schema(url: &str, footer: &ParquetMetaData) -> Result<()> {
+/// The checks of a parsed footer of a file of `size` bytes before arrow decodes it: an
+/// `ARROW:schema` arrow-ipc would panic on, places outside the file
+/// ([`crate::parquet_guard`]).
+fn check_parsed_footer(footer: &ParquetMetaData, size: u64) -> std::result::Result<(), String> {
     let schemas = footer
         .file_metadata()
         .key_value_metadata()
@@ -383,12 +375,9 @@ fn check_arrow_schema(url: &str, footer: &ParquetMetaData) -> Result<()> {
         .filter(|kv| kv.key == "ARROW:schema")
         .filter_map(|kv| kv.value.as_deref());
     for value in schemas {
-        crate::parquet_guard::check_arrow_schema(value).map_err(|what| EngineError::Parquet {
-            file: url.to_string(),
-            what,
-        })?;
+        crate::parquet_guard::check_arrow_schema(value)?;
     }
-    Ok(())
+    crate::parquet_guard::check_layout(footer, size)
 }
 
 /// Whether every data page of column `name`, in every row group of the file, is
@@ -421,23 +410,18 @@ fn dictionary_encoded_throughout(metadata: &ParquetMetaData, name: &str) -> bool
 /// past its page, say) ends the stream with an error instead: the file's, naming it
 /// through [`parquet_error`], not retried. Every reader of input Parquet reads through
 /// this.
-pub fn guarded<S>(stream: S) -> impl futures::Stream<Item = parquet::errors::Result<S::Ok>>
+pub fn guarded<T, S>(stream: S) -> impl futures::Stream<Item = parquet::errors::Result<T>>
 where
-    S: futures::TryStream<Error = ParquetError>
-        + futures::Stream<Item = Result<S::Ok, ParquetError>>,
+    S: futures::Stream<Item = parquet::errors::Result<T>>,
 {
     use futures::StreamExt;
     std::panic::AssertUnwindSafe(stream)
         .catch_unwind()
         .map(|polled| {
             polled.unwrap_or_else(|panic| {
-                let said = panic
-                    .downcast_ref::<String>()
-                    .map(String::as_str)
-                    .or_else(|| panic.downcast_ref::<&str>().copied())
-                    .unwrap_or("no message");
                 Err(ParquetError::General(format!(
-                    "a page does not decode (parquet's decoder failed: {said})"
+                    "a page does not decode (parquet's decoder failed: {})",
+                    crate::error::panic_message(panic.as_ref())
                 )))
             })
         })

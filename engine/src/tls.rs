@@ -185,9 +185,7 @@ pub async fn connect(
     (key, timeout): (&crate::preauth::CookieKey, Duration),
 ) -> Result<()> {
     let deadline = tokio::time::Instant::now() + timeout;
-    let stream = crate::cluster::dial(join, timeout).await?;
-    let (peer, local) = (|| Ok::<_, std::io::Error>((stream.peer_addr()?, stream.local_addr()?)))()
-        .map_err(|e| EngineError::Cluster(format!("{join}: {e}")))?;
+    let (stream, peer, local) = crate::cluster::dial(join, timeout).await?;
     let mut stream = tokio::time::timeout_at(deadline, connector.connect(name, stream))
         .await
         .map_err(|_| tls_err(format!("the TLS handshake with {join} timed out")))?

@@ -593,11 +593,11 @@ pub fn resolve_shards(paths: &[String], split: &str, verify: bool) -> Result<Vec
         .map(|(f, root)| {
             let output = root.as_ref().map(|r| &outputs[r]);
             let blake3 = output.and_then(|o| o.entry(&f)).map(|e| e.blake3.clone());
-            let max_record_bytes = output.and_then(|o| o.max_row_bytes);
+            let max_row_bytes = output.and_then(|o| o.max_row_bytes);
             ResolvedShard {
                 path: f,
                 blake3,
-                max_record_bytes,
+                max_row_bytes,
             }
         })
         .collect())
@@ -610,8 +610,8 @@ pub struct ResolvedShard {
     pub path: PathBuf,
     pub blake3: Option<String>,
     /// Its output's `max_row_bytes`, when the manifest says it: a chunk that claims
-    /// more per record is corrupt ([`crate::array_record::ArrayRecordReader::set_max_record_bytes`]).
-    pub max_record_bytes: Option<u64>,
+    /// more per row is corrupt ([`crate::array_record::ArrayRecordReader::set_max_record_bytes`]).
+    pub max_row_bytes: Option<u64>,
 }
 
 #[cfg(test)]
@@ -650,6 +650,31 @@ mod tests {
         );
         assert_eq!(parse_shard_name("shard-3-of-x.array_record"), None);
         assert_eq!(parse_shard_name("part-00003.parquet"), None);
+    }
+
+    #[test]
+    fn a_resolved_shard_carries_its_manifests_row_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("train")).unwrap();
+        let shard = "train/shard-00000-of-00001.array_record";
+        std::fs::write(dir.path().join(shard), b"").unwrap();
+        let manifest = |limit: &str| {
+            format!(
+                r#"{{"manifest_version": 2, "row_format_version": "{ROW_FORMAT_VERSION}",
+                "tokenizer_version": "{TOKENIZER_VERSION}", "shards_per_split": 1{limit},
+                "shards": [{{"split": "train", "partition": 0, "path": "{shard}", "rows": 0,
+                "bytes": 0, "blake3": "{}"}}]}}"#,
+                "0".repeat(64)
+            )
+        };
+        std::fs::write(dir.path().join(COMPLETION_MARKER), "").unwrap();
+        let root = dir.path().display().to_string();
+        for (limit, want) in [(", \"max_row_bytes\": 65536", Some(65536)), ("", None)] {
+            std::fs::write(dir.path().join(MANIFEST_FILE), manifest(limit)).unwrap();
+            let resolved = resolve_shards(std::slice::from_ref(&root), "train", false).unwrap();
+            assert_eq!(resolved.len(), 1);
+            assert_eq!(resolved[0].max_row_bytes, want, "{limit:?}");
+        }
     }
 
     #[test]

@@ -14,7 +14,7 @@ import random
 
 
 from support.outputs import coordinator_peak_mib, coordinator_run_measured
-from support.overlap import SPLIT
+from support.overlap import SPLIT, overlap_job
 
 MEMORY_MIB = 256
 EVAL_ROWS = 20_000
@@ -128,25 +128,9 @@ def test_a_line_past_max_line_bytes_fails_naming_file_and_line_in_bounded_memory
         f.write(json.dumps({"id": "t0", "text": "a b"}).encode() + b"\n" + b'{"text": "')
         for _ in range(1536 // 16):
             f.write(chunk)
-    out = tmp_path / "out"
-    spec = tmp_path / "job.toml"
-    spec.write_text(f"""
-kind = "ngram_overlap"
-[eval]
-paths = ["{tmp_path / 'eval'}"]
-[train]
-paths = ["{tmp_path / 'train'}"]
-[ngrams]
-n = [3]
-[output]
-url = "{out}"
-[run]
-mode = "local"
-workers = 1
-max_attempts = 3
-memory_per_worker = "{MEMORY_MIB}MiB"
-scratch = "{tmp_path / 'scratch'}"
-""")
+    assert MEMORY_MIB == 256  # overlap_job's memory_per_worker
+    spec = overlap_job(tmp_path / "job.toml", [tmp_path / "eval"], [tmp_path / "train"], tmp_path / "out",
+                       workers=1, n=[3], extra="max_attempts = 3\n")
     code, peak_mib, stderr = coordinator_run_measured("run", str(spec))
     print(f"exit {code}, peak RSS {peak_mib} MiB")
     assert code == 1, stderr

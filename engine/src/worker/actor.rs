@@ -568,11 +568,7 @@ async fn report(
         Err(panic) => Err(TaskFailure {
             error: format!(
                 "task panicked: {}",
-                panic
-                    .downcast_ref::<String>()
-                    .map(String::as_str)
-                    .or_else(|| panic.downcast_ref::<&str>().copied())
-                    .unwrap_or("unknown panic")
+                crate::error::panic_message(panic.as_ref())
             ),
             retryable: true,
         }),

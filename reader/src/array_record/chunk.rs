@@ -135,7 +135,18 @@ pub fn decoded_bound(len: usize) -> u64 {
 }
 
 /// The most a Snappy stream can expand: a 3-byte copy of 64 bytes (21⅓), rounded up.
-const SNAPPY_MAX_RATIO: u64 = 22;
+/// Snappy is decompressed into a buffer of the claimed size, zero-filled first, so a
+/// claim past it is refused whatever [`MAX_DECODED_FLOOR`] allows.
+pub const SNAPPY_MAX_RATIO: u64 = 22;
+
+/// The most a blob of `compression` and `len` bytes may decompress to: [`decoded_bound`],
+/// and for Snappy what its stream can hold.
+fn decoded_bound_of(compression: u8, len: usize) -> u64 {
+    match compression {
+        b's' => (len as u64).saturating_mul(SNAPPY_MAX_RATIO),
+        _ => decoded_bound(len),
+    }
+}
 
 /// Reusable decompression state.
 #[derive(Default)]
@@ -165,11 +176,12 @@ impl Decompressor {
                 "declared decompressed size {size} exceeds the expected {limit}"
             ));
         }
-        let bound = decoded_bound(blob.len());
+        let bound = decoded_bound_of(compression, blob.len());
         if size > bound {
             return Err(format!(
                 "a blob of {} bytes claims {size} bytes decompressed, more than {bound} \
-                 (at most {MAX_DECODED_FLOOR} or {MAX_DECODED_RATIO} times its size)",
+                 (at most {MAX_DECODED_FLOOR} or {MAX_DECODED_RATIO} times its size; \
+                 Snappy: {SNAPPY_MAX_RATIO} times)",
                 blob.len()
             ));
         }
@@ -200,16 +212,6 @@ impl Decompressor {
                 if len != size {
                     return Err(format!(
                         "snappy stream holds {len} bytes, the prefix says {size}"
-                    ));
-                }
-                // Snappy is decompressed into a buffer of the claimed size, zero-filled
-                // first: no more than the stream can hold (one copy of 64 bytes per 3).
-                let most = (stream.len() as u64).saturating_mul(SNAPPY_MAX_RATIO);
-                if size as u64 > most {
-                    return Err(format!(
-                        "a snappy stream of {} bytes claims {size} bytes (it can hold at \
-                         most {most})",
-                        stream.len()
                     ));
                 }
                 out.resize(size, 0);

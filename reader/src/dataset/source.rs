@@ -80,7 +80,7 @@ impl RowSource {
             .map(|f| ResolvedShard {
                 path: f.clone(),
                 blake3: None,
-                max_record_bytes: None,
+                max_row_bytes: None,
             })
             .collect();
         Self::open_resolved(&shards)
@@ -92,7 +92,7 @@ impl RowSource {
             .iter()
             .map(|f| {
                 let mut reader = ArrayRecordReader::open(&f.path)?;
-                reader.set_max_record_bytes(f.max_record_bytes);
+                reader.set_max_record_bytes(f.max_row_bytes);
                 Ok(reader)
             })
             .collect::<Result<Vec<_>>>()?;

@@ -59,8 +59,8 @@ pub struct RemoteShard {
     /// Lower-case hex, 64 digits (checked when the manifest is read).
     pub blake3: String,
     /// Its output's `max_row_bytes`, when the manifest says it (see
-    /// [`crate::output::ResolvedShard::max_record_bytes`]).
-    pub max_record_bytes: Option<u64>,
+    /// [`crate::output::ResolvedShard::max_row_bytes`]).
+    pub max_row_bytes: Option<u64>,
 }
 
 /// Whether `s` is a blake3 digest in lower-case hex (and so a safe file name).
@@ -633,7 +633,7 @@ pub(crate) mod tests {
             rows: 1,
             bytes,
             blake3: hash.to_string(),
-            max_record_bytes: None,
+            max_row_bytes: None,
         }
     }
 

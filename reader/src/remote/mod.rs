@@ -107,7 +107,7 @@ impl RemoteShards {
         }
         let shard = &self.shards[i];
         let mut reader = self.cache.open(&self.bucket, shard, &self.names[i])?;
-        reader.set_max_record_bytes(shard.max_record_bytes);
+        reader.set_max_record_bytes(shard.max_row_bytes);
         check_rows(&self.names[i], reader.len(), shard.rows)?;
         let _ = self.opened[i].set(reader);
         Ok(self.opened[i].get().expect("set just above"))
@@ -220,7 +220,7 @@ mod tests {
                 rows: ArrayRecordReader::open(f).unwrap().len(),
                 bytes: bytes.len() as u64,
                 blake3: blake3::hash(&bytes).to_hex().to_string(),
-                max_record_bytes: None,
+                max_row_bytes: None,
             });
         }
         (files, bucket, shards)

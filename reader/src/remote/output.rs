@@ -88,7 +88,7 @@ impl RemoteOutput {
                 rows: s.rows,
                 bytes: s.bytes,
                 blake3: s.blake3.clone(),
-                max_record_bytes: self.max_row_bytes,
+                max_row_bytes: self.max_row_bytes,
             })
             .collect())
     }
