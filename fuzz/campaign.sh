@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # A fuzzing campaign over every target (or those named): each runs for SECONDS (default
-# 600) on a working copy of its corpus, then the working corpus is minimized back into
-# fuzz/corpus/<target>/ (cargo fuzz cmin). Crashes stay in fuzz/targets/artifacts/.
+# 600) on a working copy of its corpus under $FUZZ_WORK; fold what it found back into
+# fuzz/corpus/<target>/ with `cargo fuzz cmin` (docs/fuzzing.md). Crashes stay in
+# fuzz/targets/artifacts/.
 # Prints one line per target: executions, coverage (libFuzzer's cov and ft), corpus size.
 #   fuzz/campaign.sh [SECONDS] [TARGET...]      (JOBS=2 runs two targets at once)
 set -euo pipefail

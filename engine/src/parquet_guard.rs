@@ -4,7 +4,11 @@
 //! * the footer ([`check_footer`]): every Thrift list and binary length within the
 //!   bytes that follow it, and nesting at most [`MAX_THRIFT_DEPTH`] deep. (parquet
 //!   reserves its row groups by the list's claimed length: a 30-byte file can ask for
-//!   hundreds of GiB, an abort.)
+//!   hundreds of GiB, an abort.) Its schema nests groups at most [`MAX_SCHEMA_DEPTH`]
+//!   deep, and a group claims no more children than elements follow it (parquet builds
+//!   the schema tree by recursion, reserving each group's claimed children first).
+//! * a column chunk's offset index ([`check_offset_index`]): its lists within its bytes
+//!   (parquet reserves the page locations by the list's claimed length).
 //! * the embedded Arrow schema ([`check_arrow_schema`], the footer's `ARROW:schema`):
 //!   every field of a type, width, unit and child count that arrow-ipc's decoder
 //!   accepts without panicking.
@@ -25,6 +29,10 @@ use arrow::ipc;
 
 /// The deepest Thrift nesting a footer may have (a real one nests about 6 deep).
 pub const MAX_THRIFT_DEPTH: u32 = 32;
+
+/// The deepest a file's schema may nest groups (parquet builds its schema tree, and
+/// arrow its fields, by recursion on the caller's stack; real schemas nest a few deep).
+pub const MAX_SCHEMA_DEPTH: usize = 64;
 
 /// A page may always claim this many decompressed bytes.
 pub const MAX_PAGE_BYTES: u64 = 64 << 20;
@@ -133,19 +141,9 @@ impl<'a> Walk<'a> {
                 self.skip(n)
             }
             kind::LIST | kind::SET => {
-                let header = self.byte()?;
-                let n = match header >> 4 {
-                    15 => self.varint()?,
-                    n => u64::from(n),
-                };
-                let n = self.count(n, "list")?;
-                let element = header & 0x0f;
+                let (element, n) = self.list_header()?;
                 for _ in 0..n {
-                    // A bool in a list is one byte.
-                    match element {
-                        kind::TRUE | kind::FALSE => self.skip(1)?,
-                        t => self.value(t, depth + 1)?,
-                    }
+                    self.element(element, depth + 1)?;
                 }
                 Ok(())
             }
@@ -165,6 +163,47 @@ impl<'a> Walk<'a> {
             kind::STRUCT => self.fields(depth + 1, |_, _, _| Ok(false)),
             other => Err(format!("an unknown Thrift type {other}")),
         }
+    }
+
+    /// A list's element type and its count (at most the bytes left).
+    fn list_header(&mut self) -> Checked<(u8, u64)> {
+        let header = self.byte()?;
+        let n = match header >> 4 {
+            15 => self.varint()?,
+            n => u64::from(n),
+        };
+        Ok((header & 0x0f, self.count(n, "list")?))
+    }
+
+    /// A list's element: a bool in a list is one byte.
+    fn element(&mut self, t: u8, depth: u32) -> Checked {
+        match t {
+            kind::TRUE | kind::FALSE => self.skip(1),
+            t => self.value(t, depth),
+        }
+    }
+
+    /// `FileMetaData.schema` (a list of `SchemaElement`, in depth-first order): as any
+    /// list, and its groups' children counts (field 5) checked as a tree.
+    fn schema(&mut self, depth: u32) -> Checked {
+        let (element, n) = self.list_header()?;
+        let mut tree = SchemaTree::default();
+        for i in 0..n {
+            if element != kind::STRUCT {
+                self.element(element, depth + 1)?;
+                continue;
+            }
+            let mut children = None;
+            self.fields(depth + 2, |id, t, walk| match (id, t) {
+                (5, kind::I32) => {
+                    children = Some(walk.i32()?);
+                    Ok(true)
+                }
+                _ => Ok(false),
+            })?;
+            tree.element(children, n - i - 1)?;
+        }
+        Ok(())
     }
 
     /// The fields of a struct, up to its stop; `each(id, type, walk)` may read a field
@@ -196,11 +235,55 @@ impl<'a> Walk<'a> {
     }
 }
 
+/// The groups of a schema still open as its elements are read in order (depth
+/// first): for each, the children still to come. Never deeper than [`MAX_SCHEMA_DEPTH`].
+#[derive(Default)]
+struct SchemaTree {
+    open: Vec<u64>,
+}
+
+impl SchemaTree {
+    /// The next element, claiming `children` (none or not positive: a leaf), with
+    /// `after` elements following it.
+    fn element(&mut self, children: Option<i64>, after: u64) -> Checked {
+        if let Some(parent) = self.open.last_mut() {
+            *parent -= 1;
+        }
+        if let Some(n) = children.filter(|&n| n > 0) {
+            let n = n as u64;
+            if n > after {
+                return Err(format!(
+                    "a schema group claims {n} children where {after} elements follow"
+                ));
+            }
+            if self.open.len() >= MAX_SCHEMA_DEPTH {
+                return Err(format!("a schema nested past {MAX_SCHEMA_DEPTH} groups"));
+            }
+            self.open.push(n);
+        }
+        while self.open.last() == Some(&0) {
+            self.open.pop();
+        }
+        Ok(())
+    }
+}
+
 /// Checks a footer's Thrift (`FileMetaData`, without its length and magic).
 pub fn check_footer(footer: &[u8]) -> Checked {
     let mut walk = Walk { rest: footer };
+    walk.fields(1, |id, t, walk| match (id, t) {
+        (2, kind::LIST) => walk.schema(1).map(|()| true),
+        _ => Ok(false),
+    })
+    .map_err(|what| format!("its footer does not decode: {what}"))
+}
+
+/// Checks a column chunk's offset index (its page locations, as parquet reads them
+/// when asked for them): every list within the bytes that follow it.
+pub fn check_offset_index(index: &[u8]) -> Checked {
+    let mut walk = Walk { rest: index };
     walk.value(kind::STRUCT, 0)
-        .map_err(|what| format!("its footer does not decode: {what}"))
+        .map_err(|what| format!("its offset index does not decode: {what}"))
 }
 
 /// Checks the page headers at the start of `pages` (a column chunk, or pages of one,
@@ -589,6 +672,45 @@ mod tests {
         footer.extend(std::iter::repeat_n(0x00, 10_001));
         let e = check_footer(&footer).unwrap_err();
         assert!(e.contains("nested past 32"), "{e}");
+    }
+
+    #[test]
+    fn a_schema_tree_opens_a_group_per_positive_count_and_closes_it_after_its_children() {
+        let mut tree = SchemaTree::default();
+        // root(2) { a, g(1) { b } }
+        tree.element(Some(2), 3).unwrap();
+        assert_eq!(tree.open, [2]);
+        tree.element(None, 2).unwrap();
+        assert_eq!(tree.open, [1]);
+        tree.element(Some(1), 1).unwrap();
+        assert_eq!(tree.open, [0, 1]);
+        tree.element(Some(0), 0).unwrap();
+        assert!(tree.open.is_empty());
+        // A negative count is a leaf (parquet refuses it).
+        tree.element(Some(-5), 0).unwrap();
+        assert!(tree.open.is_empty());
+    }
+
+    #[test]
+    fn a_group_may_claim_no_more_children_than_elements_follow_it() {
+        let mut tree = SchemaTree::default();
+        assert_eq!(tree.element(Some(3), 3), Ok(()));
+        let e = tree.element(Some(3), 2).unwrap_err();
+        assert!(
+            e.contains("claims 3 children where 2 elements follow"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn a_schema_may_nest_max_schema_depth_groups_and_no_more() {
+        let mut tree = SchemaTree::default();
+        for _ in 0..MAX_SCHEMA_DEPTH {
+            tree.element(Some(1), 1_000).unwrap();
+        }
+        assert_eq!(tree.open.len(), MAX_SCHEMA_DEPTH);
+        let e = tree.element(Some(1), 1_000).unwrap_err();
+        assert!(e.contains("nested past 64 groups"), "{e}");
     }
 
     #[test]

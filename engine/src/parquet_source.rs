@@ -37,6 +37,12 @@ pub struct ParquetSource {
     /// Whether to load the offset index (page locations), when the file has one: it
     /// lets a row range be read without fetching its row group's whole column chunks.
     pages: bool,
+    /// Where the footer's Thrift lies, once the file's tail is read: parquet reads a
+    /// footer longer than its first read apart, and that read is checked as the footer.
+    footer: std::sync::OnceLock<Range<u64>>,
+    /// The column chunks' offset indexes, once the footer is parsed (with page
+    /// locations only): each is checked before parquet decodes it.
+    offset_indexes: std::sync::OnceLock<Vec<Range<u64>>>,
     /// Each column chunk's bytes and, for a codec that zero-fills a page's claim, how
     /// far it can expand ([`crate::parquet_guard::zero_filling_ratio`]): set once the
     /// footer is read, after which every read is of whole pages, whose headers are
@@ -119,36 +125,64 @@ impl ParquetSource {
     }
 
     /// Checks what parquet will decode from `bytes` (of `range`) where it would panic or
-    /// allocate by what the bytes claim ([`crate::parquet_guard`]): the footer, when
-    /// `bytes` hold it, and once the footer is read, the page headers.
+    /// allocate by what the bytes claim ([`crate::parquet_guard`]), by what it reads:
+    /// the footer, then the offset indexes, then pages.
     fn check(&self, range: Range<u64>, bytes: &[u8]) -> parquet::errors::Result<()> {
-        use crate::parquet_guard::{check_footer, check_pages_of};
-        let checked = match self.chunks.get() {
-            Some(chunks) => {
-                let zero_filling = chunks
-                    .iter()
-                    .find(|(chunk, _)| chunk.contains(&range.start))
-                    .and_then(|(_, ratio)| *ratio);
-                check_pages_of(bytes, zero_filling)
-            }
-            None => match footer_in(range, bytes, self.size) {
-                Some(footer) => check_footer(footer),
-                None => Ok(()),
-            },
+        use crate::parquet_guard::{check_offset_index, check_pages_of};
+        let checked = if let Some(chunks) = self.chunks.get() {
+            let zero_filling = chunks
+                .iter()
+                .find(|(chunk, _)| chunk.contains(&range.start))
+                .and_then(|(_, ratio)| *ratio);
+            check_pages_of(bytes, zero_filling)
+        } else if let Some(indexes) = self.offset_indexes.get() {
+            indexes
+                .iter()
+                .filter_map(|index| within(&range, index).map(|at| &bytes[at]))
+                .try_for_each(check_offset_index)
+        } else {
+            self.check_footer_read(range, bytes)
         };
         checked.map_err(|what| self.corrupt(what))
     }
+
+    /// A read before the footer is parsed: the file's tail (which says where the
+    /// footer lies, and may hold it), or the footer read apart.
+    fn check_footer_read(&self, range: Range<u64>, bytes: &[u8]) -> Result<(), String> {
+        use crate::parquet_guard::check_footer;
+        if range.end == self.size {
+            if let Some(footer) = footer_place(&range, bytes) {
+                let _ = self.footer.set(footer.clone());
+                if let Some(at) = within(&range, &footer) {
+                    return check_footer(&bytes[at]);
+                }
+            }
+            return Ok(());
+        }
+        match self.footer.get() {
+            Some(footer) if *footer == range => check_footer(bytes),
+            _ => Ok(()),
+        }
+    }
 }
 
-/// The footer's Thrift bytes within `bytes` (of `range` of a file of `size` bytes),
-/// when they are the file's tail and hold all of it.
-fn footer_in(range: Range<u64>, bytes: &[u8], size: u64) -> Option<&[u8]> {
-    if range.end != size || bytes.len() < 8 || bytes.len() as u64 != range.end - range.start {
+/// Where the footer's Thrift lies, from `bytes`, the file's tail at `range` (its
+/// length and the magic last): `None` where the tail is too short to say.
+fn footer_place(range: &Range<u64>, bytes: &[u8]) -> Option<Range<u64>> {
+    let tail = bytes.len().checked_sub(8)?;
+    let length = u32::from_le_bytes(bytes[tail..tail + 4].try_into().ok()?);
+    let end = range.end - 8;
+    Some(end.checked_sub(u64::from(length))?..end)
+}
+
+/// Where `inner` lies within bytes read at `outer`, when wholly inside them.
+fn within(outer: &Range<u64>, inner: &Range<u64>) -> Option<Range<usize>> {
+    if inner.start < outer.start || inner.end > outer.end || inner.start > inner.end {
         return None;
     }
-    let length = u32::from_le_bytes(bytes[bytes.len() - 8..bytes.len() - 4].try_into().ok()?);
-    let start = (bytes.len() - 8).checked_sub(length as usize)?;
-    Some(&bytes[start..bytes.len() - 8])
+    let start = usize::try_from(inner.start - outer.start).ok()?;
+    let end = usize::try_from(inner.end - outer.start).ok()?;
+    Some(start..end)
 }
 
 impl AsyncFileReader for ParquetSource {
@@ -189,20 +223,38 @@ impl AsyncFileReader for ParquetSource {
     ) -> BoxFuture<'a, parquet::errors::Result<Arc<ParquetMetaData>>> {
         async move {
             let size = self.size;
-            let pages = if self.pages {
-                PageIndexPolicy::Optional
-            } else {
-                PageIndexPolicy::Skip
-            };
-            let metadata = ParquetMetaDataReader::new()
+            // The footer alone first, so that the offset indexes it points at are known
+            // (and checked) before parquet reads them.
+            let footer = ParquetMetaDataReader::new()
                 .with_prefetch_hint(Some(64 * 1024))
-                .with_offset_index_policy(pages)
-                .load_and_finish(self, size)
+                .with_page_index_policy(PageIndexPolicy::Skip)
+                .load_and_finish(&mut *self, size)
                 .await?;
-            Ok(Arc::new(metadata))
+            if !self.pages {
+                return Ok(Arc::new(footer));
+            }
+            let _ = self.offset_indexes.set(offset_index_places(&footer));
+            let mut with_pages = ParquetMetaDataReader::new_with_metadata(footer)
+                .with_offset_index_policy(PageIndexPolicy::Optional);
+            with_pages.load_page_index(&mut *self).await?;
+            Ok(Arc::new(with_pages.finish()?))
         }
         .boxed()
     }
+}
+
+/// Where each column chunk's offset index lies, as its footer says.
+fn offset_index_places(footer: &ParquetMetaData) -> Vec<Range<u64>> {
+    footer
+        .row_groups()
+        .iter()
+        .flat_map(|g| g.columns())
+        .filter_map(|c| {
+            let start = u64::try_from(c.offset_index_offset()?).ok()?;
+            let length = u64::try_from(c.offset_index_length()?).ok()?;
+            Some(start..start.checked_add(length)?)
+        })
+        .collect()
 }
 
 /// Parsed footers kept per process (the last files opened with an ETag).
@@ -294,6 +346,8 @@ pub async fn open_in(
         size,
         etag: etag.map(str::to_string),
         pages,
+        footer: Default::default(),
+        offset_indexes: Default::default(),
         chunks: Default::default(),
     };
     let key = etag.map(|e| (url.to_string(), size, e.to_string(), pages));

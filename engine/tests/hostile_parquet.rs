@@ -116,6 +116,33 @@ fn one_int_column(t: &mut Thrift) {
     t.begin().i32(1, 1).i32(3, 0).binary(4, b"x").end();
 }
 
+/// A footer whose schema's root claims i32::MAX children (parquet reserves a pointer
+/// for each before reading them).
+fn a_root_claiming_i32_max_children() -> Vec<u8> {
+    let mut t = Thrift::default();
+    t.begin().i32(1, 1);
+    t.list(2, 2, 12);
+    t.begin().binary(4, b"schema").i32(5, i32::MAX).end();
+    t.begin().i32(1, 1).i32(3, 0).binary(4, b"x").end();
+    t.i64(3, 0).list(4, 0, 12).end();
+    parquet_file(&[], &t.bytes)
+}
+
+/// A footer whose schema is a group in a group in … 100 000 deep, around one INT32
+/// (parquet builds the schema tree by recursion: deep enough, it overflows any stack).
+fn a_schema_nested_100_000_deep() -> Vec<u8> {
+    const DEPTH: u64 = 100_000;
+    let mut t = Thrift::default();
+    t.begin().i32(1, 1);
+    t.list(2, DEPTH + 1, 12);
+    for _ in 0..DEPTH {
+        t.begin().i32(3, 0).binary(4, b"g").i32(5, 1).end();
+    }
+    t.begin().i32(1, 1).i32(3, 0).binary(4, b"x").end();
+    t.i64(3, 0).list(4, 0, 12).end();
+    parquet_file(&[], &t.bytes)
+}
+
 /// A footer whose row-group list claims i32::MAX groups (parquet reserves them all).
 fn row_groups_past_the_file() -> Vec<u8> {
     let mut t = Thrift::default();
@@ -123,6 +150,47 @@ fn row_groups_past_the_file() -> Vec<u8> {
     one_int_column(&mut t);
     t.i64(3, 0).list(4, i32::MAX as u64, 12);
     parquet_file(&[], &t.bytes)
+}
+
+/// [`row_groups_past_the_file`] with a footer longer than the 64 KiB parquet reads
+/// first (its schema's root named by 100 KiB), so that parquet reads it apart from the
+/// file's tail.
+fn row_groups_past_a_long_footer() -> Vec<u8> {
+    let mut t = Thrift::default();
+    t.begin().i32(1, 1);
+    t.list(2, 2, 12);
+    t.begin().binary(4, &[b'r'; 100 << 10]).i32(5, 1).end();
+    t.begin().i32(1, 1).i32(3, 0).binary(4, b"x").end();
+    t.i64(3, 0).list(4, i32::MAX as u64, 12);
+    parquet_file(&[], &t.bytes)
+}
+
+/// A file of one column chunk whose offset index (page locations, read when a reader
+/// asks for them) claims i32::MAX pages in 8 bytes (parquet reserves them all).
+fn an_offset_index_claiming_i32_max_pages() -> Vec<u8> {
+    let mut index = Thrift::default();
+    index.begin().list(1, i32::MAX as u64, 12).end();
+    let index = index.bytes;
+    let mut t = Thrift::default();
+    t.begin().i32(1, 1);
+    one_int_column(&mut t);
+    t.i64(3, 1).list(4, 1, 12);
+    t.begin().list(1, 1, 12);
+    t.begin().i64(2, 4).begin_field(3);
+    t.i32(1, 1).list(2, 1, 5);
+    t.varint(0); // PLAIN
+    t.list(3, 1, 8);
+    t.varint(1);
+    t.bytes.push(b'x');
+    t.i32(4, 0) // UNCOMPRESSED
+        .i64(5, 1)
+        .i64(6, 0)
+        .i64(7, 0)
+        .i64(9, 4);
+    t.end();
+    t.i64(4, 4).i32(5, index.len() as i32).end();
+    t.i64(2, 0).i64(3, 1).end().end();
+    parquet_file(&index, &t.bytes)
 }
 
 /// One Snappy page of 10 bytes whose header claims 2 GiB decompressed (parquet
@@ -215,12 +283,13 @@ fn an_arrow_schema_of_an_unknown_type() -> Vec<u8> {
     file
 }
 
-/// Opens `bytes` as an input file and reads every batch: the error it ends in.
+/// Opens `bytes` as an input file (with its page locations) and reads every batch: the
+/// error it ends in.
 async fn read_all(dir: &std::path::Path, name: &str, bytes: &[u8]) -> EngineError {
     let path = dir.join(name);
     std::fs::write(&path, bytes).unwrap();
     let url = path.display().to_string();
-    let builder = match parquet_source::open(&url, bytes.len() as u64, None, &[], false).await {
+    let builder = match parquet_source::open(&url, bytes.len() as u64, None, &[], true).await {
         Ok(b) => b,
         Err(e) => return e,
     };
@@ -239,8 +308,28 @@ async fn read_all(dir: &std::path::Path, name: &str, bytes: &[u8]) -> EngineErro
 #[tokio::test(flavor = "current_thread")]
 async fn hostile_parquet_files_end_in_an_error_naming_the_file_within_a_bound() {
     let dir = tempfile::tempdir().unwrap();
-    let cases: [(&str, Vec<u8>, &str); 3] = [
+    let cases: [(&str, Vec<u8>, &str); 7] = [
         ("row-groups.parquet", row_groups_past_the_file(), "elements"),
+        (
+            "row-groups-long-footer.parquet",
+            row_groups_past_a_long_footer(),
+            "elements",
+        ),
+        (
+            "offset-index.parquet",
+            an_offset_index_claiming_i32_max_pages(),
+            "its offset index does not decode",
+        ),
+        (
+            "children.parquet",
+            a_root_claiming_i32_max_children(),
+            "claims 2147483647 children",
+        ),
+        (
+            "deep-schema.parquet",
+            a_schema_nested_100_000_deep(),
+            "nested past 64",
+        ),
         (
             "page.parquet",
             a_page_claiming_two_gib(),
@@ -253,10 +342,11 @@ async fn hostile_parquet_files_end_in_an_error_naming_the_file_within_a_bound() 
         ),
     ];
     // `PROBEFLOW_WRITE_REGRESSIONS=DIR`: the cases as fuzz regression inputs of the
-    // parquet_input target (a flags byte, then the file), e.g. fuzz/regressions/parquet_input.
+    // parquet_input target (a flags byte, 1: with page locations, then the file), e.g.
+    // fuzz/regressions/parquet_input.
     if let Some(dir) = std::env::var_os("PROBEFLOW_WRITE_REGRESSIONS") {
         for (name, bytes, _) in &cases {
-            let input = [&[0u8][..], bytes].concat();
+            let input = [&[1u8][..], bytes].concat();
             std::fs::write(std::path::Path::new(&dir).join(name), input).unwrap();
         }
     }
@@ -265,16 +355,16 @@ async fn hostile_parquet_files_end_in_an_error_naming_the_file_within_a_bound() 
         let e = read_all(dir.path(), name, &bytes).await;
         let largest = LARGEST.load(Ordering::Relaxed);
         let shown = e.to_string();
+        // The footer's prefetch (64 KiB) and the runtime's own buffers are the most.
+        assert!(
+            largest <= 1 << 20,
+            "{name}: an allocation of {largest} bytes ({shown})"
+        );
         assert!(matches!(e, EngineError::Parquet { .. }), "{name}: {shown}");
         assert!(
             shown.contains(name) && shown.contains(what),
             "{name}: {shown}"
         );
         assert!(!e.fault().retryable(), "{name}: {shown}");
-        // The footer's prefetch (64 KiB) and the runtime's own buffers are the most.
-        assert!(
-            largest <= 1 << 20,
-            "{name}: an allocation of {largest} bytes"
-        );
     }
 }

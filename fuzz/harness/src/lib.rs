@@ -7,9 +7,10 @@
 //! The cargo-fuzz targets in `fuzz/fuzz_targets/` call these ([`TARGETS`] by name);
 //! this crate's test replays every committed corpus and regression through them.
 //! Under `cfg(fuzzing)` (cargo-fuzz's builds) ArrayRecord hashes always match, so that
-//! mutations reach past them.
+//! mutations reach past them, and every allocation is bounded ([`bounded_alloc`]).
 
 mod array_record;
+pub mod bounded_alloc;
 mod engine;
 mod json;
 mod lines;

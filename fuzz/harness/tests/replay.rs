@@ -3,6 +3,13 @@
 
 use std::path::PathBuf;
 
+use probeflow_fuzz::bounded_alloc::{replaying, BoundedAlloc};
+
+// An input that makes a parser reserve past the harness bound aborts the replay,
+// naming itself (as the targets do; overcommit would otherwise let it pass unseen).
+#[global_allocator]
+static ALLOCATOR: BoundedAlloc = BoundedAlloc;
+
 /// `fuzz/corpus/<target>/` and `fuzz/regressions/<target>/` of every target.
 fn inputs(target: &str) -> Vec<PathBuf> {
     let fuzz = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..");
@@ -37,7 +44,9 @@ fn every_corpus_and_regression_input_ends_in_a_value_or_an_error() {
                 }
                 for file in files {
                     let data = std::fs::read(&file).expect("a corpus file");
-                    if std::panic::catch_unwind(|| harness(&data)).is_err() {
+                    let name = file.display().to_string();
+                    let run = || std::panic::catch_unwind(|| harness(&data));
+                    if replaying(&name, run).is_err() {
                         failed.push(format!("{target}: {} fails", file.display()));
                     }
                 }
