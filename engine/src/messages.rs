@@ -15,9 +15,11 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 
 use ractor::{BytesConvertable, RpcReplyPort};
 use ractor_cluster::RactorClusterMessage;
-use serde::{de::DeserializeOwned, Deserialize, Serialize};
+use serde::{de::DeserializeOwned, Serialize};
 
-use crate::protocol::{Assignment, Registration, TaskFailure, TaskId, TaskOutput, WorkerTiming};
+use crate::protocol::{
+    Assignment, Registration, TaskFailure, TaskId, TaskOutput, TaskReply, WorkerTiming,
+};
 
 /// A message payload that may have crossed the network: JSON on the wire. Bytes from a
 /// peer that do not decode give `Err` (with the reason), which the receiver refuses,
@@ -120,14 +122,4 @@ impl CoordinatorMsg {
             result: Wire::new(result),
         }
     }
-}
-
-/// The coordinator's answer to a task request.
-#[derive(Debug, Clone, Serialize, Deserialize)]
-pub enum TaskReply {
-    Task(Box<Assignment>),
-    Wait,
-    Done,
-    /// This worker failed too often: it gets no more tasks (the reason).
-    Excluded(String),
 }

@@ -209,6 +209,16 @@ pub struct Registration {
     pub release: String,
 }
 
+/// The coordinator's answer to a task request.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub enum TaskReply {
+    Task(Box<Assignment>),
+    Wait,
+    Done,
+    /// This worker failed too often: it gets no more tasks (the reason).
+    Excluded(String),
+}
+
 /// A task leased to a worker: fenced by `attempt` and by `lease`, a random token only
 /// the worker it was given to knows; heartbeats and the result must carry it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

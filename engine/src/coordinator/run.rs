@@ -25,7 +25,7 @@ use std::time::{Duration, Instant};
 use crate::error::EngineError;
 use crate::job::JobDriver;
 use crate::kind::{ProgressFile, Progressed};
-use crate::messages::TaskReply;
+use crate::protocol::TaskReply;
 use crate::protocol::{
     Assignment, JobContext, Payload, Registration, StageName, TaskFailure, TaskId, WorkerTiming,
     PROTOCOL_VERSION, RELEASE,

@@ -21,7 +21,7 @@ use crate::coordinator::JobSpec;
 use crate::job::TaskRunner;
 use crate::journal;
 use crate::kind::{TaskEnv, WorkerResources};
-use crate::messages::TaskReply;
+use crate::protocol::TaskReply;
 use crate::protocol::{Assignment, Payload, Registration, TaskFailure, TaskId, PROTOCOL_VERSION};
 use crate::scratch::JobScratch;
 use crate::store::StoreUrl;

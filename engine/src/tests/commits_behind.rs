@@ -16,7 +16,8 @@ use crate::error::{EngineError, Result};
 use crate::fault::Faults;
 use crate::job::{JobFile, JobKind, Kinds, Sealed, TaskRunner};
 use crate::kind::{BoxFuture, OutputCheck, RunResult, TaskEnv, WorkerResources};
-use crate::messages::{CoordinatorMsg, TaskReply, Wire};
+use crate::messages::{CoordinatorMsg, Wire};
+use crate::protocol::TaskReply;
 use crate::protocol::{
     Assignment, JobContext, Payload, TaskFailure, TaskId, TaskSpec, WorkerTiming,
 };

@@ -7,7 +7,7 @@
 use super::bed::Bed;
 use crate::coordinator::run::Effect;
 use crate::error::EngineError;
-use crate::messages::TaskReply;
+use crate::protocol::TaskReply;
 
 #[tokio::test]
 async fn a_coordinator_that_cannot_journal_tells_its_workers_to_wait() {

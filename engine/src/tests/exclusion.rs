@@ -1,7 +1,7 @@
 //! A worker that keeps failing is excluded for the rest of the job (never the last
 //! one), and a failure that would repeat on any worker stops the job at once.
 
-use crate::messages::TaskReply;
+use crate::protocol::TaskReply;
 use crate::protocol::{Registration, TaskFailure, PROTOCOL_VERSION};
 
 use super::bed::{flaky, Bed, Ended, EXPECTED_COUNTS};

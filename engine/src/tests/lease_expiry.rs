@@ -3,7 +3,7 @@
 
 use std::time::Duration;
 
-use crate::messages::TaskReply;
+use crate::protocol::TaskReply;
 
 use super::bed::{Bed, LEASE};
 

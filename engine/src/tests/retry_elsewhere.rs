@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-use crate::messages::TaskReply;
+use crate::protocol::TaskReply;
 
 use super::bed::{flaky, Bed, Ended};
 

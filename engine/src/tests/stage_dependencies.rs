@@ -2,7 +2,7 @@
 //! tasks are made from those results.
 
 use super::word_count::MergeTask;
-use crate::messages::TaskReply;
+use crate::protocol::TaskReply;
 
 use super::bed::{Bed, Ended};
 

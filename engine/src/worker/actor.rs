@@ -32,7 +32,8 @@ use ractor_cluster::RactorMessage;
 use crate::fault::Faults;
 use crate::job::{Kinds, TaskRunner};
 use crate::kind::{RunResult, TaskEnv, WorkerResources};
-use crate::messages::{CoordinatorMsg, TaskReply, Wire};
+use crate::messages::{CoordinatorMsg, Wire};
+use crate::protocol::TaskReply;
 use crate::protocol::{Assignment, Payload, TaskFailure, WorkerTiming};
 #[cfg(feature = "fault-injection")]
 use crate::protocol::{TaskId, TaskOutput};

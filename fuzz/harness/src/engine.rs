@@ -6,7 +6,9 @@ use std::path::{Component, Path};
 use std::sync::OnceLock;
 
 use probeflow_engine::coordinator::JobSpec;
-use probeflow_engine::protocol::{Assignment, Registration, TaskFailure, TaskId, WorkerTiming};
+use probeflow_engine::protocol::{
+    Assignment, Registration, TaskFailure, TaskId, TaskOutput, TaskReply, WorkerTiming,
+};
 use probeflow_reader::output::{stays_inside, Output};
 
 /// An output directory this process reuses: `data` is its `manifest.json`.
@@ -48,6 +50,9 @@ pub fn wire(data: &[u8]) {
     let _ = serde_json::from_slice::<Result<Result<WorkerTiming, String>, String>>(data);
     let _ = serde_json::from_slice::<Result<TaskFailure, String>>(data);
     let _ = serde_json::from_slice::<Result<TaskId, String>>(data);
+    let _ = serde_json::from_slice::<Result<TaskReply, String>>(data);
+    let _ = serde_json::from_slice::<Result<Result<TaskOutput, TaskFailure>, String>>(data);
+    let _ = serde_json::from_slice::<Result<Option<String>, String>>(data);
     if let Ok(text) = std::str::from_utf8(data) {
         if let Some(id) = TaskId::parse(text) {
             assert_eq!(TaskId::parse(&id.to_string()), Some(id), "{text:?}");
