@@ -18,12 +18,13 @@
 //!   [`MAX_PAGE_BYTES`] or [`MAX_PAGE_RATIO`] times its compressed size, whichever is
 //!   more (Snappy, LZ4 and Brotli pages are decompressed into a buffer of the claimed
 //!   size, zero-filled first: for those, at most what they can expand to), and a
-//!   dictionary page at most a value a byte (parquet reserves the claimed count).
-//!   Writers cut pages at about 1 MiB.
+//!   dictionary page at most a value a byte (parquet reserves the claimed count); each
+//!   length in a header within the bytes that follow it. Writers cut pages at about
+//!   1 MiB.
 //!
-//! Each returns what is wrong in words; the caller names the file. A check passes what
-//! it cannot read: parquet then refuses it with its own error (these checks only stop
-//! what parquet would not).
+//! Each returns what is wrong in words; the caller names the file. Thrift that ends
+//! early or claims more than follows is refused; what a check does not look at
+//! (a missing required field, an unknown enum value) parquet refuses with its own error.
 
 use arrow::ipc;
 
@@ -288,7 +289,7 @@ pub fn check_offset_index(index: &[u8]) -> Checked {
 
 /// Checks the page headers at the start of `pages` (a column chunk, or pages of one,
 /// as read for decoding): each page's sizes within the bytes and within the bound of
-/// the module docs. It stops at the first header it cannot read (parquet refuses that).
+/// the module docs, and every length in a header within the bytes that follow it.
 pub fn check_pages(pages: &[u8]) -> Checked {
     check_pages_of(pages, None)
 }
@@ -335,7 +336,10 @@ pub fn check_pages_of(pages: &[u8], zero_filling: Option<u64>) -> Checked {
             }
             _ => Ok(false),
         });
-        let (Ok(()), (Some(uncompressed), Some(compressed))) = (header, sizes) else {
+        // A header whose lengths pass its bytes is corrupt (parquet may reserve by
+        // them); one without its sizes, parquet refuses.
+        header.map_err(|what| format!("a page header does not decode: {what}"))?;
+        let (Some(uncompressed), Some(compressed)) = sizes else {
             return Ok(());
         };
         if compressed < 0 || uncompressed < 0 {
@@ -749,8 +753,11 @@ mod tests {
         assert!(e.contains("10 compressed bytes claims 2147483647"), "{e}");
         // Within the ratio past the floor.
         assert_eq!(check_pages(&page(100 << 20, 100_000)), Ok(()));
-        // What parquet refuses itself is left to it.
-        assert_eq!(check_pages(&[0xff, 0xff]), Ok(()));
+        // A header that does not decode is refused (parquet reads some by their claims).
+        let e = check_pages(&[0xff, 0xff]).unwrap_err();
+        assert!(e.contains("page header does not decode"), "{e}");
+        // One without its sizes is left to parquet, which refuses it.
+        assert_eq!(check_pages(&[0x15, 0x00, 0x00]), Ok(()));
         // Snappy zero-fills its claim: 10 bytes may claim 22 times that and no more.
         assert_eq!(check_pages_of(&page(284, 10), Some(22)), Ok(()));
         assert!(check_pages_of(&page(285, 10), Some(22)).is_err());

@@ -539,6 +539,55 @@ mod tests {
         assert!(dictionary_encoded_throughout(&fits, "dst_addr"));
     }
 
+    /// A file as writers make them (several row groups of several pages, dictionary
+    /// and plain pages, statistics, offset indexes, zstd) with a footer longer than the
+    /// first read: it reads whole through the checks, with and without page locations.
+    #[tokio::test]
+    async fn a_file_with_page_indexes_and_a_long_footer_reads_whole_through_the_checks() {
+        use arrow::array::{ArrayRef, Int64Array, RecordBatch, StringArray};
+        use futures::TryStreamExt;
+        let rows = 50_000;
+        let texts: ArrayRef = Arc::new(StringArray::from_iter_values(
+            (0..rows).map(|i| format!("10.{}.{}", i % 700, i % 13)),
+        ));
+        let numbers: ArrayRef = Arc::new(Int64Array::from_iter_values(0..rows as i64));
+        let batch = RecordBatch::try_from_iter([("src_addr", texts), ("n", numbers)]).unwrap();
+        let long = parquet::file::metadata::KeyValue::new("note".into(), "x".repeat(100 << 10));
+        let props = parquet::file::properties::WriterProperties::builder()
+            .set_compression(parquet::basic::Compression::ZSTD(Default::default()))
+            .set_max_row_group_row_count(Some(20_000))
+            .set_data_page_row_count_limit(2_000)
+            .set_write_batch_size(1_000)
+            .set_dictionary_page_size_limit(4 << 10)
+            .set_key_value_metadata(Some(vec![long]))
+            .build();
+        let mut file = Vec::new();
+        let mut writer =
+            parquet::arrow::ArrowWriter::try_new(&mut file, batch.schema(), Some(props)).unwrap();
+        writer.write(&batch).unwrap();
+        writer.close().unwrap();
+        let store: Arc<dyn ObjectStore> = Arc::new(object_store::memory::InMemory::new());
+        let path = Path::from("in/f.parquet");
+        object_store::ObjectStoreExt::put(&store, &path, file.clone().into())
+            .await
+            .unwrap();
+        for pages in [false, true] {
+            let at = FileIn {
+                store: store.clone(),
+                path: path.clone(),
+                url: "mem://in/f.parquet",
+            };
+            let builder = open_in(at, file.len() as u64, None, &[], pages)
+                .await
+                .unwrap();
+            assert_eq!(builder.metadata().num_row_groups(), 3);
+            assert_eq!(builder.metadata().offset_index().is_some(), pages);
+            let read: Vec<RecordBatch> = builder.build().unwrap().try_collect().await.unwrap();
+            let read = arrow::compute::concat_batches(&batch.schema(), &read).unwrap();
+            assert_eq!(read, batch, "with page locations: {pages}");
+        }
+    }
+
     #[test]
     fn a_missing_column_names_the_file_and_the_columns_there_are() {
         let schema = Schema::new(vec![

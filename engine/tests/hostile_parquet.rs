@@ -213,6 +213,29 @@ fn a_page_claiming_two_gib() -> Vec<u8> {
     header.end();
     let mut chunk = header.bytes.clone();
     chunk.extend_from_slice(&page);
+    a_file_of_one_chunk(&chunk, 1, i32::MAX as i64) // SNAPPY
+}
+
+/// One page whose header's statistics give a maximum of 64 GiB, in a chunk of 30
+/// bytes (parquet reserves a binary by its claimed length as it reads the header).
+fn a_page_header_claiming_a_64_gib_statistic() -> Vec<u8> {
+    let mut header = Thrift::default();
+    header.begin().i32(1, 0).i32(2, 10).i32(3, 10);
+    header
+        .begin_field(5)
+        .i32(1, 100)
+        .i32(2, 0)
+        .i32(3, 3)
+        .i32(4, 3)
+        .begin_field(5);
+    header.field(1, 8);
+    header.varint(64 << 30);
+    a_file_of_one_chunk(&header.bytes, 0, 10) // UNCOMPRESSED
+}
+
+/// A file of one INT32 column `x` of 100 rows in one chunk, `chunk` (whose pages claim
+/// `uncompressed` bytes in all), compressed by `codec`.
+fn a_file_of_one_chunk(chunk: &[u8], codec: i32, uncompressed: i64) -> Vec<u8> {
     let offset = 4i64;
     let mut t = Thrift::default();
     t.begin().i32(1, 1);
@@ -225,14 +248,14 @@ fn a_page_claiming_two_gib() -> Vec<u8> {
     t.list(3, 1, 8);
     t.varint(1);
     t.bytes.push(b'x');
-    t.i32(4, 1) // SNAPPY
+    t.i32(4, codec)
         .i64(5, 100)
-        .i64(6, i32::MAX as i64)
+        .i64(6, uncompressed)
         .i64(7, chunk.len() as i64)
         .i64(9, offset);
     t.end().end();
     t.i64(2, chunk.len() as i64).i64(3, 100).end().end();
-    parquet_file(&chunk, &t.bytes)
+    parquet_file(chunk, &t.bytes)
 }
 
 /// A file of one Int64 column `x` whose `ARROW:schema` says `x` is of type 99, which
@@ -308,7 +331,7 @@ async fn read_all(dir: &std::path::Path, name: &str, bytes: &[u8]) -> EngineErro
 #[tokio::test(flavor = "current_thread")]
 async fn hostile_parquet_files_end_in_an_error_naming_the_file_within_a_bound() {
     let dir = tempfile::tempdir().unwrap();
-    let cases: [(&str, Vec<u8>, &str); 7] = [
+    let cases: [(&str, Vec<u8>, &str); 8] = [
         ("row-groups.parquet", row_groups_past_the_file(), "elements"),
         (
             "row-groups-long-footer.parquet",
@@ -334,6 +357,11 @@ async fn hostile_parquet_files_end_in_an_error_naming_the_file_within_a_bound() 
             "page.parquet",
             a_page_claiming_two_gib(),
             "claims 2147483647 bytes",
+        ),
+        (
+            "page-statistics.parquet",
+            a_page_header_claiming_a_64_gib_statistic(),
+            "a Thrift length of 68719476736 bytes",
         ),
         (
             "arrow-schema.parquet",
