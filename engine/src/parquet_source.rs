@@ -177,7 +177,7 @@ fn footer_place(range: &Range<u64>, bytes: &[u8]) -> Option<Range<u64>> {
 
 /// Where `inner` lies within bytes read at `outer`, when wholly inside them.
 fn within(outer: &Range<u64>, inner: &Range<u64>) -> Option<Range<usize>> {
-    if inner.start < outer.start || inner.end > outer.end || inner.start > inner.end {
+    if inner.start < outer.start || inner.end > outer.end {
         return None;
     }
     let start = usize::try_from(inner.start - outer.start).ok()?;
@@ -510,14 +510,22 @@ mod tests {
             .set_dictionary_page_size_limit(dictionary_limit)
             .set_max_row_group_row_count(Some(rows / 2))
             .build();
+        ParquetMetaDataReader::new()
+            .parse_and_finish(&Bytes::from(written(&batch, props)))
+            .unwrap()
+    }
+
+    /// `batch` as a Parquet file written with `props`.
+    fn written(
+        batch: &arrow::array::RecordBatch,
+        props: parquet::file::properties::WriterProperties,
+    ) -> Vec<u8> {
         let mut file = Vec::new();
         let mut writer =
             parquet::arrow::ArrowWriter::try_new(&mut file, batch.schema(), Some(props)).unwrap();
-        writer.write(&batch).unwrap();
+        writer.write(batch).unwrap();
         writer.close().unwrap();
-        ParquetMetaDataReader::new()
-            .parse_and_finish(&Bytes::from(file))
-            .unwrap()
+        file
     }
 
     #[test]
@@ -561,11 +569,7 @@ mod tests {
             .set_dictionary_page_size_limit(4 << 10)
             .set_key_value_metadata(Some(vec![long]))
             .build();
-        let mut file = Vec::new();
-        let mut writer =
-            parquet::arrow::ArrowWriter::try_new(&mut file, batch.schema(), Some(props)).unwrap();
-        writer.write(&batch).unwrap();
-        writer.close().unwrap();
+        let file = written(&batch, props);
         let store: Arc<dyn ObjectStore> = Arc::new(object_store::memory::InMemory::new());
         let path = Path::from("in/f.parquet");
         object_store::ObjectStoreExt::put(&store, &path, file.clone().into())

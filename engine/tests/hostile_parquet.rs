@@ -170,27 +170,7 @@ fn row_groups_past_a_long_footer() -> Vec<u8> {
 fn an_offset_index_claiming_i32_max_pages() -> Vec<u8> {
     let mut index = Thrift::default();
     index.begin().list(1, i32::MAX as u64, 12).end();
-    let index = index.bytes;
-    let mut t = Thrift::default();
-    t.begin().i32(1, 1);
-    one_int_column(&mut t);
-    t.i64(3, 1).list(4, 1, 12);
-    t.begin().list(1, 1, 12);
-    t.begin().i64(2, 4).begin_field(3);
-    t.i32(1, 1).list(2, 1, 5);
-    t.varint(0); // PLAIN
-    t.list(3, 1, 8);
-    t.varint(1);
-    t.bytes.push(b'x');
-    t.i32(4, 0) // UNCOMPRESSED
-        .i64(5, 1)
-        .i64(6, 0)
-        .i64(7, 0)
-        .i64(9, 4);
-    t.end();
-    t.i64(4, 4).i32(5, index.len() as i32).end();
-    t.i64(2, 0).i64(3, 1).end().end();
-    parquet_file(&index, &t.bytes)
+    a_file_of_one_chunk(&[], 0, 0, &index.bytes) // UNCOMPRESSED
 }
 
 /// One Snappy page of 10 bytes whose header claims 2 GiB decompressed (parquet
@@ -203,39 +183,44 @@ fn a_page_claiming_two_gib() -> Vec<u8> {
         .i32(1, 0)
         .i32(2, i32::MAX)
         .i32(3, page.len() as i32);
-    header
-        .begin_field(5)
-        .i32(1, 100)
-        .i32(2, 0)
-        .i32(3, 3)
-        .i32(4, 3)
-        .end();
+    data_page_header(&mut header).end();
     header.end();
     let mut chunk = header.bytes.clone();
     chunk.extend_from_slice(&page);
-    a_file_of_one_chunk(&chunk, 1, i32::MAX as i64) // SNAPPY
+    a_file_of_one_chunk(&chunk, 1, i32::MAX as i64, &[]) // SNAPPY
 }
 
-/// One page whose header's statistics give a maximum of 64 GiB, in a chunk of 30
-/// bytes (parquet reserves a binary by its claimed length as it reads the header).
-fn a_page_header_claiming_a_64_gib_statistic() -> Vec<u8> {
-    let mut header = Thrift::default();
-    header.begin().i32(1, 0).i32(2, 10).i32(3, 10);
+/// A page header's field 5, a data page of 100 PLAIN values with RLE levels (left open).
+fn data_page_header(header: &mut Thrift) -> &mut Thrift {
     header
         .begin_field(5)
         .i32(1, 100)
         .i32(2, 0)
         .i32(3, 3)
         .i32(4, 3)
-        .begin_field(5);
+}
+
+/// One page whose header's statistics give a maximum of 64 GiB, in a chunk of 30
+/// bytes (a binary a Thrift reader may reserve by its claimed length; parquet 59
+/// refuses this one without, and the page check refuses it first).
+fn a_page_header_claiming_a_64_gib_statistic() -> Vec<u8> {
+    let mut header = Thrift::default();
+    header.begin().i32(1, 0).i32(2, 10).i32(3, 10);
+    data_page_header(&mut header).begin_field(5);
     header.field(1, 8);
     header.varint(64 << 30);
-    a_file_of_one_chunk(&header.bytes, 0, 10) // UNCOMPRESSED
+    a_file_of_one_chunk(&header.bytes, 0, 10, &[]) // UNCOMPRESSED
 }
 
 /// A file of one INT32 column `x` of 100 rows in one chunk, `chunk` (whose pages claim
-/// `uncompressed` bytes in all), compressed by `codec`.
-fn a_file_of_one_chunk(chunk: &[u8], codec: i32, uncompressed: i64) -> Vec<u8> {
+/// `uncompressed` bytes in all), compressed by `codec`, and after it the chunk's
+/// `offset_index` when not empty.
+fn a_file_of_one_chunk(
+    chunk: &[u8],
+    codec: i32,
+    uncompressed: i64,
+    offset_index: &[u8],
+) -> Vec<u8> {
     let offset = 4i64;
     let mut t = Thrift::default();
     t.begin().i32(1, 1);
@@ -253,9 +238,14 @@ fn a_file_of_one_chunk(chunk: &[u8], codec: i32, uncompressed: i64) -> Vec<u8> {
         .i64(6, uncompressed)
         .i64(7, chunk.len() as i64)
         .i64(9, offset);
-    t.end().end();
+    t.end();
+    if !offset_index.is_empty() {
+        t.i64(4, offset + chunk.len() as i64)
+            .i32(5, offset_index.len() as i32);
+    }
+    t.end();
     t.i64(2, chunk.len() as i64).i64(3, 100).end().end();
-    parquet_file(chunk, &t.bytes)
+    parquet_file(&[chunk, offset_index].concat(), &t.bytes)
 }
 
 /// A file of one Int64 column `x` whose `ARROW:schema` says `x` is of type 99, which
