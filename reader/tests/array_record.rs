@@ -276,3 +276,54 @@ fn a_chunk_claiming_records_past_the_known_row_limit_is_refused_before_decoding(
     );
     assert!(err.to_string().contains("max_row_bytes (999)"), "{err}");
 }
+
+/// Riegeli gives every record at least one byte of the file: a chunk ends no sooner than
+/// its first byte plus its record count. So a small compressed chunk cannot claim many
+/// records, and the 8-byte offset the reader keeps per record stays within 8 times the
+/// bytes the chunk spans. Here a postscript chunk of a few dozen bytes whose zstd sizes
+/// unpack to 1 Mi empty records (1 MiB of offsets from a 64 KiB block) is refused as a
+/// chunk running past the end of the file, before anything is decompressed.
+#[test]
+fn a_small_chunk_claiming_more_records_than_bytes_it_spans_is_refused() {
+    use probeflow_reader::array_record::chunk::Compressor;
+    use probeflow_reader::array_record::layout::{self, ChunkHeader};
+    use probeflow_reader::array_record::Compression;
+
+    let claimed: u64 = 1 << 20;
+    let mut zstd = Compressor::new(Compression::Zstd {
+        level: 3,
+        window_log: 20,
+    })
+    .unwrap();
+    let (mut sizes, mut values) = (Vec::new(), Vec::new());
+    zstd.compress(&vec![0u8; claimed as usize], &mut sizes)
+        .unwrap();
+    zstd.compress(&[], &mut values).unwrap();
+    let mut data = vec![b'z', sizes.len() as u8];
+    assert!(sizes.len() < 128, "one varint byte: {}", sizes.len());
+    data.extend_from_slice(&sizes);
+    data.extend_from_slice(&values);
+    let header = ChunkHeader::new(&data, b'r', claimed, 0);
+
+    let mut bytes = write("group_size:1,zstd:3", &[b"row".to_vec()]);
+    let ps_offset = bytes.len() - 65_536;
+    let end = layout::add_with_overhead(ps_offset as u64, 40 + data.len() as u64).unwrap();
+    let mut chunk = layout::block_header(0, end - ps_offset as u64).to_vec();
+    chunk.extend_from_slice(&header.encode());
+    chunk.extend_from_slice(&data);
+    bytes[ps_offset..].fill(0);
+    bytes[ps_offset..ps_offset + chunk.len()].copy_from_slice(&chunk);
+
+    let err = ArrayRecordReader::from_bytes("shard.array_record", bytes).unwrap_err();
+    assert!(
+        matches!(
+            err,
+            Error::Corrupt {
+                location: Location::Postscript { .. },
+                ..
+            }
+        ),
+        "{err}"
+    );
+    assert!(err.to_string().contains("bad chunk size"), "{err}");
+}
