@@ -22,11 +22,21 @@
 //!   length in a header within the bytes that follow it. Writers cut pages at about
 //!   1 MiB.
 //!
+//! In all of them a Thrift field parquet knows must be declared of the type parquet
+//! reads it as ([`shapes`]): parquet reads a known field by its own schema whatever
+//! type the bytes declare, so a check that walked by the declared type would read other
+//! bytes than parquet does (a page's compressed size declared a bool, no payload, is
+//! read by parquet from the bytes after it).
+//!
 //! Each returns what is wrong in words; the caller names the file. Thrift that ends
 //! early or claims more than follows is refused; what a check does not look at
 //! (a missing required field, an unknown enum value) parquet refuses with its own error.
 
 use arrow::ipc;
+
+mod shapes;
+
+use shapes::{Shape, Struct};
 
 /// The deepest Thrift nesting a footer may have (a real one nests about 6 deep).
 pub const MAX_THRIFT_DEPTH: u32 = 32;
@@ -161,7 +171,7 @@ impl<'a> Walk<'a> {
                 }
                 Ok(())
             }
-            kind::STRUCT => self.fields(depth + 1, |_, _, _| Ok(false)),
+            kind::STRUCT => self.fields(&shapes::UNKNOWN, depth + 1, |_, _, _| Ok(false)),
             other => Err(format!("an unknown Thrift type {other}")),
         }
     }
@@ -185,32 +195,38 @@ impl<'a> Walk<'a> {
     }
 
     /// `FileMetaData.schema` (a list of `SchemaElement`, in depth-first order): as any
-    /// list, and its groups' children counts (field 5) checked as a tree.
+    /// list of them, and its groups' children counts (field 5) checked as a tree.
     fn schema(&mut self, depth: u32) -> Checked {
         let (element, n) = self.list_header()?;
+        if element != kind::STRUCT {
+            return Err(format!(
+                "field 2 of FileMetaData: its elements declared {}, which parquet reads \
+                 as SchemaElement",
+                type_name(element)
+            ));
+        }
         let mut tree = SchemaTree::default();
         for i in 0..n {
-            if element != kind::STRUCT {
-                self.element(element, depth + 1)?;
-                continue;
-            }
             let mut children = None;
-            self.fields(depth + 2, |id, t, walk| match (id, t) {
-                (5, kind::I32) => {
-                    children = Some(walk.i32()?);
-                    Ok(true)
+            self.fields(&shapes::SCHEMA_ELEMENT, depth + 2, |id, _, walk| {
+                if id != 5 {
+                    return Ok(false);
                 }
-                _ => Ok(false),
+                children = Some(walk.i32()?);
+                Ok(true)
             })?;
             tree.element(children, n - i - 1)?;
         }
         Ok(())
     }
 
-    /// The fields of a struct, up to its stop; `each(id, type, walk)` may read a field
-    /// itself (and says so), else the field is skipped.
+    /// The fields of a struct parquet reads as `of`, up to its stop. A field parquet
+    /// knows must be declared of the type parquet reads it as ([`shapes`]);
+    /// `each(id, type, walk)` may read a field itself (and says so), else the field is
+    /// walked by its shape, or by its declared type where parquet skips it.
     fn fields(
         &mut self,
+        of: &Struct,
         depth: u32,
         mut each: impl FnMut(i16, u8, &mut Self) -> Checked<bool>,
     ) -> Checked {
@@ -228,11 +244,90 @@ impl<'a> Walk<'a> {
                     .ok_or("a Thrift field id past i16")?,
             };
             last = id;
-            // A bool field's value is its type: no byte follows.
-            if !each(id, t, self)? && !matches!(t, kind::TRUE | kind::FALSE) {
-                self.value(t, depth)?;
+            let shape = of.field(id);
+            if let Some(shape) = shape.filter(|shape| !shape.accepts(t)) {
+                return Err(format!(
+                    "field {id} of {}: declared {}, which parquet reads as {}",
+                    of.name,
+                    type_name(t),
+                    shape.describe()
+                ));
+            }
+            if each(id, t, self)? {
+                continue;
+            }
+            match shape {
+                Some(shape) => self
+                    .shaped(shape, depth)
+                    .map_err(|what| format!("field {id} of {}: {what}", of.name))?,
+                // A bool field's value is its type: no byte follows.
+                None if matches!(t, kind::TRUE | kind::FALSE) => {}
+                None => self.value(t, depth)?,
             }
         }
+    }
+
+    /// A field's value that parquet reads as `shape` (its declared type accepted).
+    fn shaped(&mut self, shape: Shape, depth: u32) -> Checked {
+        if depth > MAX_THRIFT_DEPTH {
+            return Err(format!(
+                "Thrift values nested past {MAX_THRIFT_DEPTH} levels"
+            ));
+        }
+        match shape {
+            Shape::Bool => Ok(()),
+            Shape::Struct(of) => self.fields(of, depth + 1, |_, _, _| Ok(false)),
+            Shape::List(element) => {
+                let (t, n) = self.list_header()?;
+                self.elements_are(shape, t)?;
+                for _ in 0..n {
+                    match *element {
+                        Shape::Struct(of) => self.fields(of, depth + 1, |_, _, _| Ok(false))?,
+                        _ => self.element(t, depth + 1)?,
+                    }
+                }
+                Ok(())
+            }
+            Shape::Int => self.varint().map(drop),
+            Shape::Byte => self.skip(1),
+            Shape::Double => self.skip(8),
+            Shape::Binary => {
+                let n = self.varint()?;
+                self.skip(n)
+            }
+        }
+    }
+
+    /// Refuses a list whose elements are declared `t` where parquet reads the list as
+    /// `list`.
+    fn elements_are(&self, list: Shape, t: u8) -> Checked {
+        match list {
+            Shape::List(element) if !element.accepts(t) => Err(format!(
+                "its elements declared {}, which parquet reads as {}",
+                type_name(t),
+                element.describe()
+            )),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// A compact type code's name.
+fn type_name(t: u8) -> &'static str {
+    match t {
+        kind::TRUE | kind::FALSE => "a bool",
+        kind::BYTE => "a byte",
+        kind::I16 => "an i16",
+        kind::I32 => "an i32",
+        kind::I64 => "an i64",
+        kind::DOUBLE => "a double",
+        kind::BINARY => "a binary",
+        kind::LIST => "a list",
+        kind::SET => "a set",
+        kind::MAP => "a map",
+        kind::STRUCT => "a struct",
+        kind::UUID => "a uuid",
+        _ => "an unknown type",
     }
 }
 
@@ -272,8 +367,8 @@ impl SchemaTree {
 /// Checks a footer's Thrift (`FileMetaData`, without its length and magic).
 pub fn check_footer(footer: &[u8]) -> Checked {
     let mut walk = Walk { rest: footer };
-    walk.fields(1, |id, t, walk| match (id, t) {
-        (2, kind::LIST) => walk.schema(1).map(|()| true),
+    walk.fields(&shapes::FILE_META_DATA, 1, |id, _, walk| match id {
+        2 => walk.schema(1).map(|()| true),
         _ => Ok(false),
     })
     .map_err(|what| format!("its footer does not decode: {what}"))
@@ -283,7 +378,7 @@ pub fn check_footer(footer: &[u8]) -> Checked {
 /// when asked for them): every list within the bytes that follow it.
 pub fn check_offset_index(index: &[u8]) -> Checked {
     let mut walk = Walk { rest: index };
-    walk.value(kind::STRUCT, 0)
+    walk.fields(&shapes::OFFSET_INDEX, 1, |_, _, _| Ok(false))
         .map_err(|what| format!("its offset index does not decode: {what}"))
 }
 
@@ -314,19 +409,18 @@ pub fn check_pages_of(pages: &[u8], zero_filling: Option<u64>) -> Checked {
     while !walk.rest.is_empty() {
         let mut sizes = (None, None);
         let mut dictionary_values = None;
-        let header = walk.fields(1, |id, t, w| match (id, t) {
-            (2, kind::I32) => {
+        let header = walk.fields(&shapes::PAGE_HEADER, 1, |id, _, w| match id {
+            2 => {
                 sizes.0 = Some(w.i32()?);
                 Ok(true)
             }
-            (3, kind::I32) => {
+            3 => {
                 sizes.1 = Some(w.i32()?);
                 Ok(true)
             }
-            // DictionaryPageHeader: its num_values (field 1).
-            (7, kind::STRUCT) => {
-                w.fields(2, |id, t, w| match (id, t) {
-                    (1, kind::I32) => {
+            7 => {
+                w.fields(&shapes::DICTIONARY_PAGE_HEADER, 2, |id, _, w| match id {
+                    1 => {
                         dictionary_values = Some(w.i32()?);
                         Ok(true)
                     }
@@ -664,15 +758,17 @@ mod tests {
         // The same list of one empty struct is fine.
         assert_eq!(check_footer(&[0x15, 0x02, 0x39, 0x1c, 0x00, 0x00]), Ok(()));
         // Bool fields carry their value in their type (no byte); bools in a list are a
-        // byte each: field 1 true, field 2 false, field 3 a list of two bools.
-        let bools = [0x11, 0x12, 0x19, 0x21, 0x01, 0x02, 0x00];
+        // byte each: fields parquet skips, 10 true, 11 false, 12 a list of two bools.
+        let bools = [0xa1, 0x12, 0x19, 0x21, 0x01, 0x02, 0x00];
         assert_eq!(check_footer(&bools), Ok(()));
     }
 
     #[test]
     fn nesting_past_the_limit_is_refused_without_recursing_on_the_callers_stack_past_it() {
-        // A struct in a struct in … (field 1 of type struct), 10 000 deep.
-        let mut footer = vec![0x1c; 10_000];
+        // A struct in a struct in … (field 10, which parquet skips, then field 1 of
+        // type struct), 10 000 deep.
+        let mut footer = vec![0xac];
+        footer.extend(std::iter::repeat_n(0x1c, 9_999));
         footer.extend(std::iter::repeat_n(0x00, 10_001));
         let e = check_footer(&footer).unwrap_err();
         assert!(e.contains("nested past 32"), "{e}");
@@ -719,8 +815,8 @@ mod tests {
 
     #[test]
     fn a_binary_longer_than_the_bytes_left_is_refused() {
-        // Field 2 of type binary, claiming u32::MAX bytes.
-        let footer = [0x28, 0xff, 0xff, 0xff, 0xff, 0x0f];
+        // Field 6 (created_by), claiming u32::MAX bytes.
+        let footer = [0x68, 0xff, 0xff, 0xff, 0xff, 0x0f];
         assert!(check_footer(&footer)
             .unwrap_err()
             .contains("4294967295 bytes"));
@@ -776,6 +872,40 @@ mod tests {
         overlong.extend_from_slice(&[0u8; 16]);
         let e = check_pages(&overlong).unwrap_err();
         assert!(e.contains("16 bytes claims 1893843910 values"), "{e}");
+    }
+
+    /// parquet reads a known field by the type its schema gives, whatever type the bytes
+    /// declare; a check that walked by the declared type would read other bytes than
+    /// parquet and pass what parquet then reserves by. The fuzzer's case: a dictionary
+    /// page's compressed size declared a bool (no payload), which parquet reads as the
+    /// varint after it, so the page's claim of 1.4 GB went unchecked.
+    #[test]
+    fn a_known_field_of_another_type_than_parquet_reads_is_refused() {
+        // PageHeader { 1: DICTIONARY_PAGE, 2: 1 396 570 812, 3: declared bool false }.
+        let mut header = vec![0x15, 0x04, 0x15, 0xf8, 0xea, 0xef, 0xb3, 0x0a];
+        header.extend_from_slice(&[0x12, 0x00, 0x00]);
+        let e = check_pages(&header).unwrap_err();
+        assert!(e.contains("field 3 of PageHeader"), "{e}");
+        // FileMetaData { 4: row_groups declared an i32 whose bytes parquet reads as a
+        // list header of i32::MAX row groups }.
+        let footer = [0x45, 0xfc, 0xff, 0xff, 0xff, 0xff, 0x07, 0x00];
+        let e = check_footer(&footer).unwrap_err();
+        assert!(e.contains("field 4 of FileMetaData"), "{e}");
+        // OffsetIndex { 1: its page locations (structs), declared a list of binaries }.
+        let e = check_offset_index(&[0x19, 0x18, 0x00, 0x00]).unwrap_err();
+        assert!(e.contains("field 1 of OffsetIndex"), "{e}");
+    }
+
+    /// Every integer type is one zigzag varint, which parquet reads as its own width:
+    /// a schema group's children count declared an i64 is the count parquet uses.
+    #[test]
+    fn a_children_count_of_any_integer_type_is_checked() {
+        // FileMetaData { 2: [SchemaElement { 4: "r", 5: (i64) 2^30 }] }.
+        let footer = [
+            0x29, 0x1c, 0x48, 0x01, b'r', 0x16, 0x80, 0x80, 0x80, 0x80, 0x08, 0x00, 0x00,
+        ];
+        let e = check_footer(&footer).unwrap_err();
+        assert!(e.contains("claims 1073741824 children"), "{e}");
     }
 
     /// The `ARROW:schema` value of one field `x` of type `type_type` with an Int
