@@ -267,6 +267,29 @@ impl<'a> Walk<'a> {
         }
     }
 
+    /// A `DataPageHeaderV2`'s level lengths and whether its data is compressed.
+    fn page_levels(&mut self) -> Checked<PageLevels> {
+        let mut lengths = (0i64, 0i64);
+        let mut compressed = true;
+        self.fields(&shapes::DATA_PAGE_HEADER_V2, 2, |id, t, w| match id {
+            5 => {
+                lengths.0 = w.i32()?;
+                Ok(true)
+            }
+            6 => {
+                lengths.1 = w.i32()?;
+                Ok(true)
+            }
+            7 => {
+                compressed = t == kind::TRUE;
+                Ok(true)
+            }
+            _ => Ok(false),
+        })?;
+        let bytes = u64::try_from(lengths.0.max(0) + lengths.1.max(0)).unwrap_or(0);
+        Ok(PageLevels { bytes, compressed })
+    }
+
     /// A field's value that parquet reads as `shape` (its declared type accepted).
     fn shaped(&mut self, shape: Shape, depth: u32) -> Checked {
         if depth > MAX_THRIFT_DEPTH {
@@ -383,16 +406,16 @@ pub fn check_offset_index(index: &[u8]) -> Checked {
 }
 
 /// Checks the page headers at the start of `pages` (a column chunk, or pages of one,
-/// as read for decoding): each page's sizes within the bytes and within the bound of
-/// the module docs, and every length in a header within the bytes that follow it.
+/// as read for decoding) of a codec that neither zero-fills its claim nor has a window:
+/// [`check_pages_of`].
 pub fn check_pages(pages: &[u8]) -> Checked {
-    check_pages_of(pages, None)
+    check_pages_of(pages, parquet::basic::Compression::UNCOMPRESSED)
 }
 
 /// The most a page of `codec` can expand, for the codecs parquet decompresses into a
 /// buffer of the claimed size, zero-filled first (Snappy: a 3-byte copy of 64 bytes;
 /// LZ4: about 255 per byte): their claims past it are refused whatever the floor.
-pub fn zero_filling_ratio(codec: parquet::basic::Compression) -> Option<u64> {
+fn zero_filling_ratio(codec: parquet::basic::Compression) -> Option<u64> {
     use parquet::basic::Compression as C;
     match codec {
         C::SNAPPY => Some(probeflow_reader::array_record::chunk::SNAPPY_MAX_RATIO),
@@ -401,14 +424,18 @@ pub fn zero_filling_ratio(codec: parquet::basic::Compression) -> Option<u64> {
     }
 }
 
-/// [`check_pages`] for pages of a codec that zero-fills its claim
-/// ([`zero_filling_ratio`]: `Some(ratio)`): a page claims at most `ratio` times its
-/// compressed size (and 64 bytes), with no floor.
-pub fn check_pages_of(pages: &[u8], zero_filling: Option<u64>) -> Checked {
+/// Checks the page headers at the start of `pages`, pages of `codec`: each page's sizes
+/// within the bytes and within the bound of the module docs (for a codec that
+/// zero-fills its claim, [`zero_filling_ratio`], at most that many times its compressed
+/// size and 64 bytes, with no floor), every length in a header within the bytes that
+/// follow it, and a Brotli page's window within [`MAX_PAGE_BYTES`] or its claim.
+pub fn check_pages_of(pages: &[u8], codec: parquet::basic::Compression) -> Checked {
+    let zero_filling = zero_filling_ratio(codec);
     let mut walk = Walk { rest: pages };
     while !walk.rest.is_empty() {
         let mut sizes = (None, None);
         let mut dictionary_values = None;
+        let mut levels = PageLevels::default();
         let header = walk.fields(&shapes::PAGE_HEADER, 1, |id, _, w| match id {
             2 => {
                 sizes.0 = Some(w.i32()?);
@@ -426,6 +453,10 @@ pub fn check_pages_of(pages: &[u8], zero_filling: Option<u64>) -> Checked {
                     }
                     _ => Ok(false),
                 })?;
+                Ok(true)
+            }
+            8 => {
+                levels = w.page_levels()?;
                 Ok(true)
             }
             _ => Ok(false),
@@ -460,11 +491,62 @@ pub fn check_pages_of(pages: &[u8], zero_filling: Option<u64>) -> Checked {
                 ));
             }
         }
+        if let parquet::basic::Compression::BROTLI(_) = codec {
+            check_brotli_window(levels.compressed_data(walk.rest), uncompressed)?;
+        }
         if walk.skip(compressed).is_err() {
             return Ok(());
         }
     }
     Ok(())
+}
+
+/// A Brotli page's window, which parquet's decoder allocates whole (up to 1 GiB in the
+/// large-window format no Parquet writer uses): at most [`MAX_PAGE_BYTES`] or the
+/// page's claim rounded up to a power of two (a window past the output is never
+/// needed; RFC 7932's windows, at most 16 MiB, always pass).
+fn check_brotli_window(stream: &[u8], uncompressed: u64) -> Checked {
+    let Some(log) = probeflow_reader::array_record::chunk::brotli_window_log(stream) else {
+        return Ok(());
+    };
+    let bound = MAX_PAGE_BYTES.max(uncompressed.checked_next_power_of_two().unwrap_or(u64::MAX));
+    if 1u64 << log > bound {
+        return Err(format!(
+            "a Brotli page of {uncompressed} bytes declares a window of 2^{log} bytes \
+             (at most {bound})"
+        ));
+    }
+    Ok(())
+}
+
+/// Where a version 2 data page's compressed data begins: after its levels, which are
+/// stored uncompressed (`DataPageHeaderV2` fields 5 and 6), unless the page is not
+/// compressed at all (field 7).
+struct PageLevels {
+    bytes: u64,
+    compressed: bool,
+}
+
+impl Default for PageLevels {
+    /// A version 1 page's: all of it compressed.
+    fn default() -> Self {
+        PageLevels {
+            bytes: 0,
+            compressed: true,
+        }
+    }
+}
+
+impl PageLevels {
+    /// The compressed data of a page whose bytes (after its header) are `page`; none
+    /// for a page stored uncompressed.
+    fn compressed_data<'p>(&self, page: &'p [u8]) -> &'p [u8] {
+        let at = usize::try_from(self.bytes).unwrap_or(usize::MAX);
+        match (self.compressed, page.get(at..)) {
+            (true, Some(data)) => data,
+            _ => &[],
+        }
+    }
 }
 
 /// Checks the places a parsed footer gives (each column chunk's start and length, and
@@ -843,6 +925,7 @@ mod tests {
 
     #[test]
     fn a_page_that_claims_more_than_its_bound_is_refused() {
+        use parquet::basic::Compression as C;
         let mut pages = page(1 << 20, 100);
         pages.extend(page(i32::MAX, 10));
         let e = check_pages(&pages).unwrap_err();
@@ -855,8 +938,8 @@ mod tests {
         // One without its sizes is left to parquet, which refuses it.
         assert_eq!(check_pages(&[0x15, 0x00, 0x00]), Ok(()));
         // Snappy zero-fills its claim: 10 bytes may claim 22 times that and no more.
-        assert_eq!(check_pages_of(&page(284, 10), Some(22)), Ok(()));
-        assert!(check_pages_of(&page(285, 10), Some(22)).is_err());
+        assert_eq!(check_pages_of(&page(284, 10), C::SNAPPY), Ok(()));
+        assert!(check_pages_of(&page(285, 10), C::SNAPPY).is_err());
         // A dictionary page of 16 bytes claiming i32::MAX values (parquet resized its
         // dictionary to them: 16 GiB of i64): type 2, sizes 16/16, header 7 {1: count}.
         let mut dictionary = vec![0x15, 0x04, 0x15, 0x20, 0x15, 0x20, 0x4c, 0x15];

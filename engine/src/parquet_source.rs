@@ -43,11 +43,10 @@ pub struct ParquetSource {
     /// The column chunks' offset indexes, once the footer is parsed (with page
     /// locations only): each is checked before parquet decodes it.
     offset_indexes: std::sync::OnceLock<Vec<Range<u64>>>,
-    /// Each column chunk's bytes and, for a codec that zero-fills a page's claim, how
-    /// far it can expand ([`crate::parquet_guard::zero_filling_ratio`]): set once the
-    /// footer is read, after which every read is of whole pages, whose headers are
-    /// checked ([`crate::parquet_guard::check_pages_of`]) before parquet decodes them.
-    chunks: std::sync::OnceLock<Vec<(Range<u64>, Option<u64>)>>,
+    /// Each column chunk's bytes and codec: set once the footer is read, after which
+    /// every read is of whole pages, whose headers are checked
+    /// ([`crate::parquet_guard::check_pages_of`]) before parquet decodes them.
+    chunks: std::sync::OnceLock<Vec<(Range<u64>, parquet::basic::Compression)>>,
 }
 
 impl ParquetSource {
@@ -130,11 +129,13 @@ impl ParquetSource {
     fn check(&self, range: Range<u64>, bytes: &[u8]) -> parquet::errors::Result<()> {
         use crate::parquet_guard::{check_offset_index, check_pages_of};
         let checked = if let Some(chunks) = self.chunks.get() {
-            let zero_filling = chunks
+            let codec = chunks
                 .iter()
                 .find(|(chunk, _)| chunk.contains(&range.start))
-                .and_then(|(_, ratio)| *ratio);
-            check_pages_of(bytes, zero_filling)
+                .map_or(parquet::basic::Compression::UNCOMPRESSED, |&(_, codec)| {
+                    codec
+                });
+            check_pages_of(bytes, codec)
         } else if let Some(indexes) = self.offset_indexes.get() {
             indexes
                 .iter()
@@ -401,18 +402,15 @@ pub async fn open_in(
     ))
 }
 
-/// Each column chunk's bytes and its codec's zero-filling ratio, if any.
-fn chunk_codecs(footer: &ParquetMetaData) -> Vec<(Range<u64>, Option<u64>)> {
+/// Each column chunk's bytes and its codec.
+fn chunk_codecs(footer: &ParquetMetaData) -> Vec<(Range<u64>, parquet::basic::Compression)> {
     footer
         .row_groups()
         .iter()
         .flat_map(|g| g.columns())
         .map(|c| {
             let (start, len) = c.byte_range();
-            (
-                start..start.saturating_add(len),
-                crate::parquet_guard::zero_filling_ratio(c.compression()),
-            )
+            (start..start.saturating_add(len), c.compression())
         })
         .collect()
 }
@@ -590,6 +588,51 @@ mod tests {
             let read = arrow::compute::concat_batches(&batch.schema(), &read).unwrap();
             assert_eq!(read, batch, "with page locations: {pages}");
         }
+    }
+
+    /// parquet decompresses a Brotli page with a decoder that allocates the stream's
+    /// whole window, up to 1 GiB in the large-window format, whatever the page holds.
+    #[tokio::test]
+    async fn a_brotli_page_declaring_a_large_window_is_refused_naming_the_file() {
+        use arrow::array::{ArrayRef, Int64Array, RecordBatch};
+        use futures::TryStreamExt;
+        let numbers: ArrayRef = Arc::new(Int64Array::from_iter_values(0..10_000));
+        let batch = RecordBatch::try_from_iter([("n", numbers)]).unwrap();
+        let props = parquet::file::properties::WriterProperties::builder()
+            .set_compression(parquet::basic::Compression::BROTLI(Default::default()))
+            .set_dictionary_enabled(false)
+            .build();
+        let mut file = written(&batch, props);
+        // The first page's stream: where, after its page header, 80 000 bytes decode.
+        let decodes = |at: usize| {
+            let mut blob = vec![0x80, 0xf1, 0x04];
+            blob.extend_from_slice(&file[at..]);
+            probeflow_reader::array_record::chunk::Decompressor::default()
+                .decompress(b'b', &blob, 80_000, &mut Vec::new())
+                .is_ok()
+        };
+        let at = (5..100).find(|&at| decodes(at)).unwrap();
+        file[at] = 0x11;
+        file[at + 1] = 0x1e;
+        let store: Arc<dyn ObjectStore> = Arc::new(object_store::memory::InMemory::new());
+        let path = Path::from("in/f.parquet");
+        object_store::ObjectStoreExt::put(&store, &path, file.clone().into())
+            .await
+            .unwrap();
+        let at = FileIn {
+            store,
+            path,
+            url: "mem://in/f.parquet",
+        };
+        let builder = open_in(at, file.len() as u64, None, &[], false)
+            .await
+            .unwrap();
+        let read: Result<Vec<RecordBatch>, _> = builder.build().unwrap().try_collect().await;
+        let e = read.unwrap_err().to_string();
+        assert!(
+            e.contains("mem://in/f.parquet") && e.contains("window of 2^30"),
+            "{e}"
+        );
     }
 
     #[test]

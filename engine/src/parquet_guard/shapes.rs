@@ -325,7 +325,7 @@ pub(super) const DICTIONARY_PAGE_HEADER: Struct = Struct {
     fields: &[(1, Int), (2, Int), (3, Bool)],
 };
 
-const DATA_PAGE_HEADER_V2: Struct = Struct {
+pub(super) const DATA_PAGE_HEADER_V2: Struct = Struct {
     name: "DataPageHeaderV2",
     fields: &[
         (1, Int),

@@ -8,7 +8,7 @@ use futures::StreamExt;
 use object_store::memory::InMemory;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt};
-use probeflow_engine::parquet_guard::{check_arrow_schema, check_footer, check_pages};
+use probeflow_engine::parquet_guard::{check_arrow_schema, check_footer, check_pages_of};
 use probeflow_engine::parquet_source::{open_in, parquet_error, FileIn};
 
 use super::split_first;
@@ -81,10 +81,18 @@ pub fn input(data: &[u8]) {
     });
 }
 
-/// The footer and page checks on any bytes.
+/// The footer and page checks on any bytes (as pages of a plain, a zero-filling and a
+/// windowed codec).
 pub fn footer(data: &[u8]) {
+    use parquet::basic::Compression;
     let _ = check_footer(data);
-    let _ = check_pages(data);
+    for codec in [
+        Compression::UNCOMPRESSED,
+        Compression::SNAPPY,
+        Compression::BROTLI(Default::default()),
+    ] {
+        let _ = check_pages_of(data, codec);
+    }
 }
 
 /// `data` as an `ARROW:schema` value: when the check passes and parquet would decode

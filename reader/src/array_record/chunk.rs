@@ -201,12 +201,7 @@ impl Decompressor {
                     .map_err(|e| format!("zstd: {e}"))?;
                 out.truncate(got);
             }
-            b'b' => {
-                brotli::Decompressor::new(stream, 64 * 1024)
-                    .take(size as u64 + 1)
-                    .read_to_end(out)
-                    .map_err(|e| format!("brotli: {e}"))?;
-            }
+            b'b' => brotli_decompress(stream, size, out)?,
             b's' => {
                 let len = snap::raw::decompress_len(stream).map_err(|e| format!("snappy: {e}"))?;
                 if len != size {
@@ -229,6 +224,93 @@ impl Decompressor {
         }
         Ok(())
     }
+}
+
+/// The most a Brotli stream's decoder may allocate at once for `size` decoded bytes:
+/// its window (up to 1 GiB in the large-window format Riegeli allows), which the
+/// decoder allocates whole unless the stream's first block is its last, within
+/// [`MAX_DECODED_FLOOR`] or the claim rounded up to a power of two (a window past the
+/// output is never needed).
+pub fn brotli_allocation_bound(size: usize) -> usize {
+    let floor = usize::try_from(MAX_DECODED_FLOOR).unwrap_or(usize::MAX);
+    floor
+        .max(size.checked_next_power_of_two().unwrap_or(usize::MAX))
+        .saturating_add(BROTLI_SLACK)
+}
+
+/// The window a Brotli stream declares (RFC 7932's 1 to 8 bits, or the large-window
+/// format's 6 more), as a base-2 log; `None` for a header that does not decode.
+pub fn brotli_window_log(stream: &[u8]) -> Option<u32> {
+    let first = u32::from(*stream.first()?);
+    if first & 1 == 0 {
+        return Some(16);
+    }
+    match ((first >> 1) & 7, (first >> 4) & 7) {
+        (0, 0) => Some(17),
+        (0, 1) if first & 0x80 == 0 => {
+            Some(u32::from(*stream.get(1)?) & 0x3f).filter(|log| (10..=30).contains(log))
+        }
+        (0, 1) => None,
+        (0, m) => Some(8 + m),
+        (n, _) => Some(17 + n),
+    }
+}
+
+/// What brotli's decoder allocates past its window (its write-ahead slack, rounded up).
+const BROTLI_SLACK: usize = 4096;
+
+/// Decompresses a Brotli stream of `size` bytes into `out` (reserved for them), its
+/// decoder's every allocation within [`brotli_allocation_bound`].
+fn brotli_decompress(stream: &[u8], size: usize, out: &mut Vec<u8>) -> Result<(), String> {
+    use brotli_decompressor::reader::DecompressorCustomAlloc;
+    let cap = BoundedAlloc::new(brotli_allocation_bound(size));
+    let mut buffer_alloc = cap.clone();
+    let buffer = brotli_decompressor::Allocator::<u8>::alloc_cell(&mut buffer_alloc, 64 * 1024);
+    let read = DecompressorCustomAlloc::new(stream, buffer, cap.clone(), cap.clone(), cap.clone())
+        .take(size as u64 + 1)
+        .read_to_end(out);
+    match (read, cap.refused.get()) {
+        (_, Some(wanted)) => Err(format!(
+            "brotli: its window needs {wanted} bytes, more than {} for {size} bytes \
+             decompressed",
+            brotli_allocation_bound(size)
+        )),
+        (Err(e), None) => Err(format!("brotli: {e}")),
+        (Ok(_), None) => Ok(()),
+    }
+}
+
+/// brotli's allocator (`alloc_stdlib::StandardAlloc`), refusing (with an empty cell,
+/// which the decoder reports as an error) any allocation past `max_bytes`, and noting
+/// its size.
+#[derive(Clone)]
+struct BoundedAlloc {
+    max_bytes: usize,
+    refused: std::rc::Rc<std::cell::Cell<Option<usize>>>,
+}
+
+impl BoundedAlloc {
+    fn new(max_bytes: usize) -> Self {
+        BoundedAlloc {
+            max_bytes,
+            refused: std::rc::Rc::default(),
+        }
+    }
+}
+
+impl<T: Clone + Default> brotli_decompressor::Allocator<T> for BoundedAlloc {
+    type AllocatedMemory = alloc_stdlib::heap_alloc::WrapBox<T>;
+
+    fn alloc_cell(&mut self, len: usize) -> Self::AllocatedMemory {
+        let bytes = len.saturating_mul(size_of::<T>());
+        if bytes > self.max_bytes {
+            self.refused.set(Some(bytes));
+            return Self::AllocatedMemory::default();
+        }
+        brotli_decompressor::StandardAlloc::default().alloc_cell(len)
+    }
+
+    fn free_cell(&mut self, _data: Self::AllocatedMemory) {}
 }
 
 /// The parts of a simple chunk's data.
@@ -396,6 +478,79 @@ mod tests {
         let parts = split_simple(&data).unwrap();
         assert_eq!((parts.compression, parts.sizes), (0, &sizes[..]));
         assert!(parts.values == &values[..]);
+    }
+
+    /// A Brotli stream of the large-window format (a window up to 1 GiB) for which the
+    /// decoder allocates its whole window unless the stream's first block is its last.
+    fn large_window_brotli(input: &[u8], quality: i32) -> Vec<u8> {
+        let params = brotli::enc::BrotliEncoderParams {
+            quality,
+            lgwin: 30,
+            large_window: true,
+            ..Default::default()
+        };
+        let mut blob = Vec::new();
+        put_varint(&mut blob, input.len() as u64);
+        brotli::BrotliCompress(&mut &input[..], &mut blob, &params).unwrap();
+        blob
+    }
+
+    #[test]
+    fn a_brotli_streams_window_is_read_from_its_header() {
+        let mut blob = Vec::new();
+        for (lgwin, large_window) in [
+            (10, false),
+            (16, false),
+            (18, false),
+            (22, false),
+            (24, false),
+            (30, true),
+        ] {
+            let params = brotli::enc::BrotliEncoderParams {
+                lgwin,
+                large_window,
+                ..Default::default()
+            };
+            blob.clear();
+            brotli::BrotliCompress(&mut &[7u8; 100_000][..], &mut blob, &params).unwrap();
+            assert_eq!(brotli_window_log(&blob), Some(lgwin as u32), "{lgwin}");
+        }
+        assert_eq!(brotli_window_log(&[]), None);
+        assert_eq!(
+            brotli_window_log(&[0x11, 0x3f]),
+            None,
+            "a large window of 63"
+        );
+        assert_eq!(brotli_window_log(&[0x91]), None, "a reserved bit set");
+    }
+
+    #[test]
+    fn a_brotli_window_past_the_bound_is_refused_before_it_is_allocated() {
+        // The fuzzer's blob: 98 bytes claimed, a 2^30 window declared, not the last block.
+        let blob = [0x62, 0x11, 0x1e, 0x0c, 0x01, 0x41, 0x00];
+        let mut out = Vec::new();
+        let e = Decompressor::default()
+            .decompress(b'b', &blob, u64::MAX, &mut out)
+            .unwrap_err();
+        assert!(e.contains("window"), "{e}");
+        // A large-window stream whose one block is its last decodes in a small window.
+        let text: Vec<u8> = (0..50_000u32)
+            .flat_map(|i| (i % 251).to_le_bytes())
+            .collect();
+        let blob = large_window_brotli(&text, 5);
+        Decompressor::default()
+            .decompress(b'b', &blob, u64::MAX, &mut out)
+            .unwrap();
+        assert!(out == text);
+        // One of several blocks in a 1 GiB window, for 20 MB: refused, naming the window.
+        let text: Vec<u8> = (0..5_000_000u32)
+            .flat_map(|i| (i % 65_521).to_le_bytes())
+            .collect();
+        let blob = large_window_brotli(&text, 1);
+        let e = Decompressor::default()
+            .decompress(b'b', &blob, u64::MAX, &mut out)
+            .unwrap_err();
+        assert!(e.contains("window needs 1073741890 bytes"), "{e}");
     }
 
     #[test]
