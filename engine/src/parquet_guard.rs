@@ -492,7 +492,9 @@ pub fn check_pages_of(pages: &[u8], codec: parquet::basic::Compression) -> Check
             }
         }
         if let parquet::basic::Compression::BROTLI(_) = codec {
-            check_brotli_window(levels.compressed_data(walk.rest), uncompressed)?;
+            let length = usize::try_from(compressed).unwrap_or(usize::MAX);
+            let page = &walk.rest[..walk.rest.len().min(length)];
+            check_brotli_window(levels.compressed_data(page), uncompressed)?;
         }
         if walk.skip(compressed).is_err() {
             return Ok(());
