@@ -3,7 +3,8 @@ after `cargo fuzz cmin` into fuzz/corpus/<target>/; see docs/fuzzing.md).
 
 Seeds come from the writers users' files come from: probeflow's and Google's
 `array_record` writers across every option, pyarrow's Parquet writer with and without
-`ARROW:schema`, dictionary and plain pages, page indexes and every codec, probeflow's
+`ARROW:schema`, dictionary and plain pages, page indexes and every codec, DuckDB's and
+Polars' (as warehouse exports write them), probeflow's
 row encoder, gzip (single and multi-member), bzip2 and plain JSON lines of the edge
 cases the rules name, RIPE Atlas result lines, manifests (with paths that try to leave
 the output), the wire's messages and the repository's job files. Run with the tests'
@@ -207,6 +208,26 @@ def engine_seeds() -> None:
     put("job_file", "bad-kind", b'kind = 3\n[run]\nworkers = 2\n')
 
 
+def warehouse_parquet_seeds(tmp: Path) -> None:
+    """Parquet files as warehouse exports write them: DuckDB's (zstd, nested and
+    logical types) and Polars' own writer (Rust's), of ten rows each."""
+    import duckdb  # noqa: PLC0415 (the seeds' only use of them: `pip install duckdb polars`)
+    import polars as pl  # noqa: PLC0415
+
+    path = tmp / "duckdb.parquet"
+    duckdb.connect().execute(
+        "COPY (SELECT i AS n, 'x' || (i % 7) AS s, i::DOUBLE / 3 AS d, to_timestamp(i) AS ts, "
+        "[i, i + 1] AS l, {'a': i} AS st, i::DECIMAL(10, 2) AS dec, (i % 100)::TINYINT AS t8 "
+        f"FROM range(10) t(i)) TO '{path}' (FORMAT parquet, COMPRESSION zstd)")
+    put("parquet_input", "duckdb", bytes([3]) + path.read_bytes())
+    path = tmp / "polars.parquet"
+    frame = pl.DataFrame({"n": list(range(10)), "s": [f"x{i % 7}" for i in range(10)]})
+    frame = frame.with_columns(pl.from_epoch(pl.col("n"), time_unit="s").alias("ts"),
+                               pl.col("n").cast(pl.Float32).alias("f32"))
+    frame.write_parquet(path, statistics=True)
+    put("parquet_input", "polars", bytes([3]) + path.read_bytes())
+
+
 def main() -> None:
     if OUT.exists():
         shutil.rmtree(OUT)
@@ -215,6 +236,7 @@ def main() -> None:
     array_record_seeds(tmp)
     row_seeds()
     parquet_seeds(tmp)
+    warehouse_parquet_seeds(tmp)
     json_seeds()
     atlas_seeds()
     engine_seeds()
