@@ -263,17 +263,16 @@ const BROTLI_SLACK: usize = 4096;
 /// decoder's every allocation within [`brotli_allocation_bound`].
 fn brotli_decompress(stream: &[u8], size: usize, out: &mut Vec<u8>) -> Result<(), String> {
     use brotli_decompressor::reader::DecompressorCustomAlloc;
-    let cap = BoundedAlloc::new(brotli_allocation_bound(size));
-    let mut buffer_alloc = cap.clone();
-    let buffer = brotli_decompressor::Allocator::<u8>::alloc_cell(&mut buffer_alloc, 64 * 1024);
+    let bound = brotli_allocation_bound(size);
+    let mut cap = BoundedAlloc::new(bound);
+    let buffer = brotli_decompressor::Allocator::<u8>::alloc_cell(&mut cap, 64 * 1024);
     let read = DecompressorCustomAlloc::new(stream, buffer, cap.clone(), cap.clone(), cap.clone())
         .take(size as u64 + 1)
         .read_to_end(out);
     match (read, cap.refused.get()) {
         (_, Some(wanted)) => Err(format!(
-            "brotli: its window needs {wanted} bytes, more than {} for {size} bytes \
-             decompressed",
-            brotli_allocation_bound(size)
+            "brotli: its window needs {wanted} bytes, more than {bound} for {size} bytes \
+             decompressed"
         )),
         (Err(e), None) => Err(format!("brotli: {e}")),
         (Ok(_), None) => Ok(()),
