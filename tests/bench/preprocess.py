@@ -20,6 +20,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[2]
 WORK = ROOT / "target" / "bench-preprocess"
 COORDINATOR = ROOT / "target" / "release" / "coordinator"
+FLOOR = ROOT / "target" / "release" / "examples" / "floor"
 
 
 STAGE = re.compile(r"(\w+)_s=([\d.]+)")
@@ -53,10 +54,37 @@ def measured(cmd: list[str], env: dict[str, str] | None = None) -> tuple[float, 
     return seconds, user + system, rss_kb / 1024, proc.stderr
 
 
+FLOOR_LINE = re.compile(r"floor (\w+): rows=(\d+) bytes=(\d+) wall_s=([\d.]+) cpu_s=([\d.]+)")
+
+
+def floor(args: list[str]) -> tuple[float, float]:
+    """(wall s, CPU s) of one floor stage (jobs/probe_rows/examples/floor.rs: the job's own
+    read of its five input columns, or its shards re-written from their rows), as the
+    floor measures itself (a write's reading back of the rows is not counted)."""
+    proc = subprocess.run([str(FLOOR), *args], capture_output=True, text=True)
+    found = FLOOR_LINE.search(proc.stdout)
+    if proc.returncode != 0 or not found:
+        sys.exit(f"floor {args[0]} failed:\n{proc.stdout[-2000:]}\n{proc.stderr[-3000:]}")
+    return float(found.group(4)), float(found.group(5))
+
+
+def stage_walls(out: Path) -> dict[str, float]:
+    """Each stage's wall time in the finished job's output, from `coordinator status
+    --json` (planned to last task done)."""
+    proc = subprocess.run([str(COORDINATOR), "status", "--json", str(out)], capture_output=True, text=True)
+    if proc.returncode != 0:
+        sys.exit(f"coordinator status failed:\n{proc.stderr[-3000:]}")
+    import json  # noqa: PLC0415
+
+    stages = json.loads(proc.stdout)["stages"]
+    return {s["name"]: s["finished_at"] - s["planned_at"] for s in stages if s.get("finished_at")}
+
+
 def outputs() -> list[Path]:
     """What the contenders write: removed after each run, so that the next one (and a
     200M-row benchmark with all of them) has the disk to itself."""
-    return [WORK / "probeflow-out", WORK / "scratch", WORK / "duckdb-out.parquet", WORK / "polars-out.parquet"]
+    return [WORK / "probeflow-out", WORK / "scratch", WORK / "floor-scratch", WORK / "duckdb-out.parquet",
+            WORK / "polars-out.parquet"]
 
 
 def remove_outputs() -> None:
@@ -88,11 +116,6 @@ scratch = "{WORK / 'scratch'}"
     duck_out = WORK / "duckdb-out.parquet"
     polars_out = WORK / "polars-out.parquet"
     return {
-        "Parquet decode floor (pyarrow, all columns)": [
-            py, "-c",
-            f"import pyarrow as pa, pyarrow.dataset as d; pa.set_cpu_count({threads}); "
-            f"pa.set_io_thread_count({threads}); d.dataset('{inp}', format='parquet').to_table()",
-        ],
         "probeflow: the whole job (local, 2 GiB each)": [
             "sh", "-c", f"rm -rf '{out}' && exec '{COORDINATOR}' run '{job}'",
         ],
@@ -209,16 +232,92 @@ def generate_atlas(rows: int, out: Path, seed: int = 45, files: int = 8, even: b
           flush=True)
 
 
+def generate_export(rows: int, out: Path, seed: int = 46, files: int = 8) -> None:
+    """`rows` measurements shaped as a warehouse export of RIPE Atlas (BigQuery's `EXPORT
+    DATA`, a Spark job's output) into `files` zstd Parquet files under `out`, one file at
+    a time:
+
+    * sources: rows / 600, between 10 000 and 100 000 (33 333 at 20M rows), 58 % IPv4 and
+      42 % IPv6, histories Zipf-skewed as the demo's (exponent 0.85: the largest ~3 %);
+    * every file holds every source, its rows in random order (an export is partitioned
+      by the warehouse's workers, not by source or time): each file draws its rows'
+      sources from the same weights, and each row a time uniform over the source's
+      stretch of the 30 days;
+    * columns: `src_addr`, `dst_addr` (Utf8), `ip_version` (Int32), `rtt` (Float32 ms,
+      -1.0 for a failed ping), `event_time` (`timestamp[us, UTC]`), and an extra column
+      the job does not read, `prb_id` (Int32), as an export of the whole table has;
+    * destinations and RTTs as `generate_atlas`'s (40 anchors of the source's family among
+      3 000, log-normal paths around 40 ms with 20 % jitter, 3 % failed).
+    """
+    import numpy as np  # noqa: PLC0415
+    import pyarrow as pa  # noqa: PLC0415
+    import pyarrow.parquet as pq  # noqa: PLC0415
+
+    rng = np.random.default_rng(seed)
+    n = int(min(100_000, max(10_000, rows // 600)))
+    weights = rng.permutation(np.arange(1, n + 1, dtype=np.float64) ** -0.85)
+    weights /= weights.sum()
+    v6 = rng.random(n) >= 0.58
+    octets = rng.integers(1, 223, (n, 4))
+    src = np.array([
+        f"2a00:{o[0]:x}{o[1]:02x}:{o[2]:x}::{i:x}" if six else f"{o[0]}.{o[1]}.{o[2]}.{o[3]}"
+        for i, (o, six) in enumerate(zip(octets, v6))
+    ], dtype=object)
+    anchors = 3_000
+    a_octets = rng.integers(1, 223, (anchors, 3))
+    anchor_v4 = np.array([f"193.{o[0]}.{o[1]}.{o[2] % 250 + 1}" for o in a_octets], dtype=object)
+    anchor_v6 = np.array([f"2001:67c:{o[0]:x}:{o[1]:x}::{o[2]:x}" for o in a_octets], dtype=object)
+    src_dict = pa.array(src, pa.string())
+    dst_dict = pa.array(np.concatenate([anchor_v4, anchor_v6]), pa.string())
+    probe_ids = rng.permutation(n).astype(np.int32) + 1_000
+    base = np.exp(np.log(40.0) + 0.8 * rng.standard_normal(n * 40)).reshape(n, 40)
+    begin_us, span_us = 1_767_225_600 * 1_000_000, 30 * 86_400 * 1_000_000
+    dur = (span_us * rng.uniform(0.3, 1.0, n)).astype(np.int64)
+    begin = begin_us + (rng.random(n) * (span_us - dur)).astype(np.int64)
+    out.mkdir(parents=True, exist_ok=True)
+    per_file = np.full(files, rows // files)
+    per_file[: rows % files] += 1
+    for f in range(files):
+        part_rng = np.random.default_rng([seed, f])
+        source = part_rng.choice(n, size=int(per_file[f]), p=weights).astype(np.int64)
+        m = len(source)
+        event_time = begin[source] + (part_rng.random(m) * dur[source]).astype(np.int64)
+        path = part_rng.integers(0, 40, m)
+        anchor = (source * 7919 + path * 104729) % anchors
+        rtt = (base[source, path] * np.exp(0.2 * part_rng.standard_normal(m))).astype(np.float32)
+        rtt[part_rng.random(m) < 0.03] = -1.0
+        six = v6[source]
+        table = pa.table({
+            "prb_id": pa.array(probe_ids[source]),
+            "src_addr": pa.DictionaryArray.from_arrays(pa.array(source.astype(np.int32)), src_dict)
+            .cast(pa.string()),
+            "dst_addr": pa.DictionaryArray.from_arrays(
+                pa.array(np.where(six, anchor + anchors, anchor).astype(np.int32)), dst_dict)
+            .cast(pa.string()),
+            "ip_version": pa.array(np.where(six, 6, 4).astype(np.int32)),
+            "rtt": pa.array(rtt, pa.float32()),
+            "event_time": pa.array(event_time, pa.timestamp("us", tz="UTC")),
+        })
+        pq.write_table(table, out / f"part-{f:05d}.parquet", row_group_size=131_072, compression="zstd")
+        del table, source, event_time, path, anchor, rtt, six
+    counts = np.floor(weights * rows)
+    print(f"export shape: {n} sources in every file, random order; largest history ~{int(counts.max())} rows, "
+          f"median ~{int(np.median(counts))}; timestamp[us] times, float32 RTTs, an extra column",
+          flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("rows", type=int, nargs="?", default=20_000_000)
     ap.add_argument("--runs", type=int, default=3, help="runs of each contender, alternating")
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--skip", action="append", default=[], help="leave out contenders whose label has this")
-    ap.add_argument("--shape", choices=("demo", "atlas", "even"), default="demo",
+    ap.add_argument("--shape", choices=("demo", "atlas", "even", "export"), default="demo",
                     help="demo: the demo generator's (rows/200 sources, Zipf); atlas: RIPE Atlas's "
                          "(fewer sources with long, heavy-tailed histories: generate_atlas); even: "
-                         "Atlas's columns and times, every source the same history (rows/2000 sources)")
+                         "Atlas's columns and times, every source the same history (rows/2000 sources); "
+                         "export: a warehouse's export (every file every source in random order, "
+                         "timestamp[us] times, float32 RTTs, an extra column: generate_export)")
     ap.add_argument("--shards", type=int, default=64, help="probeflow's [output] shards")
     args = ap.parse_args()
 
@@ -230,6 +329,8 @@ def main() -> None:
         if args.shape == "demo":
             subprocess.run([str(COORDINATOR), "generate", "--rows", str(args.rows), "--out", str(inp)],
                            check=True)
+        elif args.shape == "export":
+            generate_export(args.rows, inp)
         else:
             generate_atlas(args.rows, inp, even=args.shape == "even")
         marker.touch()
@@ -240,14 +341,23 @@ def main() -> None:
     debug = {**os.environ, "RUST_LOG": "probeflow=debug"}
     runs: dict[str, list[tuple[float, float, float]]] = {k: [] for k in commands}
     stages: list[dict[str, float]] = []
+    walls: list[dict[str, float]] = []
+    floors: dict[str, list[tuple[float, float]]] = {"read": [], "write": []}
+    files = sorted(str(f) for f in inp.glob("*.parquet"))
+    threads = ["--threads", str(args.threads)]
     remove_outputs()
     for r in range(args.runs):
+        if ours in commands:
+            floors["read"].append(floor(["read", *threads, *files]))
         for label, cmd in commands.items():
             wall, cpu, rss, log = measured(cmd, debug if label == ours else None)
-            remove_outputs()
-            runs[label].append((wall, cpu, rss))
             if label == ours:
                 stages.append(stage_seconds(log))
+                walls.append(stage_walls(WORK / "probeflow-out"))
+                floors["write"].append(floor(["write", *threads, "--scratch", str(WORK / "floor-scratch"),
+                                              str(WORK / "probeflow-out")]))
+            remove_outputs()
+            runs[label].append((wall, cpu, rss))
             print(f"  run {r + 1}: {label}: {wall:.1f} s wall, {cpu:.1f} CPU s, {rss:.0f} MB", flush=True)
 
     def median(label: str, i: int) -> float:
@@ -268,6 +378,29 @@ def main() -> None:
         print("probeflow's task time by stage, summed over its tasks (median of runs; a task's "
               "time includes its waits): " + ", ".join(
                   f"{name} {statistics.median(run.get(name, 0.0) for run in stages):.2f} s" for name in names))
+        print_floor(floors, walls, median(ours, 0), median(ours, 1), args.rows)
+
+
+def print_floor(floors: dict[str, list[tuple[float, float]]], walls: list[dict[str, float]],
+                job_wall: float, job_cpu: float, rows: int) -> None:
+    """The job against its floor (medians of the runs): each stage's wall time as a
+    multiple of its floor's (map: read, validate, partition, shuffle write, against the
+    read floor; reduce: fetch, sort, encode, compress, write, against the write floor),
+    the whole job's, and CPU per row."""
+    def med(stage: str, i: int) -> float:
+        return statistics.median(x[i] for x in floors[stage])
+
+    read_wall, read_cpu, write_wall, write_cpu = med("read", 0), med("read", 1), med("write", 0), med("write", 1)
+    floor_wall, floor_cpu = read_wall + write_wall, read_cpu + write_cpu
+    print(f"\nthe floor (the job's own read of its 5 columns; its shards re-written from their rows): "
+          f"read {read_wall:.2f} s wall ({read_cpu:.1f} CPU s), write {write_wall:.2f} s ({write_cpu:.1f} CPU s)")
+    print(f"{'':<10} {'job wall s':>10} {'floor wall s':>13} {'× floor':>8}")
+    for stage, floor_s in (("map", read_wall), ("reduce", write_wall)):
+        job_s = statistics.median(w.get(stage, 0.0) for w in walls)
+        print(f"{stage:<10} {job_s:>10.2f} {floor_s:>13.2f} {job_s / floor_s:>7.2f}x")
+    print(f"{'whole job':<10} {job_wall:>10.2f} {floor_wall:>13.2f} {job_wall / floor_wall:>7.2f}x")
+    print(f"CPU per row: the job {job_cpu / rows * 1e9:.0f} ns, the floor {floor_cpu / rows * 1e9:.0f} ns "
+          f"({job_cpu / floor_cpu:.2f}x)")
 
 
 if __name__ == "__main__":

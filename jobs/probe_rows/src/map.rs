@@ -300,8 +300,8 @@ pub(crate) async fn commit(
     Ok(rejects_file)
 }
 
-/// Rows decoded at once.
-const BATCH_ROWS: usize = 131_072;
+/// Rows decoded at once (also the read floor's, `examples/floor.rs`).
+pub const BATCH_ROWS: usize = 131_072;
 
 /// Batches a map's scan decodes ahead of its validation.
 const BATCHES_AHEAD: usize = 2;

@@ -519,9 +519,6 @@ impl<'c> Validator<'c> {
         Ok(cast(a, &DataType::Float64)?)
     }
 
-    /// What to tell a user whose rows are mostly outside the event-time window: the
-    /// `time_unit` under which the first rejected integer time would have been
-    /// plausible, if there is one.
     /// The source and destination dictionaries (or plain batches) resolved so far.
     pub fn resolutions(&self) -> (u64, u64) {
         (self.src_memo.resolutions, self.dst_memo.resolutions)
@@ -532,6 +529,9 @@ impl<'c> Validator<'c> {
         &self.local_sources
     }
 
+    /// What to tell a user whose rows are mostly outside the event-time window: the
+    /// `time_unit` under which the first rejected integer time would have been
+    /// plausible, if there is one.
     pub fn time_unit_hint(&self) -> String {
         let p = &self.plausible;
         let window = format!(
