@@ -2,11 +2,20 @@
 //! when it fits and through sorted runs on local scratch when it does not.
 //!
 //! ```text
-//! push / push_encoded ─► buffer (7/8 of the sort's memory) ── full ──► sort ─► run file (scratch)
+//! push ─► buffer (7/8 of the sort's memory) ── full the first time ──► sorted; its last
+//!          │                  eighth of the memory's records a run file, the rest kept
+//!          │                  in memory, sorted: the resident run
+//!          └──────────────── full again ──► the records since, sorted, a run file
 //! finish ─► no run spilled: the buffer, sorted, from memory
-//!        └► runs spilled:   the buffer sorted and kept as the last run, then one k-way
-//!                           merge of it and the run files (each read a block at a time)
+//!        └► runs spilled:   the records since the last spill sorted and kept as the
+//!                           last run; a k-way merge of it and the run files (each read
+//!                           a block at a time), merged with the resident run
 //! ```
+//!
+//! So a partition past the memory writes and merges through the heap about its excess
+//! (and one scatter buffer's worth), not the whole buffer: the cost of a spill grows
+//! with the excess instead of jumping where a partition stops fitting. A record of the
+//! resident run costs one comparison with the heap's smallest.
 //!
 //! The in-memory sort is a most-significant-byte-first radix sort ([`radix_level`]) into
 //! a scatter buffer, down to buckets small enough to sort by comparison; it skips the
@@ -18,8 +27,9 @@
 //! Records equal under `Ord` must be the same bytes ([`SortRecord`]): the sorted
 //! sequence is then a pure function of the multiset of records pushed, whatever their
 //! arrival order, the memory given and how many runs were spilled. Memory is bounded:
-//! the two buffers take the sort's memory; a merge keeps the first (the last run) and
-//! gives each spilled run's reader an equal share of the scatter buffer's eighth.
+//! the two buffers take the sort's memory; a merge keeps the first (the resident and the
+//! last run) and gives each spilled run's reader an equal share of the scatter buffer's
+//! eighth.
 
 use std::cmp::Reverse;
 use std::collections::BinaryHeap;
@@ -232,6 +242,9 @@ pub struct ExternalSort<R: SortRecord> {
     /// Records held before the buffer is sorted and spilled.
     capacity: usize,
     buffer: Vec<R>,
+    /// The first `resident` records of `buffer` are sorted: what the first spill kept
+    /// in memory (none before it). The records after them arrived since the last spill.
+    resident: usize,
     /// The scatter target of the radix pass (kept between runs), at most
     /// `scatter_capacity` records.
     scattered: Vec<R>,
@@ -275,6 +288,7 @@ impl<R: SortRecord> ExternalSort<R> {
             memory,
             capacity,
             buffer,
+            resident: 0,
             scattered,
             scatter_capacity,
             runs: Vec::new(),
@@ -310,7 +324,7 @@ impl<R: SortRecord> ExternalSort<R> {
 
     /// Every record pushed, in order.
     pub fn finish(mut self) -> Result<Sorted<R>> {
-        self.sort_buffer();
+        self.sort_from(self.resident);
         if self.runs.is_empty() {
             return Ok(Sorted {
                 source: Source::Memory {
@@ -320,9 +334,9 @@ impl<R: SortRecord> ExternalSort<R> {
                 scattered: self.scattered,
             });
         }
-        // The records still in the buffer stay there, sorted, as the merge's last run
-        // (never written and read back); the scatter buffer's share of the memory goes to
-        // the spilled runs' readers.
+        // The records since the last spill stay in the buffer, sorted, as the merge's
+        // last run (never written and read back), behind the resident run; the scatter
+        // buffer's share of the memory goes to the spilled runs' readers.
         drop(std::mem::take(&mut self.scattered));
         let share =
             (self.memory / SCATTER_SHARE / self.runs.len()).clamp(RUN_READ_MIN, RUN_READ_MAX);
@@ -343,47 +357,67 @@ impl<R: SortRecord> ExternalSort<R> {
             }
             readers.push(reader);
         }
-        if let Some(&first) = self.buffer.first() {
+        if let Some(&first) = self.buffer.get(self.resident) {
             heap.push(Reverse((first, readers.len())));
         }
         Ok(Sorted {
             source: Source::Merge {
                 readers,
+                resident: 0..self.resident,
+                next: self.resident + 1,
                 in_memory: self.buffer,
-                next: 1,
                 heap,
             },
             scattered: Vec::new(),
         })
     }
 
-    /// Sorts the buffer in its place ([`sort_in_place`], with the scatter buffer: as
-    /// long as the buffer, or its share's most).
-    fn sort_buffer(&mut self) {
-        let n = self.buffer.len();
+    /// Sorts the buffer's records from `start` in their place ([`sort_in_place`], with
+    /// the scatter buffer: as long as they are, or its share's most).
+    fn sort_from(&mut self, start: usize) {
+        let records = &mut self.buffer[start..];
+        let n = records.len();
         if n <= SMALL_BUCKET {
-            self.buffer.sort_unstable();
+            records.sort_unstable();
             return;
         }
         let scatter = n.min(self.scatter_capacity);
         if self.scattered.len() < scatter {
             self.scattered.reserve_exact(scatter - self.scattered.len());
-            self.scattered.resize(scatter, self.buffer[0]);
+            self.scattered.resize(scatter, records[0]);
         }
-        sort_in_place(&mut self.buffer, &mut self.scattered[..scatter], 0);
+        sort_in_place(records, &mut self.scattered[..scatter], 0);
     }
 
-    /// Sorts the buffer and writes it as a new run (counted in [`SPILLED_BYTES`]).
+    /// Makes room in the full buffer: the first time, sorts it whole and spills its
+    /// last [`Self::scatter_capacity`] records, keeping the rest as the resident run;
+    /// later, sorts and spills the records that arrived since.
     fn spill(&mut self) -> Result<()> {
-        self.sort_buffer();
+        let from = if self.runs.is_empty() {
+            self.sort_from(0);
+            self.resident = self.buffer.len().saturating_sub(self.scatter_capacity);
+            self.resident
+        } else {
+            self.sort_from(self.resident);
+            self.resident
+        };
+        self.write_run(from)?;
+        self.buffer.truncate(from);
+        Ok(())
+    }
+
+    /// Writes the buffer's sorted records from `from` as a new run (counted in
+    /// [`SPILLED_BYTES`]).
+    fn write_run(&mut self, from: usize) -> Result<()> {
+        let records = &self.buffer[from..];
         let path = self.dir.join(format!("run-{:05}", self.runs.len()));
         let mut file = File::create(&path).map_err(|e| scratch_error(&path, e))?;
         // Encoded a block of records at a time, each block written in one call.
         let per_block = (RUN_WRITE / R::BYTES).max(1);
         let mut block = vec![0; per_block * R::BYTES];
-        for records in self.buffer.chunks(per_block) {
-            let bytes = &mut block[..records.len() * R::BYTES];
-            for (r, out) in records.iter().zip(bytes.chunks_exact_mut(R::BYTES)) {
+        for chunk in records.chunks(per_block) {
+            let bytes = &mut block[..chunk.len() * R::BYTES];
+            for (r, out) in chunk.iter().zip(bytes.chunks_exact_mut(R::BYTES)) {
                 r.encode(out);
             }
             file.write_all(bytes).map_err(|e| scratch_error(&path, e))?;
@@ -391,9 +425,8 @@ impl<R: SortRecord> ExternalSort<R> {
         }
         self.runs.push(Run {
             path,
-            records: self.buffer.len() as u64,
+            records: records.len() as u64,
         });
-        self.buffer.clear();
         Ok(())
     }
 }
@@ -423,8 +456,12 @@ enum Source<R> {
     },
     Merge {
         readers: Vec<RunReader>,
-        /// The last run, never spilled (run number `readers.len()` in the heap), and the
-        /// index of its next record not yet in the heap.
+        /// The resident run's records in `in_memory` not yet read (merged with the
+        /// heap's smallest, outside it).
+        resident: std::ops::Range<usize>,
+        /// The resident run, then the last run, never spilled (run number
+        /// `readers.len()` in the heap), and the index of the last run's next record not
+        /// yet in the heap.
         in_memory: Vec<R>,
         next: usize,
         /// The smallest unread record of each run that has one, with its run.
@@ -458,10 +495,20 @@ impl<R: SortRecord> Sorted<R> {
             }
             Source::Merge {
                 readers,
+                resident,
                 in_memory,
                 next,
                 heap,
             } => {
+                if let Some(&r) = in_memory[..resident.end].get(resident.start) {
+                    if heap
+                        .peek()
+                        .is_none_or(|Reverse((smallest, _))| r <= *smallest)
+                    {
+                        resident.start += 1;
+                        return Ok(Some(r));
+                    }
+                }
                 let Some(mut top) = heap.peek_mut() else {
                     return Ok(None);
                 };
@@ -594,12 +641,13 @@ mod tests {
 
     #[test]
     fn a_sort_given_memory_for_fewer_than_1024_records_spills_instead_of_panicking() {
-        // 1 KiB: 112 records of 8 bytes a run, 16 in the scatter buffer.
+        // 1 KiB: 112 records of 8 bytes in the buffer, 16 in the scatter buffer: the
+        // first spill keeps 96 resident, each later one spills the 16 since.
         let input = records(1000, 5);
         let mut want = input.clone();
         want.sort();
         let (got, runs) = sorted_with(1 << 10, &input);
-        assert_eq!(runs, 8);
+        assert_eq!(runs, 1 + (1000 - 112) / 16);
         assert_eq!(got, want);
     }
 
@@ -634,15 +682,18 @@ mod tests {
         let mut want = input.clone();
         want.sort();
         let dir = tempfile::tempdir().unwrap();
-        // 32 KiB: 3 584 records a run, so two spilled and 2 832 left in the buffer.
+        // 32 KiB: 3 584 records in the buffer and 512 in the scatter buffer, so the
+        // first spill keeps 3 072 resident and writes 512, and 12 more of 512 each leave
+        // 272 in the buffer.
         let mut sort = ExternalSort::<Six>::new(dir.path(), 32 << 10);
         for r in &input {
             sort.push(*r).unwrap();
         }
-        assert_eq!(sort.runs(), 2);
+        assert_eq!(sort.runs(), 13);
         let mut out = sort.finish().unwrap();
-        // Only the two spilled runs are on scratch: the last was not written.
-        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 2);
+        // Only the spilled runs are on scratch: the resident and the last were not
+        // written.
+        assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 13);
         let mut got = Vec::new();
         while let Some(r) = out.next_record().unwrap() {
             got.push(r);
@@ -650,7 +701,7 @@ mod tests {
         assert_eq!(got, want);
         let buffers = out.into_buffers();
         assert!(
-            buffers.buffer.capacity() >= 2832,
+            buffers.buffer.capacity() >= 3072 + 272,
             "{}",
             buffers.buffer.capacity()
         );
@@ -704,6 +755,43 @@ mod tests {
             scatter_bytes + record_bytes <= memory,
             "{scatter_bytes} + {record_bytes}"
         );
+    }
+
+    /// A partition just past what sorts in memory spills about its excess, not the
+    /// whole buffer: the cost of a spill grows with the excess over the memory instead
+    /// of jumping where a partition stops fitting. (A full buffer was written whole as
+    /// a run and every record merged through the heap: at 2 GiB a reduce, ~1.5 GB more
+    /// to write and read for one record too many.)
+    #[test]
+    fn a_partition_just_past_the_memory_spills_about_its_excess() {
+        let memory = 1 << 20;
+        let fits = memory * 7 / 8 / size_of::<Six>();
+        let scatter = memory / 8 / size_of::<Six>();
+        for excess in [1, 1000, scatter + 1, 3 * scatter] {
+            let input = records(fits + excess, 19);
+            let mut want = input.clone();
+            want.sort();
+            let dir = tempfile::tempdir().unwrap();
+            let mut sort = ExternalSort::<Six>::new(dir.path(), memory);
+            for r in &input {
+                sort.push(*r).unwrap();
+            }
+            let spilled: u64 = std::fs::read_dir(dir.path())
+                .unwrap()
+                .map(|f| f.unwrap().metadata().unwrap().len())
+                .sum();
+            let spilled_records = spilled as usize / Six::BYTES;
+            assert!(
+                spilled_records <= scatter + excess,
+                "{excess} records past the memory: {spilled_records} spilled"
+            );
+            let mut out = sort.finish().unwrap();
+            let mut got = Vec::with_capacity(input.len());
+            while let Some(r) = out.next_record().unwrap() {
+                got.push(r);
+            }
+            assert_eq!(got, want, "{excess} records past the memory");
+        }
     }
 
     #[test]
