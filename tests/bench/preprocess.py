@@ -232,13 +232,14 @@ def generate_atlas(rows: int, out: Path, seed: int = 45, files: int = 8, even: b
           flush=True)
 
 
-def generate_export(rows: int, out: Path, seed: int = 46, files: int = 8) -> None:
+def generate_export(rows: int, out: Path, seed: int = 46, files: int = 8, sources: int | None = None) -> None:
     """`rows` measurements shaped as a warehouse export of RIPE Atlas (BigQuery's `EXPORT
     DATA`, a Spark job's output) into `files` zstd Parquet files under `out`, one file at
     a time:
 
-    * sources: rows / 600, between 10 000 and 100 000 (33 333 at 20M rows), 58 % IPv4 and
-      42 % IPv6, histories Zipf-skewed as the demo's (exponent 0.85: the largest ~3 %);
+    * sources: `sources`, or rows / 600 between 10 000 and 100 000 (33 333 at 20M rows),
+      58 % IPv4 and 42 % IPv6, histories Zipf-skewed as the demo's (exponent 0.85: the
+      largest ~3 %);
     * every file holds every source, its rows in random order (an export is partitioned
       by the warehouse's workers, not by source or time): each file draws its rows'
       sources from the same weights, and each row a time uniform over the source's
@@ -254,7 +255,7 @@ def generate_export(rows: int, out: Path, seed: int = 46, files: int = 8) -> Non
     import pyarrow.parquet as pq  # noqa: PLC0415
 
     rng = np.random.default_rng(seed)
-    n = int(min(100_000, max(10_000, rows // 600)))
+    n = sources or int(min(100_000, max(10_000, rows // 600)))
     weights = rng.permutation(np.arange(1, n + 1, dtype=np.float64) ** -0.85)
     weights /= weights.sum()
     v6 = rng.random(n) >= 0.58
@@ -319,9 +320,13 @@ def main() -> None:
                          "export: a warehouse's export (every file every source in random order, "
                          "timestamp[us] times, float32 RTTs, an extra column: generate_export)")
     ap.add_argument("--shards", type=int, default=64, help="probeflow's [output] shards")
+    ap.add_argument("--files", type=int, default=8, help="input files (export shape; one generated at a time)")
+    ap.add_argument("--sources", type=int, help="distinct sources (export shape; default rows/600, 10k-100k)")
     args = ap.parse_args()
 
     inp = WORK / (f"input-{args.rows}" if args.shape == "demo" else f"input-{args.shape}-{args.rows}")
+    if args.shape == "export" and (args.files != 8 or args.sources):
+        inp = inp.with_name(f"{inp.name}-f{args.files}-s{args.sources or 'default'}")
     marker = inp / ".complete"
     if not marker.exists():
         shutil.rmtree(inp, ignore_errors=True)
@@ -330,7 +335,7 @@ def main() -> None:
             subprocess.run([str(COORDINATOR), "generate", "--rows", str(args.rows), "--out", str(inp)],
                            check=True)
         elif args.shape == "export":
-            generate_export(args.rows, inp)
+            generate_export(args.rows, inp, files=args.files, sources=args.sources)
         else:
             generate_atlas(args.rows, inp, even=args.shape == "even")
         marker.touch()
